@@ -1,0 +1,52 @@
+"""blinkflow: Horovod-style data-parallel training with Blink's topology-aware collectives.
+
+``import blinkflow as bf`` is cheap: it imports neither MPI, TensorFlow nor CuPy. The runtime
+(and with it mpi4py, which initialises MPI) is loaded on first use of a runtime name, and the
+TensorFlow bindings on first use of a TensorFlow name, so this works on machines without them.
+"""
+from __future__ import annotations
+
+import importlib
+
+from .api import allgather, allreduce, alltoall, broadcast, grouped_allgather, grouped_allreduce, reducescatter
+from .compression import Compression
+from .errors import (BackendError, BlinkflowError, ConfigError, DuplicateNameError, NotInitializedError,
+                     PlanError, ShutdownError, TensorMismatchError, TopologyError)
+from .ops import Average, Max, Min, Product, ReduceOp, Sum
+from .version import __version__
+
+# Names served lazily: attribute -> module that defines it.
+_RUNTIME_NAMES = (
+    "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
+    "cross_rank", "barrier", "join", "broadcast_object", "allgather_object",
+    "allreduce_async", "grouped_allreduce_async", "allgather_async", "broadcast_async",
+    "reducescatter_async", "alltoall_async", "poll", "synchronize", "mpi_threads_supported",
+)
+_TF_NAMES = (
+    "DistributedOptimizer", "DistributedGradientTape", "broadcast_variables", "load_model",
+)
+_LAZY = dict([(n, "blinkflow.runtime.api") for n in _RUNTIME_NAMES] +
+             [(n, "blinkflow.tensorflow") for n in _TF_NAMES] +
+             [("callbacks", "blinkflow.tensorflow.callbacks")])
+
+
+def __getattr__(name):
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'blinkflow' has no attribute {name!r}")
+    module = importlib.import_module(module_name)
+    value = module if name == "callbacks" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = [
+    "__version__", "Average", "Sum", "Min", "Max", "Product", "ReduceOp", "Compression",
+    "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "reducescatter", "alltoall",
+    "BlinkflowError", "NotInitializedError", "ShutdownError", "TensorMismatchError", "DuplicateNameError",
+    "TopologyError", "PlanError", "ConfigError", "BackendError",
+] + list(_LAZY)

@@ -1,0 +1,80 @@
+"""The public collective API of DESIGN §3.1, dispatched on the tensor's type.
+
+numpy (and cupy) arrays go to the framework-neutral runtime (``blinkflow.runtime.api``) and
+come back as the same kind of array; ``tf.Tensor``, ``tf.Variable`` and Keras variables go to
+the TensorFlow bindings (``blinkflow.tensorflow.ops``), which return differentiable
+``tf.Tensor``s. TensorFlow is imported only when a TensorFlow object arrives.
+"""
+from __future__ import annotations
+
+from .compression import Compression
+from .ops import Average
+
+
+def _is_tf(tensor) -> bool:
+    return type(tensor).__module__.startswith(("tensorflow", "keras"))
+
+
+def _runtime():
+    from .runtime import api
+
+    return api
+
+
+def _tf_ops():
+    from .tensorflow import ops
+
+    return ops
+
+
+def _backend_for(tensor):
+    return _tf_ops() if _is_tf(tensor) else _runtime()
+
+
+def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+              compression=Compression.none):
+    """Reduce ``tensor`` across all ranks with ``op``; every rank gets the result."""
+    return _backend_for(tensor).allreduce(tensor, op=op, name=name, prescale_factor=prescale_factor,
+                                          postscale_factor=postscale_factor, compression=compression)
+
+
+def grouped_allreduce(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                      compression=Compression.none):
+    """All-reduce a list of tensors as one fused operation; returns a list."""
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    return _backend_for(tensors[0]).grouped_allreduce(
+        tensors, op=op, name=name, prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor, compression=compression)
+
+
+def allgather(tensor, name=None):
+    """Concatenate every rank's ``tensor`` along the first dimension (which may differ per rank)."""
+    return _backend_for(tensor).allgather(tensor, name=name)
+
+
+def grouped_allgather(tensors, name=None):
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    return _backend_for(tensors[0]).grouped_allgather(tensors, name=name)
+
+
+def broadcast(tensor, root_rank, name=None):
+    """Every rank gets ``root_rank``'s ``tensor``."""
+    return _backend_for(tensor).broadcast(tensor, root_rank, name=name)
+
+
+def reducescatter(tensor, op=Average, name=None):
+    """Reduce across ranks and give each rank a slice of the first dimension
+    (the first ``n % size`` ranks get one extra row)."""
+    return _backend_for(tensor).reducescatter(tensor, op=op, name=name)
+
+
+def alltoall(tensor, splits=None, name=None):
+    """Scatter slices of the first dimension to every rank and gather theirs.
+
+    With ``splits`` given returns ``(output, received_splits)``, else the output alone.
+    """
+    return _backend_for(tensor).alltoall(tensor, splits=splits, name=name)

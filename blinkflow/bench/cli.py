@@ -1,0 +1,30 @@
+"""The benchmark command line. Each suite lives in its own module and registers a click command."""
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# suite name -> module defining a click command called ``command``
+SUITES = {
+    "planner": "blinkflow.bench.planner",
+    "paper": "blinkflow.bench.paper",
+    "allreduce": "blinkflow.bench.allreduce",
+    "gpu": "blinkflow.bench.gpu",
+}
+
+
+class _LazySuites(click.Group):
+    def list_commands(self, ctx):
+        return sorted(SUITES)
+
+    def get_command(self, ctx, name):
+        module = SUITES.get(name)
+        if module is None:
+            return None
+        return importlib.import_module(module).command
+
+
+@click.group(cls=_LazySuites, help="blinkflow benchmarks; every suite measures its peers in the same run.")
+def main():
+    pass

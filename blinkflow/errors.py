@@ -1,0 +1,68 @@
+"""The one error hierarchy of blinkflow (DESIGN §3.4).
+
+Every error says what went wrong and how to fix it. Errors that come from bad user input carry
+the place (file, line or field) so a command-line tool can print one line and exit 2.
+"""
+
+
+class BlinkflowError(Exception):
+    """Base class of every error blinkflow raises on purpose."""
+
+
+class NotInitializedError(BlinkflowError):
+    """A collective or query was called before ``blinkflow.init()`` (or after ``shutdown()``)."""
+
+    def __init__(self, what: str = "this call"):
+        super().__init__(f"blinkflow is not initialized: call blinkflow.init() before {what}")
+
+
+class ShutdownError(BlinkflowError):
+    """The runtime stopped: a peer rank failed or left, or ``shutdown()`` was called.
+
+    ``rank`` names the peer that failed, when it is known.
+    """
+
+    def __init__(self, message: str, rank=None):
+        super().__init__(message)
+        self.rank = rank
+
+
+class TensorMismatchError(BlinkflowError):
+    """Ranks submitted the same tensor name with different shape, dtype, op, root or scale."""
+
+    def __init__(self, message: str, name=None):
+        super().__init__(message)
+        self.name = name
+
+
+class DuplicateNameError(BlinkflowError):
+    """A tensor name was submitted again while the first submission is still in flight."""
+
+
+class TopologyError(BlinkflowError):
+    """Bad topology input. ``where`` names the file, line or field at fault."""
+
+    def __init__(self, message: str, where=None):
+        full = f"{where}: {message}" if where else message
+        super().__init__(full)
+        self.where = where
+
+
+class PlanError(BlinkflowError):
+    """The planner cannot produce (or verify) a plan for the given topology and collective."""
+
+
+class ScheduleError(PlanError):
+    """A schedule is malformed or fails the symbolic check of its collective's postcondition."""
+
+
+class ConfigError(BlinkflowError):
+    """A ``BLINKFLOW_*`` variable or launcher flag has a value that cannot be used."""
+
+
+class BackendError(BlinkflowError):
+    """A backend (cpu or cuda) cannot run here, or failed while running."""
+
+
+class KernelCompileError(BackendError):
+    """A CUDA kernel failed to compile; the message carries the source name and options."""

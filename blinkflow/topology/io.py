@@ -1,0 +1,92 @@
+"""blinkflow's own topology JSON (DESIGN §3.2): load and save with a schema version.
+
+Errors name the file and the field at fault, so ``blinkrun`` can print one line and exit 2.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Optional
+
+from ..errors import TopologyError
+from .model import SCHEMA_VERSION, Link, Node, Topology
+
+
+def topology_from_dict(data: Any, where: Optional[str] = None) -> Topology:
+    """Parse the JSON object of ``blinkrun topo --json`` into a validated Topology."""
+    if not isinstance(data, dict):
+        raise TopologyError("the top level must be a JSON object", where)
+    schema = data.get("schema")
+    if schema != SCHEMA_VERSION:
+        raise TopologyError(f"field 'schema' is {schema!r}; this blinkflow reads schema {SCHEMA_VERSION}", where)
+    name = data.get("name", "topology")
+    if not isinstance(name, str):
+        raise TopologyError("field 'name' must be a string", where)
+    nodes = [_node(entry, i, where) for i, entry in enumerate(_list(data, "nodes", where))]
+    links = [_link(entry, i, where) for i, entry in enumerate(_list(data, "links", where))]
+    return Topology.build(name, nodes, links, where)
+
+
+def load_topology(path: str) -> Topology:
+    """Read a topology JSON file; every problem raises TopologyError naming the file."""
+    where = os.fspath(path)
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise TopologyError(f"cannot read: {e.strerror}", where) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TopologyError(f"line {e.lineno}: invalid JSON ({e.msg})", where) from None
+    return topology_from_dict(data, where)
+
+
+def save_topology(topology: Topology, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(topology.to_json())
+        f.write("\n")
+
+
+def _list(data: dict, key: str, where):
+    value = data.get(key)
+    if not isinstance(value, list):
+        raise TopologyError(f"field '{key}' must be a list", where)
+    return value
+
+
+def _field(entry: dict, key: str, field: str, where, types, required=True, default=None):
+    if key not in entry:
+        if required:
+            raise TopologyError(f"{field}.{key} is missing", where)
+        return default
+    value = entry[key]
+    if not isinstance(value, types) or isinstance(value, bool):
+        raise TopologyError(f"{field}.{key} has the wrong type ({type(value).__name__})", where)
+    return value
+
+
+def _node(entry: Any, i: int, where) -> Node:
+    field = f"nodes[{i}]"
+    if not isinstance(entry, dict):
+        raise TopologyError(f"{field} must be an object", where)
+    return Node(
+        id=_field(entry, "id", field, where, (int, str)),
+        kind=_field(entry, "kind", field, where, str),
+        host=_field(entry, "host", field, where, str, required=False, default="localhost"),
+        detail=_field(entry, "detail", field, where, str, required=False),
+    )
+
+
+def _link(entry: Any, i: int, where) -> Link:
+    field = f"links[{i}]"
+    if not isinstance(entry, dict):
+        raise TopologyError(f"{field} must be an object", where)
+    return Link(
+        src=_field(entry, "src", field, where, (int, str)),
+        dst=_field(entry, "dst", field, where, (int, str)),
+        kind=_field(entry, "kind", field, where, str),
+        count=_field(entry, "count", field, where, int, required=False, default=1),
+        gbps=float(_field(entry, "gbps", field, where, (int, float))),
+        latency_us=float(_field(entry, "latency_us", field, where, (int, float), required=False, default=0.0)),
+    )
