@@ -44,6 +44,9 @@ class Config:
     """trace | debug | info | warning | error | fatal."""
     chunk_bytes: int = 0
     """Pipeline chunk size of the executors in bytes (0 = tuned automatically)."""
+    split_hosts: int = 0
+    """For tests of the multi-host path on one machine: treat the job's ranks as this many hosts
+    (consecutive blocks of ranks, no shared memory between blocks). 0 = real host names."""
 
     def __post_init__(self):
         if self.fusion_threshold < 0:
@@ -58,6 +61,8 @@ class Config:
             raise ConfigError(f"{ENV_PREFIX}BACKEND must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(f"{ENV_PREFIX}LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+        if self.split_hosts < 0:
+            raise ConfigError(f"{ENV_PREFIX}SPLIT_HOSTS must be >= 0, got {self.split_hosts}")
         if self.chunk_bytes < 0:
             raise ConfigError(f"{ENV_PREFIX}CHUNK_BYTES must be >= 0, got {self.chunk_bytes}")
 
