@@ -68,6 +68,8 @@ class CpuBackend(Backend):
         self.local_ranks: List[int] = self.local.allgather(self.rank)  # global rank of each local rank
         self.nhosts = sum(1 for lr, _, _ in self.places if lr == 0)
         self.even = len({ls for _, ls, _ in self.places}) == 1
+        self._syncs = 0  # full barriers of local_comm so far
+        self._syncs_at_buffer = -1
         self._closed = False
 
     # ---- plan --------------------------------------------------------------------------------
@@ -91,11 +93,21 @@ class CpuBackend(Backend):
 
     # ---- shared-memory plumbing ----------------------------------------------------------------
     def buffer(self, nelems: int, dtype):
+        """Collective over the host's ranks, with the same ``nelems`` on each (the runtime's fused
+        batches agree). Slots alternate, so the slot handed out now was last read by peers two
+        calls ago; the barrier below runs only if no collective synchronised the host since
+        the previous ``buffer`` call (the runtime never lets that happen)."""
         dtype = np.dtype(dtype)
         nbytes = int(nelems) * dtype.itemsize
-        need = self.local.allreduce(nbytes, op=_max()) if self.lsize > 1 else nbytes
-        win = self.arena.user(need)
-        return win.mine[:nbytes].view(dtype)
+        if self._syncs == self._syncs_at_buffer:
+            self._sync()
+        self._syncs_at_buffer = self._syncs
+        return self.arena.user_slot(nbytes).view(dtype)
+
+    def _sync(self) -> None:
+        """A barrier of the host's ranks (counted: see :meth:`buffer`)."""
+        self.local.Barrier()
+        self._syncs += 1
 
     def _share(self, arr: np.ndarray, needed: Sequence[bool]) -> np.ndarray:
         """Make ``arr`` readable by the local peers; returns every local rank's (window, offset).
@@ -110,6 +122,7 @@ class CpuBackend(Backend):
             self._locs[0] = self._loc
             return self._locs
         self.local.Allgather(self._loc, self._locs)
+        self._syncs += 1
         missing = [q for q in range(self.lsize) if needed[q] and self._locs[q, 0] == _NOT_SHARED]
         if missing:
             nbytes = self.local.allreduce(arr.nbytes if self.lrank in missing else 0, op=_max())
@@ -119,7 +132,7 @@ class CpuBackend(Backend):
                 np.copyto(staging.mine[:arr.nbytes], arr.view(np.uint8))
             for q in missing:
                 self._locs[q] = (index, 0)
-            self.local.Barrier()  # the staged copies are in place
+            self._sync()  # the staged copies are in place
         return self._locs
 
     def _view(self, locs, q: int, offset: int, count: int, dtype) -> np.ndarray:
@@ -162,22 +175,24 @@ class CpuBackend(Backend):
                     inputs = [out] + [self._view(locs, k, off, cnt, buf.dtype) for k in kids]
                     kernels.reduce_into(out, inputs, ufunc, chunk)
             if i < len(reduce_levels) - 1 or self.nhosts == 1:
-                self.local.Barrier()
+                self._sync()
         # Phase 2: each shard's owner all-reduces it with its counterparts on the other hosts.
         # Only the owner touches its shard here, so no barrier is needed before this phase.
         if self.nhosts > 1:
             for tree, (off, cnt) in enumerate(shards):
                 if trees.trees[tree].root == me:
                     ring_allreduce(self.cross, mine[off:off + cnt], ufunc, self.scratch)
-            self.local.Barrier()
-        # Phase 3: broadcast down the same trees; the last barrier is also the exit barrier
-        # (peers may still read our segment until then).
-        for level in broadcast_levels:
+            self._sync()
+        # Phase 3: broadcast down the same trees, a barrier between levels. No exit barrier:
+        # peers may still read our segment, but nothing writes it before the next call's entry
+        # barrier (user slots alternate, see shm.py).
+        for i, level in enumerate(broadcast_levels):
             for tree, child, parent in level:
                 if child == me:
                     off, cnt = shards[tree]
                     np.copyto(mine[off:off + cnt], self._view(locs, parent, off, cnt, buf.dtype))
-            self.local.Barrier()
+            if i < len(broadcast_levels) - 1:
+                self._sync()
         if mine is not buf:
             np.copyto(buf, mine)
 
@@ -201,7 +216,6 @@ class CpuBackend(Backend):
         locs = self._share(buf, needed)
         if self.lrank != root_local:
             np.copyto(buf, self._view(locs, root_local, 0, buf.shape[0], buf.dtype))
-        self.local.Barrier()
 
     def allgather(self, send, recv, counts: Sequence[int]) -> None:
         send, recv = _flat(send), _flat(recv)
@@ -221,7 +235,6 @@ class CpuBackend(Backend):
             g = self.local_ranks[q]
             if counts[g]:
                 np.copyto(recv[offs[g]:offs[g + 1]], self._view(locs, q, 0, counts[g], send.dtype))
-        self.local.Barrier()
 
     def reducescatter(self, send, recv, counts: Sequence[int], op: ReduceOp) -> None:
         send, recv = _flat(send), _flat(recv)
@@ -254,7 +267,6 @@ class CpuBackend(Backend):
             np.copyto(mine, tmp)
         else:
             kernels.reduce_into(mine, inputs, ufunc, self._chunk(send.dtype))
-        self.local.Barrier()
 
     def alltoall(self, send, send_counts: Sequence[int], recv, recv_counts: Sequence[int]) -> None:
         send, recv = _flat(send), _flat(recv)

@@ -10,10 +10,13 @@ geometrically, so a job allocates a handful of times in its life, never per call
 Two windows serve two purposes:
 
 * the *user* window backs :meth:`CpuBackend.buffer`: the runtime packs its fusion buffer
-  straight into it (zero copy). An older, smaller user window is kept alive until ``close`` so
-  a view the runtime still holds never dangles.
-* the *staging* window receives arguments that live in ordinary process memory; only the
-  backend holds views into it, so it may be replaced freely.
+  straight into it (zero copy). It has two slots handed out in turn: the runtime packs call
+  k+1's data into one slot while slower peers may still read call k's result from the other,
+  so a collective needs no exit barrier (its entry barrier proves the peers left call k-1). An
+  older, smaller user window is kept alive until ``close`` so a view never dangles.
+* the *staging* window receives arguments that live in ordinary process memory. Only the
+  backend writes it, after a collective's entry barrier, so one slot is enough and it may be
+  replaced freely.
 """
 from __future__ import annotations
 
@@ -74,6 +77,7 @@ class SharedArena:
         self.comm = local_comm
         self.windows: List[_Window] = []  # every window ever made, in creation order (same on all ranks)
         self._user: Optional[_Window] = None
+        self._user_slot = 0
         self._staging: Optional[_Window] = None
 
     # ---- allocation (collective) ------------------------------------------------------------
@@ -82,10 +86,15 @@ class SharedArena:
         self.windows.append(win)
         return win
 
-    def user(self, nbytes: int) -> _Window:
-        if self._user is None or self._user.nbytes < nbytes:
-            self._user = self._new(nbytes)  # the old one stays alive: the runtime may hold views
-        return self._user
+    def user_slot(self, nbytes: int) -> np.ndarray:
+        """``nbytes`` of this rank's next user slot (alternating between two)."""
+        slot = _round_up(nbytes)
+        if self._user is None or self._user.nbytes < 2 * slot:
+            self._user = self._new(2 * slot)  # the old one stays alive: the runtime may hold views
+        half = self._user.nbytes // 2
+        self._user_slot ^= 1
+        start = self._user_slot * half
+        return self._user.mine[start:start + nbytes]
 
     def staging(self, nbytes: int) -> _Window:
         if self._staging is None or self._staging.nbytes < nbytes:
