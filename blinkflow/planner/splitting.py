@@ -58,7 +58,7 @@ def _split_node(caps: Dict[Arc, int], paths: Dict[Arc, Path], w: Hashable, root:
     pairs = [(u, v) for u in ins for v in outs]
     for (u, v) in pairs:
         existing = paths.get((u, v))
-        if u != v and existing is not None and existing != paths[(u, w)] + paths[(w, v)][1:]:
+        if u != v and existing is not None and existing != _joined(paths[(u, w)], paths[(w, v)]):
             raise PlanError(f"nodes {u!r} and {v!r} are joined by two different routes (through {w!r} and "
                             f"{existing}); the planner needs switches that form a forest")
     graph = _graph(caps, pairs, w)
@@ -111,10 +111,26 @@ def _apply(caps, paths, graph: FlowGraph, u, w, v, amount: int) -> None:
         caps[arc] = new
         graph.set_capacity(arc, new)
     if u != v:
-        paths[(u, v)] = paths[(u, w)] + paths[(w, v)][1:]
+        paths[(u, v)] = _joined(paths[(u, w)], paths[(w, v)])
         if caps[(u, v)] == 0:
             del caps[(u, v)]
             paths.pop((u, v), None)
+
+
+def _joined(first: Path, second: Path) -> Path:
+    """``first`` then ``second`` (which starts where ``first`` ends), with detours cut out.
+
+    Splitting at a later switch can join two routes that went out and back over the same
+    node (``pcie0 -> cpu0 -> cpu1`` and ``cpu1 -> cpu0 -> pcie1``); the shortcut uses a subset
+    of those links, so the capacity taken from them still covers it.
+    """
+    out: list = []
+    for node in first + second[1:]:
+        if node in out:
+            del out[out.index(node) + 1:]
+        else:
+            out.append(node)
+    return tuple(out)
 
 
 def _holds(graph: FlowGraph, root, terminals, k) -> bool:
