@@ -53,6 +53,8 @@ def discover_job(comm, config: Config, environ: Optional[Mapping[str, str]] = No
                 result = merge_probes(probes)
         except BlinkflowError as e:
             result = TopologyError(str(e))
+        except Exception as e:  # a bug must still reach every rank rather than hang them
+            result = TopologyError(f"merging the probes failed on rank 0: {e!r}", "topology discovery")
     result = comm.bcast(result, root=0)
     if isinstance(result, BaseException):
         raise result

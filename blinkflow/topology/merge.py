@@ -126,30 +126,33 @@ def _cpu_job(probes: Sequence[RankProbe], hosts: List[str]) -> JobTopology:
 
 # ---- GPU jobs ------------------------------------------------------------------------------------
 def _gpu_job(probes: Sequence[RankProbe], hosts: List[str]) -> JobTopology:
-    per_host: Dict[str, Topology] = {}
+    full: Dict[str, Topology] = {}
     for host in hosts:
         ranks = [p for p in probes if p.host == host]
         text = next((p.gpu_text for p in ranks if p.gpu_text), None)
         if text is None:
             raise TopologyError(f"no rank on host {host} sent its `nvidia-smi topo -m` table", WHERE)
-        full = topology_from_nvidia_smi(text, where=f"nvidia-smi topo -m on {host}", name=host, host=host)
+        full[host] = topology_from_nvidia_smi(text, where=f"nvidia-smi topo -m on {host}", name=host, host=host)
         used: Dict[int, int] = {}
         for p in ranks:
-            if p.gpu not in full.gpu_ids:
-                raise TopologyError(f"rank {p.rank} on {host} was given GPU {p.gpu}, which that host does "
-                                    f"not have (GPUs {_fmt(full.gpu_ids)}); check CUDA_VISIBLE_DEVICES", WHERE)
+            if p.gpu not in full[host].gpu_ids:
+                raise TopologyError(f"rank {p.rank} on {host} was given GPU {p.gpu}, which that host does not "
+                                    f"have (GPUs {_fmt(full[host].gpu_ids)}); check CUDA_VISIBLE_DEVICES", WHERE)
             if p.gpu in used:
                 raise TopologyError(f"ranks {used[p.gpu]} and {p.rank} on {host} both use GPU {p.gpu}; "
                                     "launch one rank per GPU", WHERE)
             used[p.gpu] = p.rank
-        keep = sorted(used)
-        per_host[host] = full if len(keep) == len(full.gpu_ids) else full.subset(keep, WHERE)
     if len(hosts) == 1:
-        return JobTopology(per_host[hosts[0]], tuple(p.gpu for p in probes), tuple(p.host for p in probes))
-    stride = max(max(t.gpu_ids) for t in per_host.values()) + 1
-    topo = join_hosts([(h, per_host[h]) for h in hosts], stride)
-    index = {h: i for i, h in enumerate(hosts)}
-    devices = tuple(index[p.host] * stride + p.gpu for p in probes)
+        devices = tuple(p.gpu for p in probes)
+        topo = full[hosts[0]]
+    else:
+        # Join whole hosts first, then cut: every NIC of a host stays usable by its GPUs.
+        stride = max(max(t.gpu_ids) for t in full.values()) + 1
+        topo = join_hosts([(h, full[h]) for h in hosts], stride)
+        index = {h: i for i, h in enumerate(hosts)}
+        devices = tuple(index[p.host] * stride + p.gpu for p in probes)
+    if len(devices) < len(topo.compute_ids):
+        topo = topo.subset(sorted(devices), WHERE)
     return JobTopology(topo, devices, tuple(p.host for p in probes))
 
 
