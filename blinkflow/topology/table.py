@@ -54,8 +54,10 @@ def format_table(topology: Topology) -> str:
 def connection(topology: Topology, a: int, b: int) -> str:
     """The cell for ``a`` -> ``b`` (see the module docstring)."""
     direct = topology.link(a, b)
-    if direct is not None and direct.kind in ("nvlink", "shm"):
-        return f"{'NV' if direct.kind == 'nvlink' else 'SHM'}{direct.count if direct.kind == 'nvlink' else ''}/{direct.gbps:g}"
+    if direct is not None and direct.kind == "nvlink":
+        return f"NV{direct.count}/{direct.gbps:g}"
+    if direct is not None and direct.kind == "shm":
+        return f"SHM/{direct.gbps:g}"
     switched = _via_nvswitch(topology, a, b)
     if switched:
         return switched

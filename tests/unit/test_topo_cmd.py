@@ -82,3 +82,24 @@ def test_real_blinkrun_process_reports_one_line(tmp_path):
     good = subprocess.run(argv + ["topo", "--preset", "dgx1-v100"], capture_output=True, text=True,
                           timeout=60, cwd=tmp_path)
     assert good.returncode == 0 and "NV2/50" in good.stdout
+
+
+def test_live_probe_honours_cuda_visible_devices(monkeypatch, fixtures_dir):
+    from blinkflow.launcher import topo_cmd
+    from blinkflow.topology import load_nvidia_smi
+
+    monkeypatch.setattr(topo_cmd, "probe_host_topology",
+                        lambda: load_nvidia_smi(fixtures_dir / "nvidia-smi-topo-dgx1-v100.txt"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    data = json.loads(run("--json").stdout)
+    assert [n["id"] for n in data["nodes"] if n["kind"] == "gpu"] == [2, 3]
+    assert nvlinks(data) == [(2, 3, 2, 50.0), (3, 2, 2, 50.0)]
+
+
+def test_live_probe_without_gpu_says_so_on_one_line(monkeypatch):
+    from blinkflow.launcher import topo_cmd
+
+    monkeypatch.setattr(topo_cmd, "probe_host_topology", lambda: None)
+    result = run()
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "no NVIDIA GPU found" in result.stderr
