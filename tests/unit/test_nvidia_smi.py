@@ -93,3 +93,16 @@ def test_ansi_escapes_are_ignored():
 def test_bad_text_names_the_line(text, message):
     with pytest.raises(TopologyError, match=r"^capture.txt: " + message):
         topology_from_nvidia_smi(text, where="capture.txt")
+
+
+def test_nic_rows_and_nic_legend():
+    text = ("\tGPU0\tGPU1\tNIC0\tNIC1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+            "GPU0\t X \tNV4\tPIX\tSYS\t0-15\t0\tN/A\n"
+            "GPU1\tNV4\t X \tSYS\tPIX\t16-31\t1\tN/A\n"
+            "NIC0\tPIX\tSYS\t X \tSYS\n"
+            "NIC1\tSYS\tPIX\tSYS\t X \n"
+            "\nLegend:\n\n  X    = Self\n\nNIC Legend:\n\n  NIC0: mlx5_0\n  NIC1: mlx5_1\n")
+    topo = topology_from_nvidia_smi(text)
+    assert topo.node("NIC1").detail == "mlx5_1"
+    assert set(topo.neighbors("pcie1")) == {1, "NIC1", "cpu1"}
+    assert topo.link(0, 1).count == 4  # two GPUs with NV4: point-to-point
