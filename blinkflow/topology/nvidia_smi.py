@@ -25,7 +25,8 @@ How the graph is rebuilt from those relations:
   ``switch``/``nvswitch`` with ``#`` links per GPU. A 4-GPU ``NV4`` full mesh (HGX A100 4-GPU)
   stays point-to-point. ``nvswitch=True/False`` overrides the guess.
 * PCIe: devices related by PIX/PXB share one PCIe switch node (``pcie0`` ..); devices related by
-  PHB/NODE, or with the same NUMA (else CPU) affinity, share a socket node (``cpu0`` ..);
+  PHB/NODE, or with the same NUMA (else CPU) affinity, share a socket node (``cpu0`` ..), and so
+  do groups that no SYS cell or differing affinity keeps apart (``NV#`` hides the PCIe path);
   sockets are joined pairwise by ``qpi`` links. A device alone behind its socket links to it
   directly. PCIe links get ``pcie_gbps`` (Gen3 x16 12 GB/s, NCCL's figure).
 * A NIC that is SYS to everything and has no row of its own (the storage NICs of a DGX A100)
@@ -246,6 +247,7 @@ def _pcie_tree(matrix: SmiMatrix, gpus: Dict[str, int], host: str, gbps: float):
                             or (a in matrix.affinity and matrix.affinity.get(b) == matrix.affinity[a]))
     switch_of = _components(devices, lambda a, b: _relation(matrix, a, b) in SAME_SWITCH)
     placed = [d for d in devices if d in gpus or _placeable(matrix, d, socket_of)]
+    socket_of = _merge_unless_apart(placed, socket_of, lambda a, b: _apart(matrix, a, b))
     sockets = _numbered(placed, socket_of)
     switches = _numbered([d for d in placed if _group_size(d, switch_of) > 1], switch_of)
 
@@ -272,6 +274,33 @@ def _pcie_tree(matrix: SmiMatrix, gpus: Dict[str, int], host: str, gbps: float):
         for b in names[i + 1:]:
             links += bidirectional(a, b, "qpi", 1, QPI_GBPS)
     return nodes, links
+
+
+def _apart(matrix: SmiMatrix, a: str, b: str) -> bool:
+    """Evidence that a and b sit on different sockets: a SYS cell or different affinities."""
+    if _relation(matrix, a, b) in OTHER_SOCKET:
+        return True
+    return a in matrix.affinity and b in matrix.affinity and matrix.affinity[a] != matrix.affinity[b]
+
+
+def _merge_unless_apart(items: Sequence[str], groups: Dict[str, int], apart) -> Dict[str, int]:
+    """Join socket groups that nothing keeps apart.
+
+    ``NV#`` cells hide the PCIe path, so GPUs joined only by NVLink carry no socket evidence;
+    without this step a table of NVLink everywhere and no affinity column would give every GPU
+    a socket of its own. Groups are joined greedily in column order.
+    """
+    members: Dict[int, List[str]] = {}
+    for item in items:
+        members.setdefault(groups[item], []).append(item)
+    merged: List[List[str]] = []
+    for group in members.values():
+        home = next((m for m in merged if not any(apart(a, b) for a in group for b in m)), None)
+        if home is None:
+            merged.append(list(group))
+        else:
+            home.extend(group)
+    return {item: i for i, group in enumerate(merged) for item in group}
 
 
 def _placeable(matrix: SmiMatrix, nic: str, socket_of: Dict[str, int]) -> bool:

@@ -106,3 +106,12 @@ def test_nic_rows_and_nic_legend():
     assert topo.node("NIC1").detail == "mlx5_1"
     assert set(topo.neighbors("pcie1")) == {1, "NIC1", "cpu1"}
     assert topo.link(0, 1).count == 4  # two GPUs with NV4: point-to-point
+
+
+def test_nvlink_everywhere_without_affinity_is_one_socket():
+    # DGX-2 style: NV6 between all 16 GPUs hides every PCIe path; nothing says "other socket"
+    header = "\t" + "\t".join(f"GPU{i}" for i in range(16))
+    rows = [f"GPU{i}\t" + "\t".join("X" if i == j else "NV6" for j in range(16)) for i in range(16)]
+    topo = topology_from_nvidia_smi("\n".join([header] + rows))
+    assert [n.id for n in topo.nodes if n.kind == "socket"] == ["cpu0"]
+    assert topo.link(15, "nvswitch").count == 6
