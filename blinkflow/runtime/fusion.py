@@ -46,7 +46,8 @@ def make_batches(responses: List[Response], threshold: int) -> List[List[Respons
             continue
         batch = [response]
         batches.append(batch)
-        open_batches[key] = (batch, size)
+        if size < threshold:  # a tensor that fills the buffer alone leaves the open batch open
+            open_batches[key] = (batch, size)
     return batches
 
 
