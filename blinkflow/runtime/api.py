@@ -163,8 +163,14 @@ def _submit(engine: Engine, requests_arrays, finish) -> int:
     timeline = engine._timeline
     if timeline is not None:
         for entry in entries:
-            timeline.start(entry.name, "QUEUED")
-    engine.state.submit(entries)
+            timeline.start(entry.name, "QUEUED")  # before submit: the background may drain at once
+    try:
+        engine.state.submit(entries)
+    except BlinkflowError:
+        if timeline is not None:
+            for entry in entries:
+                timeline.end(entry.name, "QUEUED")
+        raise
     return engine.state.handles.add(Handle(slots, finish))
 
 

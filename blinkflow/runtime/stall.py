@@ -38,15 +38,17 @@ class StallInspector:
             return None
         now = time.monotonic() if now is None else now
         stalled: List[Tuple[str, float, List[int], List[int]]] = []
+        fatal: List[str] = []
         for name, since, present, absent in table.missing():
             waited = now - since
             if self.check_s > 0 and waited >= self.check_s and now - self._warned.get(name, -1e18) >= self.check_s:
                 self._warned[name] = now
                 stalled.append((name, waited, present, absent))
             if self.shutdown_s > 0 and waited >= self.shutdown_s:
-                return (f"stall: ranks {absent} did not submit tensor {name!r} within "
-                        f"{self.shutdown_s:g} s (BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS) while ranks {present} "
-                        "wait for it")
+                fatal.append(f"{name!r} missing on ranks {absent} (ready on ranks {present})")
+        if fatal:
+            return (f"stall: tensors not submitted by every rank within {self.shutdown_s:g} s "
+                    f"(BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS): " + "; ".join(fatal))
         if stalled:
             lines = [f"  {name!r}: missing on ranks {absent} (ready on ranks {present}, waiting {waited:.0f} s)"
                      for name, waited, present, absent in stalled]

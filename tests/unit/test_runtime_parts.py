@@ -158,7 +158,7 @@ def test_stall_inspector_warns_then_asks_for_shutdown(caplog):
         assert inspector.inspect(table, now=11) is None
         assert "'late': missing on ranks [2]" in caplog.text
     reason = inspector.inspect(table, now=31)
-    assert "ranks [2] did not submit tensor 'late'" in reason
+    assert "'late' missing on ranks [2] (ready on ranks [0, 1])" in reason
     assert StallInspector(0, 0).inspect(table, now=1e9) is None
 
 
