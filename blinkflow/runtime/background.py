@@ -64,6 +64,7 @@ class Engine:
         self._backends: Dict[str, Any] = {}
         self._timeline: Optional[Timeline] = None
         self.peer_failed = False
+        self.negotiator: Optional[Negotiator] = None
         """A peer died: MPI calls may never return, so nobody waits for this thread."""
 
     # ---- user-thread side ---------------------------------------------------------------------
@@ -150,7 +151,7 @@ class Engine:
         job, state, config = self.job, self.state, self.config
         stall = StallInspector(config.stall_check_time_seconds, config.stall_shutdown_time_seconds)
         cache = ResponseCache(config.cache_capacity, job.rank)
-        negotiator = Negotiator(job.comm, job.rank, job.size, cache, stall.report_after_s())
+        negotiator = self.negotiator = Negotiator(job.comm, job.rank, job.size, cache, stall.report_after_s())
         cache_evict = cache.evict
 
         def evict(bit: int) -> None:

@@ -41,6 +41,8 @@ class Negotiator:
         # inspector can see who has it (hits are otherwise invisible to rank 0).
         self.report_after_s = report_after_s
         self._nbits = _FLAGS + 2 * cache.capacity
+        self.stats = {"cycles": 0, "slow_paths": 0, "cache_hits": 0}
+        """Counters for tests and debugging: the fast path shows as cycles without slow paths."""
 
     def add(self, entries: List[Entry]) -> List[int]:
         """Take newly submitted entries; returns the cache bits they found invalid."""
@@ -97,6 +99,8 @@ class Negotiator:
         for bit in invalid_set:
             self.cache.evict(bit)  # calls on_evict: their entries negotiate in full next cycle
 
+        self.stats["cycles"] += 1
+        self.stats["cache_hits"] += len(responses)
         reasons = None
         if not agreed_bits[_NO_SHUTDOWN]:
             reasons = self.comm.allgather(shutdown_reason)
@@ -113,6 +117,7 @@ class Negotiator:
         return self.report_after_s is not None and now - entry.submitted > self.report_after_s
 
     def _slow_path(self, to_send: List[Entry], hit_names: List[str]) -> List[Response]:
+        self.stats["slow_paths"] += 1
         gathered = self.comm.gather([e.request for e in to_send], root=0)
         for e in to_send:
             e.sent = True

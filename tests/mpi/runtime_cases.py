@@ -265,6 +265,42 @@ def case_join(r, n):
     close(bf.allreduce(np.ones(2), op=bf.Sum, name="after.join"), np.full(2, float(n)), "float64")
 
 
+def case_cache_fast_path(r, n):
+    """Steady state: names negotiated before complete through the bit-vector all-reduce alone."""
+    bf.grouped_allreduce([np.ones(3)] * 5, op=bf.Sum, name="steady")  # first time: full negotiation
+    stats = rt._engine.negotiator.stats
+    before = dict(stats)
+    for _ in range(10):
+        outs = bf.grouped_allreduce([np.full(3, float(r))] * 5, op=bf.Sum, name="steady")
+        close(outs[4], np.full(3, float(sum(range(n)))), "float64")
+    assert stats["slow_paths"] == before["slow_paths"], (before, stats)
+    assert stats["cache_hits"] - before["cache_hits"] == 50, (before, stats)
+
+
+def case_threads(r, n):
+    """Many user threads submitting at once (as TensorFlow's executor does)."""
+    import threading
+
+    results, errors = {}, []
+
+    def work(t):
+        try:
+            for i in range(5):
+                results[(t, i)] = bf.allreduce(np.full(4, t + i, np.int64), op=bf.Sum, name=f"thread.{t}.{i}")
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for (t, i), got in results.items():
+        assert np.array_equal(got, np.full(4, (t + i) * n)), got
+    assert len(results) == 30
+
+
 def case_restart(r, n):
     bf.shutdown()
     assert not bf.is_initialized()
@@ -277,6 +313,19 @@ def case_restart(r, n):
     bf.shutdown()  # twice is harmless
     bf.init()
     close(bf.allreduce(np.ones(2), op=bf.Sum, name="after.restart"), np.full(2, float(n)), "float64")
+    if n >= 2:  # init on a sub-communicator: the even and the odd ranks form two jobs
+        from mpi4py import MPI
+
+        bf.shutdown()
+        half = MPI.COMM_WORLD.Split(r % 2, r)
+        bf.init(comm=half)
+        assert bf.size() == half.Get_size() and bf.rank() == r // 2
+        got = bf.allreduce(np.array([r]), op=bf.Sum, name="half")
+        assert got[0] == sum(q for q in range(n) if q % 2 == r % 2), got
+        bf.shutdown()
+        half.Free()
+        bf.init()
+        assert bf.size() == n
 
 
 def main():
