@@ -27,8 +27,10 @@ _UFUNCS = {
     ReduceOp.PRODUCT: np.multiply,
 }
 
-#: Default chunk: half of a Zen/Skylake-SP core's L2, so the output chunk and one input fit.
-DEFAULT_CHUNK_BYTES = 256 * 1024
+#: Default chunk: a Zen 4 core's L2 holds the output chunk while inputs stream; smaller chunks
+#: cost more in Python calls than they win in locality (measured: 16 KiB 6.2 ms, 1 MiB 2.9 ms,
+#: whole 2.6 ms for a 4-way 16 MiB float32 reduce on one idle core).
+DEFAULT_CHUNK_BYTES = 1024 * 1024
 
 
 def combiner(op: ReduceOp) -> np.ufunc:
