@@ -4,14 +4,19 @@ The model is the one chunk-level simulators of collectives use (e.g. the ASTRA-s
 MSCCL-style analyses), kept deliberately small:
 
 * a step starts when its ``deps`` have completed and, for a receive, its data has arrived
-  (the dataflow order a stream-per-channel GPU executor follows);
-* a transfer occupies every link of its route at once for ``bytes / bottleneck bandwidth``
-  (cut-through), links serve transfers first come first served, and the data arrives after the
-  sum of the hops' latencies on top of that;
+  (the dataflow order a stream-per-channel GPU executor follows); a tree edge carries one chunk
+  at a time, in order, so trees sharing a link interleave chunk by chunk as concurrent streams
+  do instead of one tree's whole range flooding it;
+* a transfer occupies each link of its route for ``bytes / link bandwidth``, links serve
+  transfers first come first served; a hop starts as soon as its link is free and the previous
+  hop has started (cut-through), and finishes no earlier than the previous hop (a switch buffers
+  a chunk whose next link is busy, so a busy port does not leave the upstream link idle); the
+  data arrives after the last hop plus the sum of the hops' latencies;
 * a reduction adds ``bytes / reduce_gbps`` before the step's result exists (fused with the
   transfer on a GPU, so it delays a chunk but does not share a resource).
 
-A send completes when its data has left the links (the range may then be overwritten).
+A send completes when its data has left the sender's first link (the range may then be
+overwritten).
 """
 from __future__ import annotations
 
@@ -29,6 +34,11 @@ from .routes import Router
 #: adds a few GB/s.
 REDUCE_GBPS = {"gpu": 300.0, "cpu": 8.0}
 COPY_GBPS = {"gpu": 600.0, "cpu": 10.0}
+
+#: Per chunk and tree edge, the time a channel's stream spends between two chunks (flag
+#: polling, kernel step synchronisation; NCCL's per-step cost is a few µs). It is what makes
+#: tiny chunks slow and gives Blink's MIAD chunk tuning something to find.
+CHUNK_OVERHEAD_US = 2.0
 
 _START, _XFER, _DONE, _ARRIVE = 0, 1, 2, 3
 
@@ -74,8 +84,14 @@ def bus_factor(collective: str, n: int) -> float:
 
 
 def run_schedule(schedule: Schedule, topology: Topology, router: Optional[Router] = None, elem_bytes: int = 4,
-                 reduce_gbps: Optional[float] = None, copy_gbps: Optional[float] = None) -> SimResult:
-    """Simulate ``schedule`` and return when every device finished and how busy each link was."""
+                 reduce_gbps: Optional[float] = None, copy_gbps: Optional[float] = None,
+                 chunk_overhead_us: float = CHUNK_OVERHEAD_US) -> SimResult:
+    """Simulate ``schedule`` and return when every device finished and how busy each link was.
+
+    ``reduce_gbps`` / ``copy_gbps`` override the per-device-kind rates; ``chunk_overhead_us`` is
+    the per-chunk cost of a tree edge's stream (see :data:`CHUNK_OVERHEAD_US`).
+    """
+    overhead = chunk_overhead_us * 1e-6
     router = router or Router(topology)
     kinds = {n.id: n.kind for n in topology.nodes}
     # Flatten the programs: global step ids, dependents, the receive each send feeds.
@@ -109,6 +125,7 @@ def run_schedule(schedule: Schedule, topology: Topology, router: Optional[Router
         return (override or table.get(kinds.get(device), table["gpu"])) * 1e9
 
     free: Dict[Tuple, float] = {}
+    edge_free: Dict[Tuple, float] = {}
     busy: Dict[Tuple, float] = {}
     moved: Dict[Tuple, float] = {}
     done = [0.0] * n
@@ -139,17 +156,29 @@ def run_schedule(schedule: Schedule, topology: Topology, router: Optional[Router
                 t += nbytes / rate(COPY_GBPS, copy_gbps, device)
             push(t, _XFER if st.destination is not None else _DONE, gid)
         elif kind == _XFER:
+            edge = (device, st.destination, st.channel)
+            if edge_free.get(edge, 0.0) > t:
+                # One chunk at a time per tree edge (a channel's stream sends in order), so
+                # trees sharing a link interleave their chunks instead of one flooding it.
+                push(edge_free[edge], _XFER, gid)
+                continue
             hops = router.hops(device, st.destination, schedule.fabric(st.channel))
             nbytes = st.count * elem_bytes
-            bw = min(h[1] for h in hops) * 1e9
-            start = max([t] + [free.get(h[0], 0.0) for h in hops])
-            end = start + nbytes / bw
-            for key, _, _ in hops:
+            start, end, first_end = t, t, None
+            for key, gbps, _ in hops:
+                # Cut-through when the next link is free; otherwise the switch buffers the
+                # chunk and the upstream link is released (no idle gaps behind a busy port).
+                start = max(start, free.get(key, 0.0))
+                took = nbytes / (gbps * 1e9)
+                end = max(start + took, end)
                 free[key] = end
-                busy[key] = busy.get(key, 0.0) + (end - start)
+                busy[key] = busy.get(key, 0.0) + took
                 moved[key] = moved.get(key, 0.0) + nbytes
+                if first_end is None:
+                    first_end = end
+            edge_free[edge] = first_end + overhead
             push(end + sum(h[2] for h in hops), _ARRIVE, feeds[gid])
-            push(end, _DONE, gid)
+            push(first_end, _DONE, gid)
         elif kind == _DONE:
             done[gid] = t
             for x in dependents[gid]:

@@ -27,16 +27,16 @@ Hop = Tuple[Tuple[NodeId, NodeId], float, float]
 """((src, dst) of one link, GB/s, latency in seconds)."""
 
 
-def plan_routes(plan: Optional[Plan]) -> Dict[Tuple[int, int], Route]:
-    """Every route named by a plan and its nested three-phase plans."""
-    out: Dict[Tuple[int, int], Route] = {}
+def plan_routes(plan: Optional[Plan]) -> Dict[Tuple[int, int, str], Route]:
+    """Every route named by a plan and its nested three-phase plans, by (src, dst, channel)."""
+    out: Dict[Tuple[int, int, str], Route] = {}
     if plan is None:
         return out
     stack = [plan]
     while stack:
         p = stack.pop()
         for r in p.routes:
-            out.setdefault((r.src, r.dst), r)
+            out.setdefault((r.src, r.dst, getattr(r, "channel", "main")), r)
         stack.extend(p.intra)
         stack.extend(g.plan for g in p.cross)
     return out
@@ -65,8 +65,8 @@ class Router:
         return self._cache[key]
 
     def _path(self, src: int, dst: int, fabric: str) -> List[Link]:
-        named = self._named.get((src, dst))
-        if named is not None and fabric == "main":
+        named = self._named.get((src, dst, fabric))
+        if named is not None:
             return [self._link(a, b, named) for a, b in named.hops()]
         allowed = None if fabric == "main" else (lambda l: l.kind not in _FAST_FABRIC)
         direct = self._links.get((src, dst))
