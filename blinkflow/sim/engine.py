@@ -20,6 +20,7 @@ overwritten).
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import heapq
 from typing import Dict, List, Optional, Tuple
@@ -40,7 +41,7 @@ COPY_GBPS = {"gpu": 600.0, "cpu": 10.0}
 #: tiny chunks slow and gives Blink's MIAD chunk tuning something to find.
 CHUNK_OVERHEAD_US = 2.0
 
-_START, _XFER, _DONE, _ARRIVE = 0, 1, 2, 3
+_START, _XFER, _DONE, _ARRIVE, _EDGE = 0, 1, 2, 3, 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +126,10 @@ def run_schedule(schedule: Schedule, topology: Topology, router: Optional[Router
         return (override or table.get(kinds.get(device), table["gpu"])) * 1e9
 
     free: Dict[Tuple, float] = {}
-    edge_free: Dict[Tuple, float] = {}
+    edge_busy: set = set()
+    edge_waiting: Dict[Tuple, collections.deque] = {}
+    edge_index: Dict[Tuple, int] = {}
+    edge_keys: List[Tuple] = []
     busy: Dict[Tuple, float] = {}
     moved: Dict[Tuple, float] = {}
     done = [0.0] * n
@@ -138,6 +142,30 @@ def run_schedule(schedule: Schedule, topology: Topology, router: Optional[Router
         seq += 1
         heapq.heappush(heap, (t, seq, kind, gid))
 
+    def transmit(gid, edge, t):
+        device, st = flat[gid]
+        hops = router.hops(device, st.destination, schedule.fabric(st.channel))
+        nbytes = st.count * elem_bytes
+        start, end, first_end = t, t, None
+        for key, gbps, _ in hops:
+            # Cut-through when the next link is free; otherwise the switch buffers the chunk
+            # and the upstream link is released (no idle gaps behind a busy port).
+            start = max(start, free.get(key, 0.0))
+            took = nbytes / (gbps * 1e9)
+            end = max(start + took, end)
+            free[key] = end
+            busy[key] = busy.get(key, 0.0) + took
+            moved[key] = moved.get(key, 0.0) + nbytes
+            if first_end is None:
+                first_end = end
+        edge_busy.add(edge)
+        if edge not in edge_index:
+            edge_index[edge] = len(edge_keys)
+            edge_keys.append(edge)
+        push(first_end + overhead, _EDGE, edge_index[edge])
+        push(end + sum(h[2] for h in hops), _ARRIVE, feeds[gid])
+        push(first_end, _DONE, gid)
+
     def satisfy(gid, t):
         if t > ready_at[gid]:
             ready_at[gid] = t
@@ -147,6 +175,14 @@ def run_schedule(schedule: Schedule, topology: Topology, router: Optional[Router
 
     while heap:
         t, _, kind, gid = heapq.heappop(heap)
+        if kind == _EDGE:
+            edge = edge_keys[gid]
+            queue = edge_waiting.get(edge)
+            if queue:
+                transmit(queue.popleft(), edge, t)
+            else:
+                edge_busy.discard(edge)
+            continue
         device, st = flat[gid]
         if kind == _START:
             nbytes = st.count * elem_bytes
@@ -157,28 +193,12 @@ def run_schedule(schedule: Schedule, topology: Topology, router: Optional[Router
             push(t, _XFER if st.destination is not None else _DONE, gid)
         elif kind == _XFER:
             edge = (device, st.destination, st.channel)
-            if edge_free.get(edge, 0.0) > t:
+            if edge in edge_busy:
                 # One chunk at a time per tree edge (a channel's stream sends in order), so
                 # trees sharing a link interleave their chunks instead of one flooding it.
-                push(edge_free[edge], _XFER, gid)
+                edge_waiting.setdefault(edge, collections.deque()).append(gid)
                 continue
-            hops = router.hops(device, st.destination, schedule.fabric(st.channel))
-            nbytes = st.count * elem_bytes
-            start, end, first_end = t, t, None
-            for key, gbps, _ in hops:
-                # Cut-through when the next link is free; otherwise the switch buffers the
-                # chunk and the upstream link is released (no idle gaps behind a busy port).
-                start = max(start, free.get(key, 0.0))
-                took = nbytes / (gbps * 1e9)
-                end = max(start + took, end)
-                free[key] = end
-                busy[key] = busy.get(key, 0.0) + took
-                moved[key] = moved.get(key, 0.0) + nbytes
-                if first_end is None:
-                    first_end = end
-            edge_free[edge] = first_end + overhead
-            push(end + sum(h[2] for h in hops), _ARRIVE, feeds[gid])
-            push(first_end, _DONE, gid)
+            transmit(gid, edge, t)
         elif kind == _DONE:
             done[gid] = t
             for x in dependents[gid]:
