@@ -2,7 +2,8 @@
 
 * Inside one machine NCCL runs rings only. Over point-to-point NVLink it searches directed
   Hamiltonian cycles and uses as many as the links allow (one NVLink per ring and direction);
-  we pack them greedily, each cycle taking one link of every bundle it crosses.
+  we find the largest packing by a bounded search, each cycle taking one link of every bundle
+  it crosses (an integral packing, where the planner's ``ring_gbps`` is a fractional bound).
 * On an NVSwitch fabric every ordering is a ring through the switch at the GPU's full port.
 * When the GPUs have no NVLink Hamiltonian cycle (62 of 70 four-GPU and 48 of 56 three-GPU
   DGX-1 subsets), NCCL falls back to PCIe and the CPU interconnect for the whole ring: PCIe Gen3
@@ -18,6 +19,8 @@ from ..topology.model import Topology
 
 FAST_KINDS = ("nvlink",)
 MAX_RINGS = 12
+MAX_CYCLES = 5000
+MAX_NODES = 20000
 
 
 def nvlink_units(topology: Topology, devices: Sequence[int]) -> Dict[Tuple[int, int], int]:
@@ -70,22 +73,74 @@ def hamiltonian_path(units: Dict[Tuple[int, int], int], devices: Sequence[int], 
 
 
 def nvlink_rings(topology: Topology, devices: Sequence[int]) -> List[List[int]]:
-    """Greedily packed directed NVLink Hamiltonian cycles (each a device order); [] if none."""
+    """The most directed NVLink Hamiltonian cycles that fit the links together (each cycle takes
+    one link of every bundle it crosses), as device orders; [] when there is none."""
     devices = sorted(devices)
     if len(devices) < 2:
         return []
     if on_one_switch(topology, devices):
         return [list(devices)]
-    units = dict(nvlink_units(topology, devices))
-    rings: List[List[int]] = []
-    while len(rings) < MAX_RINGS:
-        ring = hamiltonian_path(units, devices, devices[0], cycle=True)
-        if ring is None:
-            break
-        rings.append(ring)
-        for a, b in zip(ring, ring[1:] + ring[:1]):
-            units[(a, b)] -= 1
-    return rings
+    units = nvlink_units(topology, devices)
+    cycles = _cycles(units, devices)
+    return [list(c) for c in _pack(cycles, units, devices[0])]
+
+
+def _cycles(units: Dict[Tuple[int, int], int], devices: List[int]) -> List[Tuple[int, ...]]:
+    """Every directed Hamiltonian cycle starting at ``devices[0]`` (at most MAX_CYCLES)."""
+    out: Dict[int, List[int]] = {d: sorted(b for (a, b) in units if a == d and b in devices) for d in devices}
+    start, n, found = devices[0], len(devices), []
+    path, seen = [start], {start}
+
+    def grow():
+        if len(found) >= MAX_CYCLES:
+            return
+        if len(path) == n:
+            if (path[-1], start) in units:
+                found.append(tuple(path))
+            return
+        for b in out[path[-1]]:
+            if b not in seen:
+                path.append(b)
+                seen.add(b)
+                grow()
+                path.pop()
+                seen.discard(b)
+
+    grow()
+    return found
+
+
+def _pack(cycles, units, start) -> List[Tuple[int, ...]]:
+    """Largest multiset of cycles within the link counts: depth-first with the bound "each ring
+    leaves ``start`` on one of its remaining links", cut off after MAX_NODES search nodes."""
+    arcs = [tuple(zip(c, c[1:] + c[:1])) for c in cycles]
+    caps = dict(units)
+    best: List[int] = []
+    chosen: List[int] = []
+    visits = 0
+
+    def room() -> int:
+        return sum(k for (a, _), k in caps.items() if a == start)
+
+    def search(i: int) -> None:
+        nonlocal best, visits
+        visits += 1
+        if len(chosen) > len(best):
+            best = list(chosen)
+        if visits > MAX_NODES or len(chosen) + room() <= len(best) or len(best) >= MAX_RINGS:
+            return
+        for j in range(i, len(arcs)):
+            if all(caps[a] > 0 for a in arcs[j]):
+                for a in arcs[j]:
+                    caps[a] -= 1
+                chosen.append(j)
+                search(j)
+                chosen.pop()
+                for a in arcs[j]:
+                    caps[a] += 1
+
+    search(0)
+    return [cycles[j] for j in best]
 
 
 def nic_gpus(topology: Topology, host: str, devices: Sequence[int]) -> List[List[int]]:
