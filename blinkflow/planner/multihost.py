@@ -23,6 +23,7 @@ from typing import Dict, Hashable, List, Sequence, Tuple
 from ..errors import PlanError
 from ..topology.model import Topology
 from .loads import plan_rate
+from .maxflow import to_fraction
 from .network import Network, main_network
 from .plan import CrossGroup, Plan, Tree
 from .single import PackedPlan, allreduce
@@ -129,8 +130,8 @@ def _group_plan(topology: Topology, members, paths_of) -> PackedPlan:
     caps: Dict[Tuple[Hashable, Hashable], Fraction] = {}
     for d in members:
         up, down = paths_of[d]
-        caps[(d, up[-1])] = min(Fraction(repr(topology.capacity(a, b))) for a, b in zip(up[:-1], up[1:]))
-        caps[(down[0], d)] = min(Fraction(repr(topology.capacity(a, b))) for a, b in zip(down[:-1], down[1:]))
+        caps[(d, up[-1])] = min(to_fraction(topology.capacity(a, b)) for a, b in zip(up[:-1], up[1:]))
+        caps[(down[0], d)] = min(to_fraction(topology.capacity(a, b)) for a, b in zip(down[:-1], down[1:]))
     packed = allreduce(Network(tuple(members), caps, "main"), forestcoll_only=True)
     physical = {}
     for arc, path in packed.paths.items():
