@@ -1,0 +1,119 @@
+"""``blinkrun plan``: pack the trees of one collective on a topology and show them.
+
+    blinkrun plan --topology PRESET|FILE [--gpus LIST] --collective broadcast|allreduce|allgather|
+                  reducescatter|reduce [--root R] [--json] [--png FILE] [--hybrid]
+
+``--json`` prints the plan object of DESIGN §3.2; otherwise a short table. ``--png`` draws the
+topology with every tree in its own colour and every link's load. Bad input exits with status 2
+and one line on stderr, never a traceback.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import List, Optional
+
+import click
+
+from ..errors import BlinkflowError, TopologyError
+
+COLLECTIVE_CHOICES = ("broadcast", "reduce", "allreduce", "allgather", "reducescatter")
+
+
+class _OneLineErrors(click.Command):
+    """Usage errors as one line and exit status 2 (DESIGN §3.2), as blinkflow's own errors."""
+
+    def main(self, args=None, prog_name=None, **extra):
+        try:
+            code = super().main(args=args, prog_name=prog_name, standalone_mode=False, **extra)
+        except click.ClickException as e:
+            click.echo(f"{prog_name or 'blinkrun plan'}: error: {e.format_message()}", err=True)
+            sys.exit(2)
+        except click.exceptions.Abort:
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def load_topology_spec(spec: str):
+    """A preset name or a topology file, through ``resolve_topology`` when the topology package
+    has it (every file format), else blinkflow's JSON or a preset."""
+    try:
+        from ..topology.resolve import resolve_topology
+    except ImportError:
+        resolve_topology = None
+    if resolve_topology is not None:
+        return resolve_topology(spec, "--topology")
+    from ..topology import load_topology
+    from ..topology.presets import get_preset
+    if os.path.isfile(spec):
+        return load_topology(spec)
+    try:
+        return get_preset(spec)
+    except TopologyError as e:
+        message = str(e)[len(e.where) + 2:] if e.where else str(e)
+        raise TopologyError(message, "--topology") from None
+
+
+def parse_gpus(text: Optional[str]) -> Optional[List[int]]:
+    if text is None:
+        return None
+    try:
+        gpus = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise TopologyError(f"{text!r} is not a comma-separated list of device ids", "--gpus") from None
+    if not gpus:
+        raise TopologyError("the device list is empty", "--gpus")
+    return gpus
+
+
+@click.command(cls=_OneLineErrors, help="Plan one collective's spanning trees on a topology.")
+@click.option("--topology", "topology_spec", required=True, metavar="PRESET|FILE",
+              help="A preset (dgx1-v100, dgx2, cpu-host:4, 2xdgx1-v100, ...) or a topology file.")
+@click.option("--gpus", metavar="LIST", help="Participating device ids in rank order, e.g. 0,1,4.")
+@click.option("--collective", required=True, type=click.Choice(COLLECTIVE_CHOICES))
+@click.option("--root", type=int, help="Root device of broadcast / reduce (default: the first).")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (DESIGN §3.2).")
+@click.option("--png", "png", type=click.Path(dir_okay=False), help="Draw the trees and link loads.")
+@click.option("--hybrid", is_flag=True, help="Add PCIe trees as a second channel (Blink's hybrid).")
+def command(topology_spec, gpus, collective, root, as_json, png, hybrid):
+    from ..planner import make_plan
+
+    try:
+        topology = load_topology_spec(topology_spec)
+        devices = parse_gpus(gpus)
+        if devices is not None:
+            topology.subset(devices, "--gpus")  # names --gpus in the error for unknown devices
+        plan = make_plan(topology, collective, devices, root=root, hybrid=hybrid)
+        if png:
+            from .plan_draw import draw_plan
+            draw_plan(plan, topology, png)
+    except BlinkflowError as e:
+        click.echo(f"blinkrun plan: error: {e}", err=True)
+        sys.exit(2)
+    except OSError as e:
+        click.echo(f"blinkrun plan: error: cannot write {png}: {e.strerror}", err=True)
+        sys.exit(2)
+    if as_json:
+        click.echo(json.dumps(plan.to_dict(), indent=2))
+        return
+    click.echo(_summary(plan))
+
+
+def _summary(plan) -> str:
+    lines = [
+        f"topology {plan.topology}  devices {','.join(map(str, plan.devices))}  {plan.collective}"
+        + (f" from {plan.root}" if plan.root is not None else ""),
+        f"rate {plan.rate_gbps:.2f} GB/s  optimal {plan.optimal_gbps:.2f}  ring {plan.ring_gbps:.2f}  "
+        f"({plan.algorithm}, {len(plan.trees)} trees, planned in {plan.plan_seconds * 1e3:.1f} ms)",
+    ]
+    for i, tree in enumerate(plan.trees):
+        chan = f" [{tree.channel}]" if tree.channel != "main" else ""
+        edges = " ".join(f"{a}->{b}" for a, b in tree.edges)
+        lines.append(f"  tree {i:2d} root {tree.root} fraction {tree.fraction:.4f}{chan}: {edges}")
+    if plan.is_three_phase:
+        lines.append(f"  three phases: {len(plan.intra)} intra-host plans, {len(plan.cross)} cross-host groups")
+        for g in plan.cross:
+            lines.append(f"  slice [{g.start:.4f}, {g.stop:.4f}) devices {','.join(map(str, g.devices))} "
+                         f"{g.plan.rate_gbps:.2f} GB/s")
+    return "\n".join(lines)
