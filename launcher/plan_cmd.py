@@ -5,54 +5,26 @@
 
 ``--json`` prints the plan object of DESIGN §3.2; otherwise a short table. ``--png`` draws the
 topology with every tree in its own colour and every link's load. Bad input exits with status 2
-and one line on stderr, never a traceback.
+and one line on stderr, never a traceback (launcher/one_line.py).
 """
 from __future__ import annotations
 
 import json
-import os
-import sys
 from typing import List, Optional
 
 import click
 
-from ..errors import BlinkflowError, TopologyError
+from ..errors import TopologyError
+from .one_line import OneLineErrorCommand
 
 COLLECTIVE_CHOICES = ("broadcast", "reduce", "allreduce", "allgather", "reducescatter")
 
 
-class _OneLineErrors(click.Command):
-    """Usage errors as one line and exit status 2 (DESIGN §3.2), as blinkflow's own errors."""
-
-    def main(self, args=None, prog_name=None, **extra):
-        try:
-            code = super().main(args=args, prog_name=prog_name, standalone_mode=False, **extra)
-        except click.ClickException as e:
-            click.echo(f"{prog_name or 'blinkrun plan'}: error: {e.format_message()}", err=True)
-            sys.exit(2)
-        except click.exceptions.Abort:
-            sys.exit(1)
-        sys.exit(code if isinstance(code, int) else 0)
-
-
 def load_topology_spec(spec: str):
-    """A preset name or a topology file, through ``resolve_topology`` when the topology package
-    has it (every file format), else blinkflow's JSON or a preset."""
-    try:
-        from ..topology.resolve import resolve_topology
-    except ImportError:
-        resolve_topology = None
-    if resolve_topology is not None:
-        return resolve_topology(spec, "--topology")
-    from ..topology import load_topology
-    from ..topology.presets import get_preset
-    if os.path.isfile(spec):
-        return load_topology(spec)
-    try:
-        return get_preset(spec)
-    except TopologyError as e:
-        message = str(e)[len(e.where) + 2:] if e.where else str(e)
-        raise TopologyError(message, "--topology") from None
+    """A preset name or a topology file of any format (``resolve_topology``)."""
+    from ..topology.resolve import resolve_topology
+
+    return resolve_topology(spec, "--topology")
 
 
 def parse_gpus(text: Optional[str]) -> Optional[List[int]]:
@@ -67,7 +39,7 @@ def parse_gpus(text: Optional[str]) -> Optional[List[int]]:
     return gpus
 
 
-@click.command(cls=_OneLineErrors, help="Plan one collective's spanning trees on a topology.")
+@click.command(cls=OneLineErrorCommand, help="Plan one collective's spanning trees on a topology.")
 @click.option("--topology", "topology_spec", required=True, metavar="PRESET|FILE",
               help="A preset (dgx1-v100, dgx2, cpu-host:4, 2xdgx1-v100, ...) or a topology file.")
 @click.option("--gpus", metavar="LIST", help="Participating device ids in rank order, e.g. 0,1,4.")
@@ -79,21 +51,18 @@ def parse_gpus(text: Optional[str]) -> Optional[List[int]]:
 def command(topology_spec, gpus, collective, root, as_json, png, hybrid):
     from ..planner import make_plan
 
-    try:
-        topology = load_topology_spec(topology_spec)
-        devices = parse_gpus(gpus)
-        if devices is not None:
-            topology.subset(devices, "--gpus")  # names --gpus in the error for unknown devices
-        plan = make_plan(topology, collective, devices, root=root, hybrid=hybrid)
-        if png:
-            from .plan_draw import draw_plan
+    # blinkflow's own errors (TopologyError, PlanError) become one line in OneLineErrorCommand.
+    topology = load_topology_spec(topology_spec)
+    devices = parse_gpus(gpus)
+    if devices is not None:
+        topology.subset(devices, "--gpus")  # names --gpus in the error for unknown devices
+    plan = make_plan(topology, collective, devices, root=root, hybrid=hybrid)
+    if png:
+        from .plan_draw import draw_plan
+        try:
             draw_plan(plan, topology, png)
-    except BlinkflowError as e:
-        click.echo(f"blinkrun plan: error: {e}", err=True)
-        sys.exit(2)
-    except OSError as e:
-        click.echo(f"blinkrun plan: error: cannot write {png}: {e.strerror}", err=True)
-        sys.exit(2)
+        except OSError as e:
+            raise click.UsageError(f"cannot write {png}: {e.strerror}") from None
     if as_json:
         click.echo(json.dumps(plan.to_dict(), indent=2))
         return
