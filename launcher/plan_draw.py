@@ -31,6 +31,11 @@ def _positions(plan, forwarding) -> Dict[Hashable, Tuple[float, float]]:
     return pos
 
 
+def _short(node) -> str:
+    """A node's name without its host prefix ("host0/nic0" -> "nic0"): the position says it."""
+    return str(node).split("/")[-1]
+
+
 def draw_plan(plan, topology, path: str) -> None:
     """Write a PNG of ``plan`` on ``topology`` to ``path``."""
     import matplotlib
@@ -75,14 +80,15 @@ def draw_plan(plan, topology, path: str) -> None:
         back = loads.get((b, a), 0.0)
         cap = topology.capacity(a, b)
         (x1, y1), (x2, y2) = pos[a], pos[b]
-        text = f"{a}→{b} {load * plan.rate_gbps:.1f}\n{b}→{a} {back * plan.rate_gbps:.1f}\n/ {cap:g} GB/s"
+        sa, sb = _short(a), _short(b)
+        text = f"{sa}→{sb} {load * plan.rate_gbps:.1f}\n{sb}→{sa} {back * plan.rate_gbps:.1f}\n/ {cap:g} GB/s"
         ax.text(0.5 * (x1 + x2), 0.5 * (y1 + y2), text, fontsize=8, ha="center", va="center", zorder=4,
                 bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="#999999", alpha=0.9))
     for n, (x, y) in pos.items():
         is_dev = isinstance(n, int)
         ax.scatter([x], [y], s=900 if is_dev else 500, marker="o" if is_dev else "s", zorder=3,
                    color="#1f3b73" if is_dev else "#777777")
-        ax.text(x, y, str(n) if is_dev else str(n).split("/")[-1], color="white", fontsize=11 if is_dev else 7,
+        ax.text(x, y, _short(n), color="white", fontsize=11 if is_dev else 7,
                 ha="center", va="center", zorder=5, weight="bold")
     for i, (colour, text) in enumerate(legend[:24]):
         ax.text(1.32, 1.15 - 0.085 * i, "■ " + text, color=colour, fontsize=8, ha="left", va="center")

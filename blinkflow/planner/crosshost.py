@@ -27,7 +27,7 @@ from .edmonds import edmonds_bound
 from .forestcoll import allgather_node_rate
 from .loads import plan_rate
 from .maxflow import integer_scale, scaled
-from .multihost import _nic_paths
+from .multihost import nic_paths as _nic_paths_of
 from .network import fabric, main_network
 from .plan import Plan, Route, Tree
 from .single import allgather, broadcast
@@ -45,7 +45,7 @@ def cross_host_plan(topology: Topology, collective: str, devices: Sequence[int],
     per_host = {h: [d for d in devices if topology.node(d).host == h] for h in hosts}
     host_of = {d: topology.node(d).host for d in devices}
     nic_use: Dict[Hashable, int] = {}
-    nic_paths = {d: _nic_paths(topology, d, nic_use) for d in devices}
+    nic_paths = {d: _nic_paths_of(topology, d, nic_use) for d in devices}
     intra = _IntraPackings(topology, per_host, collective)
     routes: Dict[Arc, Tuple[Hashable, ...]] = {}
     trees: List[Tree] = []

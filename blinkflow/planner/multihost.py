@@ -70,7 +70,7 @@ def _cross_groups(topology: Topology, hosts: List[str], shards) -> List[CrossGro
         members = tuple(_holder(shards[h], (start + stop) / 2) for h in hosts)
         for d in members:
             if d not in paths_of:
-                paths_of[d] = _nic_paths(topology, d, nic_use)
+                paths_of[d] = nic_paths(topology, d, nic_use)
         packed = _group_plan(topology, members, paths_of)
         plan = to_plan(topology, "allreduce", members, None, [packed])
         groups.append(CrossGroup(start=float(start), stop=float(stop), devices=members, plan=plan))
@@ -94,7 +94,7 @@ def _holder(shard: List[Tuple[Fraction, int]], point: Fraction) -> int:
     return shard[-1][1]
 
 
-def _nic_paths(topology: Topology, device: int, nic_use: Dict[Hashable, int]):
+def nic_paths(topology: Topology, device: int, nic_use: Dict[Hashable, int]):
     """Paths device -> nearest NIC -> network switch and back; ties go to the least used NIC."""
     frontier = {device: (device,)}
     seen = {device}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from fractions import Fraction
-from typing import Dict, Hashable, List, Optional, Tuple
+from typing import Dict, Hashable, List, Tuple
 
 from ..errors import PlanError
 from .edmonds import edmonds_bound, pack_arborescences
