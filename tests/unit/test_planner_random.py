@@ -67,3 +67,31 @@ def test_random_switch_plans_reach_bounds(topo):
     ag = make_plan(topo, "allgather")
     assert ag.rate_gbps == pytest.approx(float(allgather_bound(arcs, devices)), rel=REL)
     make_plan(topo, "allreduce")  # verified inside make_plan
+
+
+@st.composite
+def switch_trees(draw):
+    """GPUs behind two or three PCIe switches joined in a chain (a forest of switches), with
+    random link widths: the multi-level case edge splitting must handle."""
+    n = draw(st.integers(2, 5))
+    k = draw(st.integers(2, 3))
+    nodes = [Node(i, "gpu") for i in range(n)] + [Node(f"sw{j}", "switch", detail="pcie") for j in range(k)]
+    links = []
+    for j in range(k - 1):
+        links += bidirectional(f"sw{j}", f"sw{j + 1}", "pcie", draw(st.integers(1, 4)), 12.0)
+    for i in range(n):
+        links += bidirectional(i, f"sw{draw(st.integers(0, k - 1))}", "pcie", draw(st.integers(1, 3)), 12.0)
+    return Topology.build("pcie-tree", nodes, links)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(switch_trees())
+def test_random_switch_trees_reach_bounds(topo):
+    devices = list(topo.compute_ids)
+    arcs = graph_of(topo, devices)
+    bc = make_plan(topo, "broadcast")
+    assert bc.rate_gbps == pytest.approx(float(broadcast_bound(arcs, devices, devices[0])), rel=REL)
+    ag = make_plan(topo, "allgather")
+    assert ag.rate_gbps == pytest.approx(float(allgather_bound(arcs, devices)), rel=REL)
+    ar = make_plan(topo, "allreduce")
+    assert ag.rate_gbps / 2 * (1 - REL) <= ar.rate_gbps <= ar.optimal_gbps * (1 + REL)
