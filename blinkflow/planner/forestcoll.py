@@ -67,15 +67,22 @@ def _violated_set(network: Network, x: Fraction):
     return None
 
 
-def allgather_trees(network: Network, x: Fraction) -> Tuple[List[Tuple[Fraction, int, Tuple[Arc, ...]]], Dict[Arc, tuple]]:
-    """Out-trees reaching rate ``x`` per node: ``(fraction, root, logical arcs)`` and the routes.
-
-    Fractions are of the whole output buffer; each root's trees sum to ``1/N``. Logical arcs
-    through switches come with their physical path in the second result.
-    """
+def split_for_allgather(network: Network, x: Fraction):
+    """Switches split off the super-source graph at rate ``x``: ``(logical, paths, scale, k)``
+    with integer logical capacities (GB/s times ``scale``) and ``k = N · x · scale``."""
     caps, scale, k = _augmented(network, x)
+    logical, paths = split_switches(caps, SUPER, list(network.devices), k, network.forwarding)
+    return logical, paths, scale, k
+
+
+def allgather_trees(network: Network, x: Fraction, split=None) -> Tuple[List[Tuple[Fraction, int, Tuple[Arc, ...]]], Dict[Arc, tuple]]:
+    """Out-trees reaching rate ``x`` per node: ``(fraction, root, logical arcs)`` and the paths.
+
+    Fractions are of the whole output buffer; each root's trees sum to ``1/N``. ``split`` is
+    a result of :func:`split_for_allgather` to reuse.
+    """
+    logical, paths, _, k = split or split_for_allgather(network, x)
     devices = list(network.devices)
-    logical, paths = split_switches(caps, SUPER, devices, k, network.forwarding)
     packing = pack_arborescences(logical, SUPER, devices, k)
     trees = []
     for mult, arcs in packing:
@@ -83,5 +90,4 @@ def allgather_trees(network: Network, x: Fraction) -> Tuple[List[Tuple[Fraction,
         if len(roots) != 1:
             raise PlanError("a ForestColl arborescence left the super-source twice")
         trees.append((Fraction(mult, k), roots[0], tuple(a for a in arcs if a[0] != SUPER)))
-    routes = {a: p for a, p in paths.items() if SUPER not in a and len(p) > 2}
-    return trees, routes
+    return trees, {a: p for a, p in paths.items() if SUPER not in a}

@@ -13,6 +13,7 @@ Ring algorithm bandwidth from ring bandwidth ``B`` over ``N`` devices: broadcast
 """
 from __future__ import annotations
 
+import functools
 from typing import Dict, Hashable, List, Sequence, Tuple
 
 from ortools.linear_solver import pywraplp
@@ -26,6 +27,11 @@ MAX_CYCLES = 2000
 
 def ring_bandwidth(topology: Topology, devices: Sequence[int]) -> float:
     """GB/s one NCCL-style ring packing moves per device (0 for a single device)."""
+    return _ring_bandwidth(topology, tuple(devices))
+
+
+@functools.lru_cache(maxsize=256)  # topologies are frozen; every collective of an allocation shares it
+def _ring_bandwidth(topology: Topology, devices: Tuple[int, ...]) -> float:
     devices = list(devices)
     if len(devices) < 2:
         return 0.0

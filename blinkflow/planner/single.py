@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 from fractions import Fraction
-from typing import Dict, Hashable, List, Optional, Tuple
+from typing import Dict, Hashable, List, Tuple
 
 from ..errors import PlanError
 from .edmonds import edmonds_bound, pack_arborescences
-from .forestcoll import SUPER, allgather_node_rate, allgather_trees, _augmented
+from .forestcoll import SUPER, allgather_node_rate, allgather_trees, split_for_allgather
 from .maxflow import integer_scale, scaled
 from .network import Network
 from .splitting import split_switches
@@ -77,7 +77,11 @@ def allreduce_rate(trees, paths, capacity: Dict[Arc, Fraction]) -> Fraction:
             for a, b in zip(path[:-1], path[1:]):
                 load[(a, b)] = load.get((a, b), Fraction(0)) + frac
                 load[(b, a)] = load.get((b, a), Fraction(0)) + frac
-    worst = max(l / capacity[a] for a, l in load.items())
+    worst = Fraction(0)
+    for arc, l in load.items():
+        if capacity.get(arc, 0) <= 0:
+            raise PlanError(f"all-reduce trees load {arc[0]}->{arc[1]}, which has no reverse link")
+        worst = max(worst, l / capacity[arc])
     return 1 / worst
 
 
@@ -85,29 +89,35 @@ def allreduce(net: Network, forestcoll_only: bool = False) -> PackedPlan:
     """The faster of ForestColl's RS + AG and Blink's single-root reduce + broadcast."""
     devices = list(net.devices)
     x = allgather_node_rate(net)
-    fc_trees, fc_paths = allgather_trees(net, x)
+    split = split_for_allgather(net, x)
+    fc_trees, fc_paths = allgather_trees(net, x, split)
     fc_rate = allreduce_rate(fc_trees, fc_paths, net.capacity)
     if forestcoll_only:
         return PackedPlan(fc_trees, fc_paths, fc_rate, fc_rate, "forestcoll", net.channel)
-    logical, paths = _logical(net, x)
-    pairs = undirected_capacity(logical)
+    logical, _, scale, _ = split
+    pairs = undirected_capacity({a: Fraction(c, scale) for a, c in logical.items() if SUPER not in a})
+    if fc_rate >= _simple_bound(pairs, devices):  # already optimal: skip the LP
+        return PackedPlan(fc_trees, fc_paths, fc_rate, fc_rate, "forestcoll", net.channel)
     root = _best_root(pairs, devices)
-    rb_rate, bound, rb_arcs = reduce_broadcast(pairs, root, devices)
-    optimal = max(bound, fc_rate)
+    _, bound, rb_arcs = reduce_broadcast(pairs, root, devices)
+    trees = [(f, root, arcs) for f, arcs in rb_arcs]
+    # The logical pair capacities are conservative through switches: rate the trees on the
+    # physical links, as the verifier will.
+    rb_rate = allreduce_rate(trees, fc_paths, net.capacity)
+    optimal = max(bound, fc_rate, rb_rate)
     if fc_rate >= rb_rate:
         return PackedPlan(fc_trees, fc_paths, fc_rate, optimal, "forestcoll", net.channel)
-    trees = [(f, root, arcs) for f, arcs in rb_arcs]
-    return PackedPlan(trees, paths, rb_rate, optimal, "reduce-broadcast", net.channel)
+    return PackedPlan(trees, fc_paths, rb_rate, optimal, "reduce-broadcast", net.channel)
 
 
-def _logical(net: Network, x: Fraction):
-    """Logical capacities (GB/s) between devices, switches split as for the all-gather."""
-    if not net.forwarding:
-        return dict(net.capacity), {a: a for a in net.capacity}
-    caps, scale, k = _augmented(net, x)
-    logical, paths = split_switches(caps, SUPER, list(net.devices), k, net.forwarding)
-    return ({a: Fraction(c, scale) for a, c in logical.items() if SUPER not in a},
-            {a: p for a, p in paths.items() if SUPER not in a})
+def _simple_bound(pairs: Dict[Arc, Fraction], devices: List[int]) -> Fraction:
+    """Two partition bounds on the undirected packing (Nash-Williams–Tutte): all singletons,
+    ``Σ u / (N − 1)``, and one device against the rest, ``u(δ(v))``."""
+    degree = {d: Fraction(0) for d in devices}
+    for (a, b), u in pairs.items():
+        degree[a] += u
+        degree[b] += u
+    return min(sum(pairs.values(), Fraction(0)) / (len(devices) - 1), min(degree.values()))
 
 
 def _best_root(pairs: Dict[Arc, Fraction], devices: List[int]) -> int:
