@@ -21,7 +21,7 @@ from ...errors import BackendError
 from ...ops import ReduceOp
 from ..base import Backend, BackendContext
 from . import kernels
-from .cross import Scratch, ring_allreduce
+from .cross import CrossAllreduce, Scratch
 from .shm import SharedArena
 from .trees import LocalTrees, local_trees, single_root_star
 
@@ -60,6 +60,7 @@ class CpuBackend(Backend):
         self.aside = Scratch()  # private copies made by the collectives themselves
         self._trees: Optional[LocalTrees] = None
         self._levels: Tuple[list, list] = ([], [])
+        self._cross: Optional[CrossAllreduce] = None
         self._loc = np.zeros(2, dtype=np.int64)
         self._locs = np.zeros((self.lsize, 2), dtype=np.int64)
         # Who is where: (local rank, local size, cross rank) of every rank, once.
@@ -81,12 +82,13 @@ class CpuBackend(Backend):
             plan = None
             if self.ctx.plan_for is not None:
                 plan = self.ctx.plan_for("allreduce")
-            devices = [self.ctx.devices[g] for g in self.local_ranks] if self.ctx.devices else list(self.local_ranks)
-            trees = local_trees(plan, devices)
+            devices = list(self.ctx.devices) if self.ctx.devices else list(range(self.size))
+            trees = local_trees(plan, [devices[g] for g in self.local_ranks])
             if self.nhosts > 1:
                 signatures = self.comm.allgather(trees.signature if self.even else None)
                 if any(s is None or s != signatures[0] for s in signatures):
-                    trees = single_root_star(self.lsize)
+                    trees, plan = single_root_star(self.lsize), None
+            self._cross = CrossAllreduce(self.cross, plan, devices[self.rank], devices, self.places, self.chunk_bytes)
             self._trees = trees
             self._levels = (trees.reduce_levels(), trees.broadcast_levels())
         return self._trees
@@ -181,7 +183,7 @@ class CpuBackend(Backend):
         if self.nhosts > 1:
             for tree, (off, cnt) in enumerate(shards):
                 if trees.trees[tree].root == me:
-                    ring_allreduce(self.cross, mine[off:off + cnt], ufunc, self.scratch)
+                    self._cross.run(mine[off:off + cnt], off / n, ufunc, self.scratch)
             self._sync()
         # Phase 3: broadcast down the same trees, a barrier between levels. No exit barrier:
         # peers may still read our segment, but nothing writes it before the next call's entry
