@@ -148,6 +148,12 @@ class CpuBackend(Backend):
             return arr  # alone on the host, nobody reads it: work in place
         return self._view(locs, self.lrank, 0, arr.shape[0], arr.dtype)
 
+    def _mark(self, what: str, phase: str) -> None:
+        """A phase on the runtime's timeline (Horovod-style activity names), when one is on."""
+        timeline = self.ctx.timeline
+        if timeline is not None:
+            getattr(timeline, what)("allreduce", phase)
+
     def _chunk(self, dtype) -> int:
         return kernels.chunk_elems(self.chunk_bytes, dtype.itemsize)
 
@@ -166,6 +172,8 @@ class CpuBackend(Backend):
         me = self.lrank
 
         reduce_levels, broadcast_levels = self._levels
+        mark = self._mark
+        mark("start", "SHM_REDUCE")
         # Phase 1: reduce up the trees, deepest level first, a barrier between levels. After the
         # last level only the owners read their shards (phase 2), so that barrier can go when
         # there is a phase 2.
@@ -178,13 +186,17 @@ class CpuBackend(Backend):
                     kernels.reduce_into(out, inputs, ufunc, chunk)
             if i < len(reduce_levels) - 1 or self.nhosts == 1:
                 self._sync()
+        mark("end", "SHM_REDUCE")
         # Phase 2: each shard's owner all-reduces it with its counterparts on the other hosts.
         # Only the owner touches its shard here, so no barrier is needed before this phase.
         if self.nhosts > 1:
+            mark("start", "CROSS_ALLREDUCE")
             for tree, (off, cnt) in enumerate(shards):
                 if trees.trees[tree].root == me:
                     self._cross.run(mine[off:off + cnt], off / n, ufunc, self.scratch)
             self._sync()
+            mark("end", "CROSS_ALLREDUCE")
+        mark("start", "SHM_BROADCAST")
         # Phase 3: broadcast down the same trees, a barrier between levels. No exit barrier:
         # peers may still read our segment, but nothing writes it before the next call's entry
         # barrier (user slots alternate, see shm.py).
@@ -195,6 +207,7 @@ class CpuBackend(Backend):
                     np.copyto(mine[off:off + cnt], self._view(locs, parent, off, cnt, buf.dtype))
             if i < len(broadcast_levels) - 1:
                 self._sync()
+        mark("end", "SHM_BROADCAST")
         if mine is not buf:
             np.copyto(buf, mine)
 
