@@ -150,16 +150,22 @@ def run_alltoall(be):
 
 
 def run_growth(be):
-    """An old buffer view stays valid after the window grows; a grown buffer works."""
+    """The window grows and shrinks never: a view from before one growth stays usable, and
+    windows from older generations are freed (collectively) without disturbing anything."""
     global cases
     small = be.buffer(10, np.float32)
     small[...] = RANK
-    big = be.buffer(3 * 1024 * 1024, np.float32)  # 12 MiB: beyond the first window
-    big[...] = 1
-    be.allreduce(big, ReduceOp.SUM)
-    assert (big == SIZE).all() and (small == RANK).all()
-    be.allreduce(small, ReduceOp.MAX)
-    assert (small == SIZE - 1).all()
+    for mib in (6, 12, 40, 3):  # 6 and 12 MiB outgrow the first windows; 3 MiB reuses the last
+        big = be.buffer(mib * 1024 * 1024 // 4, np.float32)
+        big[...] = 1
+        be.allreduce(big, ReduceOp.SUM)
+        assert (big == SIZE).all()
+        if mib == 6:
+            assert (small == RANK).all()
+            be.allreduce(small, ReduceOp.MAX)
+            assert (small == SIZE - 1).all()
+    live = [w for w in be.arena.windows if w is not None]
+    assert len(live) <= 3, f"{len(live)} windows alive"
     cases += 1
 
 
