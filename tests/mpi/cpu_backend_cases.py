@@ -169,6 +169,37 @@ def run_growth(be):
     cases += 1
 
 
+def run_deep_trees(config):
+    """A host plan of deeper trees (Blink's single-root shape: a chain and a binary tree, both
+    rooted at rank 0, plus a chain rooted at the last rank) runs level by level."""
+    global cases
+    import dataclasses
+
+    from blinkflow.planner.plan import Plan, Tree
+
+    if SIZE < 3 or config.split_hosts:
+        return
+    chain = tuple((r, r + 1) for r in range(SIZE - 1))
+    binary = tuple(((r - 1) // 2, r) for r in range(1, SIZE))
+    back = tuple((r + 1, r) for r in range(SIZE - 2, -1, -1))
+    plan = Plan("allreduce", "test", tuple(range(SIZE)),
+                (Tree(0, 0.3, chain), Tree(0, 0.3, binary), Tree(SIZE - 1, 0.4, back)), 1.0, 1.0)
+    ctx = dataclasses.replace(standalone_context(MPI.COMM_WORLD, config), plan_for=lambda c, root=None: plan)
+    be = CpuBackend(ctx)
+    for n in (1, 100, 50001):
+        for dtype in (np.float32, np.float16, np.int64):
+            for op in (ReduceOp.SUM, ReduceOp.MAX):
+                inputs = [data(r, n, dtype, 31) for r in range(SIZE)]
+                buf = be.buffer(n, dtype)
+                buf[...] = inputs[RANK]
+                be.allreduce(buf, op)
+                expect_reduced(buf, inputs, op, f"deep trees n={n} {np.dtype(dtype).name} {op.name}")
+                check_same_everywhere(buf, f"deep trees n={n}")
+                cases += 1
+    assert len(be._levels[0]) > 1 and len(be._levels[1]) > 1, be._levels
+    be.close()
+
+
 def run_point_to_point():
     """Phase 2's executors over COMM_WORLD: the ring, and lowered schedules of chain trees
     (recv_reduce_send / recv_send steps) in both directions, two trees at once."""
@@ -210,6 +241,7 @@ def main():
     run_alltoall(be)
     run_growth(be)
     run_point_to_point()
+    run_deep_trees(config)
     be.barrier()
     be.close()
     be.close()
