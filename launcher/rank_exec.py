@@ -129,7 +129,29 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
         os.makedirs(logs, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix=f"blinkrun-rank{rank}-")
     record_file = os.path.join(scratch, "exception.json")
-    stopping = []
+    stopping, reported = [], []
+
+    def report(returncode: Optional[int], record: Optional[dict], ended: float) -> int:
+        """Tell blinkrun this rank failed (once); the status it failed with."""
+        record = record or {}
+        status = record.get("status") or (exit_status(returncode) if returncode else 1)
+        if not reported:
+            reported.append(status)
+            sig = signal_name(-returncode) if returncode is not None and returncode < 0 and not record else None
+            emit({"event": events.FAILED, "status": status, "signal": sig, "time": record.get("time", ended),
+                  "exc": record.get("exc"), "tail": record.get("tail") or list(tail)})
+        return reported[0]
+
+    def on_record(_signum, _frame):
+        # pyhook's sitecustomize recorded an exception and waits for this before it aborts.
+        record = _read_record(record_file)
+        if record is not None:
+            report(None, record, time.time())
+        with open(record_file + ".ack", "w"):
+            pass
+
+    tail = collections.deque(maxlen=TAIL_LINES)
+    signal.signal(signal.SIGUSR1, on_record)
     emit({"event": events.STARTED, "pid": os.getpid()})
     try:
         keep = [int(environ["PMI_FD"])] if environ.get("PMI_FD", "").isdigit() else []   # Hydra's PMI socket
@@ -141,19 +163,18 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
             line = f"[{rank}]<stderr>: blinkrun: cannot start {command[0]!r}: {e.strerror}\n"
             _write_all(2, line.encode())
             status = 127 if isinstance(e, FileNotFoundError) else 126
-            emit({"event": events.FAILED, "status": status, "time": time.time(), "exc": None,
-                  "signal": None, "tail": [line.strip()]})
-            return status
+            return report(None, {"status": status, "tail": [line.strip()]}, time.time())
 
         def stop(signum, _frame):
             if not stopping:
                 stopping.append(signum)
                 _signal_group(child.pid, signal.SIGTERM)
-                threading.Timer(STOP_GRACE_SECONDS, _signal_group, (child.pid, signal.SIGKILL)).start()
+                timer = threading.Timer(STOP_GRACE_SECONDS, _signal_group, (child.pid, signal.SIGKILL))
+                timer.daemon = True
+                timer.start()
 
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, stop)
-        tail = collections.deque(maxlen=TAIL_LINES)
         pumps = [_Pump(child.stdout, 1, f"[{rank}]<stdout>: ".encode(), logs and os.path.join(logs, "stdout")),
                  _Pump(child.stderr, 2, f"[{rank}]<stderr>: ".encode(), logs and os.path.join(logs, "stderr"), tail)]
         for pump in pumps:
@@ -168,12 +189,7 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
             return 0
         if stopping and record is None:
             return 128 + stopping[0]
-        record = record or {}
-        status = record.get("status") or (exit_status(returncode) if returncode != 0 else 1)
-        sig = signal_name(-returncode) if returncode < 0 and not record else None
-        emit({"event": events.FAILED, "status": status, "signal": sig, "time": record.get("time", ended),
-              "exc": record.get("exc"), "tail": record.get("tail") or list(tail)})
-        return status
+        return report(returncode, record, ended)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -97,6 +97,7 @@ class Job:
 
     def _relay_stderr(self):
         for raw in iter(self.proc.stderr.readline, b""):
+            raw = raw.replace(b"\0", b"")   # Open MPI ends its help messages with a NUL
             text, event = events.split(raw.decode(errors="replace"))
             if text:
                 self._write(self.err, text.encode() if event else raw)

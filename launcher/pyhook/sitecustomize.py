@@ -34,6 +34,22 @@ def _write_record(exc, tail, status):
             stream.flush()
         except Exception:
             pass
+    _tell_wrapper()
+
+
+def _tell_wrapper(wait_seconds=3.0):
+    """Have the wrapper report the failure to blinkrun now, before an abort kills it (some MPIs,
+    Hydra among them, SIGKILL every process of the job at once); it answers with an ack file."""
+    import signal
+    import time
+    ack = os.environ[_RECORD_VAR] + ".ack"
+    try:
+        os.kill(int(os.environ[_WRAPPER_VAR]), signal.SIGUSR1)
+    except (OSError, ValueError, KeyError):
+        return
+    deadline = time.monotonic() + wait_seconds
+    while time.monotonic() < deadline and not os.path.exists(ack):
+        time.sleep(0.01)
 
 
 def _mpi_running():
