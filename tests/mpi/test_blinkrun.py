@@ -63,7 +63,7 @@ def test_output_filename_writes_per_rank_logs(tmp_path):
     script = "import sys; from mpi4py import MPI; r = MPI.COMM_WORLD.rank; print('out', r); print('err', r, file=sys.stderr)"
     proc = run_blinkrun(["-np", "2", "--output-filename", str(tmp_path / "logs"), "--verbose", PY, "-c", script])
     assert proc.returncode == 0, proc.stderr
-    assert "mpirun -np 2 " in proc.stderr and "rank_exec -- " in proc.stderr   # --verbose: the mpirun command
+    assert "mpirun -np 2 " in proc.stderr and "rank_exec --output-dir " in proc.stderr   # --verbose: the mpirun command
     for r in range(2):
         assert (tmp_path / "logs" / f"rank.{r}" / "stdout").read_text() == f"out {r}\n"
         assert (tmp_path / "logs" / f"rank.{r}" / "stderr").read_text() == f"err {r}\n"
