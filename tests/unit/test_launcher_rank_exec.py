@@ -88,3 +88,13 @@ def test_event_lines_round_trip_and_stay_short():
     assert events.split("ordinary\n") == ("ordinary\n", None)
     assert events.split(events.MARK + "{not json\n") == (events.MARK + "{not json\n", None)
     assert json.loads(line[len(events.MARK):])["event"] == "failed"
+
+
+def test_a_users_own_sitecustomize_still_runs(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text("import builtins\nbuiltins.USER_SITE = 'loaded'\n")
+    env_path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=env_path, OMPI_COMM_WORLD_RANK="0")
+    proc = subprocess.run([PY, "-m", "blinkflow.launcher.rank_exec", "--", PY, "-c",
+                           "import sys; print(USER_SITE, sys.excepthook.__name__)"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.stdout == "[0]<stdout>: loaded _record_and_abort\n", proc.stderr
