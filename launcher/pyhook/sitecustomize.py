@@ -1,8 +1,10 @@
 """Loaded by Python at start-up in a rank launched by ``blinkrun`` (its folder is on PYTHONPATH).
 
-In the rank's own process only (the direct child of the wrapper), it installs a ``sys.excepthook``
-that, after printing the traceback as usual, records the exception for the wrapper (like torch's
-``@record``) and, when MPI is initialised, calls ``MPI.COMM_WORLD.Abort`` so peers waiting inside
+It installs a ``sys.excepthook`` that, after printing the traceback as usual, records the
+exception for the wrapper (like torch's ``@record``) when it is the rank's: raised in the
+wrapper's direct child, or in any process below it that initialised MPI (``sh -c "python ..."``
+ranks); a helper Python started by the rank that fails is the rank's business. When MPI is
+initialised it then calls ``MPI.COMM_WORLD.Abort`` so peers waiting inside
 a collective are stopped instead of hanging, as ``python -m mpi4py`` does. Without the abort an
 exiting rank would run mpi4py's atexit ``MPI_Finalize``, which can wait forever for those peers;
 ``sys.exit`` with a non-zero status after MPI_Init likewise aborts at exit.
@@ -59,10 +61,12 @@ def _mpi_running():
 
 def _record_and_abort(etype, value, tb, _previous=sys.excepthook):
     _previous(etype, value, tb)
+    mpi = _mpi_running()
+    if mpi is None and os.environ.get(_WRAPPER_VAR) != str(os.getppid()):
+        return
     import traceback
     lines = "".join(traceback.format_exception(etype, value, tb)).splitlines()
     _write_record("".join(traceback.format_exception_only(etype, value)).strip(), lines[-_TAIL_LINES:], 1)
-    mpi = _mpi_running()
     if mpi is not None:
         mpi.COMM_WORLD.Abort(1)
 
@@ -83,7 +87,7 @@ def _exit_and_abort(status=None, _exit=sys.exit):
 
 
 def _install():
-    if os.environ.get(_RECORD_VAR) and os.environ.get(_WRAPPER_VAR) == str(os.getppid()):
+    if os.environ.get(_RECORD_VAR) and os.environ.get(_WRAPPER_VAR):
         sys.excepthook = _record_and_abort
         sys.exit = _exit_and_abort
 

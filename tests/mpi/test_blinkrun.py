@@ -81,6 +81,13 @@ def test_a_rank_that_raises_takes_the_job_down():
     assert "ValueError: rank 2 fails on purpose" in summary and "Traceback" in summary
 
 
+def test_a_python_rank_under_a_shell_that_raises_takes_the_job_down():
+    script = RAISES.replace("c.rank == 2", "c.rank == 1").replace("rank 2 fails", "rank 1 fails")
+    proc = run_blinkrun(["-np", "2", "sh", "-c", 'echo starting; "$0" -c "$1"', PY, script], timeout=90)
+    assert proc.returncode == 1, proc.stderr
+    assert "rank 1 (host " in proc.stderr and "ValueError: rank 1 fails on purpose" in proc.stderr
+
+
 def test_a_non_python_rank_failing_names_its_status():
     script = 'r=${OMPI_COMM_WORLD_RANK:-$PMI_RANK}; if [ "$r" = 1 ]; then echo "disk full" >&2; exit 5; fi; sleep 60'
     proc = run_blinkrun(["-np", "2", "sh", "-c", script], timeout=60)
