@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import BinaryIO, Dict, List, Mapping, Optional, Sequence
 
 from . import events
@@ -33,6 +34,7 @@ class Job:
         self.started: Dict[int, str] = {}
         self.failures: List[dict] = []
         self.interrupted: Optional[int] = None
+        self.interrupted_at = 0.0
         self.start_timed_out = False
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -77,7 +79,7 @@ class Job:
 
     def _on_signal(self, signum, _frame):
         if self.interrupted is None:
-            self.interrupted = signum
+            self.interrupted, self.interrupted_at = signum, time.time()
         self.stop()
 
     def _check_started(self):
@@ -128,9 +130,11 @@ class Job:
 
     # -- the verdict -----------------------------------------------------------------------
     def _report(self, returncode: int) -> int:
-        if self.failures:
-            first = min(self.failures, key=lambda f: (f.get("time") or 0.0))
-            self._say(describe_failure(first, len(self.failures)))
+        # Ranks that fail while being stopped are casualties of the stop, not its cause.
+        failures = [f for f in self.failures if self.interrupted is None or (f.get("time") or 0.0) < self.interrupted_at]
+        if failures:
+            first = min(failures, key=lambda f: (f.get("time") or 0.0))
+            self._say(describe_failure(first, len(failures)))
             return int(first.get("status") or 1)
         if self.interrupted is not None:
             self._say(f"stopped by {signal.Signals(self.interrupted).name}; every rank was stopped")

@@ -1,7 +1,6 @@
 """blinkrun's command line without launching: bad usage exits 2 with click's message;
 --version and --check-build."""
 import subprocess
-import sys
 
 import pytest
 from click.testing import CliRunner
@@ -9,9 +8,7 @@ from click.testing import CliRunner
 from blinkflow.launcher import check_build
 from blinkflow.launcher.run_cmd import command
 from blinkflow.version import __version__
-
-sys.path.insert(0, __file__.rsplit("/unit/", 1)[0])
-from blinkrun_helpers import blinkrun_argv  # noqa: E402
+from blinkrun_helpers import blinkrun_argv
 
 
 @pytest.mark.parametrize("args, message", [

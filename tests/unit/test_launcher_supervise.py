@@ -60,3 +60,18 @@ def test_a_job_still_running_after_a_failure_is_stopped(monkeypatch):
 def test_describe_failure_signal():
     text = describe_failure({"rank": 2, "host": "n1", "status": 137, "signal": "SIGKILL", "tail": []})
     assert text == "rank 2 (host n1) failed first: killed by SIGKILL\nblinkrun: exit status 137"
+
+
+def test_sigint_stops_the_job_and_later_failures_do_not_count():
+    import os
+    import signal
+    import threading
+    lines = [started(0), started(1), failed(1, 1e12, 9)]   # fails "after" the interrupt: a casualty
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        status, _, err, took = run_job(fake_mpirun(lines, sleep=60))
+    finally:
+        timer.cancel()
+    assert status == 130 and took < 20
+    assert "blinkrun: stopped by SIGINT; every rank was stopped" in err and "failed first" not in err
