@@ -2,7 +2,8 @@
 
 Turns the command line into a :class:`LaunchSpec` (flags -> ``BLINKFLOW_*`` through the one
 table in flags.py), detects the MPI, builds mpirun's argv (mpirun_argv.py, pure) and hands it to
-:class:`supervise.Job`. Bad usage exits 2 with click's message, before anything starts.
+:class:`supervise.Job`. Bad usage exits 2 with click's message on one line (one_line.py), before
+anything starts.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from .flags import SETTING_FLAGS, settings_env
 from .hosts import hosts_arg, mpich_hostfile_text, parse_hostfile, parse_hosts_arg
 from .mpi_impl import MPICH, detect
 from .mpirun_argv import LaunchSpec, build_mpirun_argv, format_argv
+from .one_line import OneLineErrorCommand
 
 DEFAULT_START_TIMEOUT = 30.0
 
@@ -65,7 +67,8 @@ def _setting_options(func):
     return func
 
 
-@click.command(context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]})
+@click.command(cls=OneLineErrorCommand,
+               context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]})
 @click.option("-np", "--num-proc", "np", type=click.IntRange(min=1), help="Number of ranks to start.")
 @click.option("-H", "--hosts", "hosts", callback=_hosts, metavar="HOST:SLOTS,...",
               help="Hosts and their slots, e.g. a:4,b:4 (default: this machine only).")
