@@ -98,3 +98,16 @@ def test_a_users_own_sitecustomize_still_runs(tmp_path):
                            "import sys; print(USER_SITE, sys.excepthook.__name__)"],
                           capture_output=True, text=True, timeout=60, env=env)
     assert proc.stdout == "[0]<stdout>: loaded _record_and_abort\n", proc.stderr
+
+
+def test_the_hook_folder_is_packaged():
+    # A non-editable install must carry pyhook/ (rank_exec puts it on the ranks' PYTHONPATH).
+    import configparser
+    import pathlib
+    setup = pathlib.Path(__file__).resolve().parents[2] / "setup.cfg"
+    if not setup.is_file():
+        import pytest
+        pytest.skip("not running from a source checkout")
+    parser = configparser.ConfigParser()
+    parser.read(setup)
+    assert "blinkflow.launcher.pyhook" in parser["options"]["packages"].split()
