@@ -21,7 +21,7 @@ from typing import BinaryIO, Dict, List, Mapping, Optional, Sequence
 
 from . import events
 
-STOP_GRACE_SECONDS = 5.0      # SIGTERM -> SIGKILL for mpirun
+STOP_GRACE_SECONDS = 3.0      # SIGTERM -> SIGKILL for mpirun
 FAILURE_GRACE_SECONDS = 5.0   # a rank failed -> mpirun must have stopped the job by then
 
 
