@@ -91,6 +91,8 @@ def command(np, hosts, hostfile, mpi_args, start_timeout, output_filename, verbo
     blinkrun -np 4 python train.py
     blinkrun -np 8 -H a:4,b:4 --fusion-threshold-mb 32 python train.py
     blinkrun --check-build
+
+    Tools that launch nothing: blinkrun topo | plan | simulate --help.
     """
     if np is None:
         raise click.UsageError("missing option -np (the number of ranks)")
