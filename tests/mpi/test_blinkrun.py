@@ -7,7 +7,6 @@ import importlib.util
 import os
 import random
 import signal
-import subprocess
 import time
 
 import pytest
