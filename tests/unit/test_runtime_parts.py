@@ -176,3 +176,39 @@ def test_timeline_is_a_json_array_at_every_moment(tmp_path):
     with open(path) as f:
         events = json.load(f)
     assert [e["ph"] for e in events] == ["M", "M", "B", "E", "i"]
+
+
+def test_runtime_serves_every_lazy_name_with_the_dispatch_signatures():
+    import inspect
+
+    import blinkflow
+    import blinkflow.api as dispatch
+    from blinkflow.runtime import api
+
+    assert [n for n in blinkflow._RUNTIME_NAMES if not hasattr(api, n)] == []
+    for name in ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "reducescatter",
+                 "alltoall"]:
+        want = [(p.name, p.default) for p in inspect.signature(getattr(dispatch, name)).parameters.values()]
+        got = [(p.name, p.default) for p in inspect.signature(getattr(api, name)).parameters.values()]
+        assert got == want, name
+
+
+def test_calls_before_init_raise_not_initialized():
+    import subprocess
+    import sys
+
+    code = ("import numpy as np, sys, blinkflow as bf\n"
+            "from blinkflow.runtime import api\n"
+            "assert 'mpi4py.MPI' not in sys.modules  # importing the runtime does not start MPI\n"
+            "for call in [bf.rank, bf.size, bf.local_rank, bf.barrier, lambda: bf.allreduce(np.ones(1)),\n"
+            "             lambda: api.poll(1), lambda: bf.broadcast_object(1)]:\n"
+            "    try:\n"
+            "        call()\n"
+            "    except bf.NotInitializedError as e:\n"
+            "        assert 'blinkflow.init()' in str(e)\n"
+            "    else:\n"
+            "        raise SystemExit('no error')\n"
+            "assert not bf.is_initialized()\n"
+            "bf.shutdown()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
