@@ -144,6 +144,10 @@ def test_plan_digests_that_differ_raise_naming_the_ranks():
     with pytest.raises(PlanError) as e:
         _check_agreement(FakeComm([("t", "p"), ("t", "q"), ("t", "p")]), FakeTopology("t"), FakePlan("p"))
     assert "ranks [0, 2]" in str(e.value) and "ranks [1]" in str(e.value) and "BLINKFLOW_TOPOLOGY" in str(e.value)
+    with pytest.raises(PlanError) as e:  # one rank's planner failed: everyone raises, naming it
+        _check_agreement(FakeComm([("t", "p"), ("failed", "PlanError: no trees")]), FakeTopology("t"), None,
+                         PlanError("no trees"))
+    assert "failed on ranks [1]: PlanError: no trees" in str(e.value)
 
 
 def test_stall_inspector_warns_then_asks_for_shutdown(caplog):
