@@ -123,8 +123,10 @@ def _exit_hook() -> None:
     engine = _engine
     if engine is None:
         return
-    if engine.peer_failed:
-        # A peer died: MPI_Finalize would wait for it forever. Leave now, with a failure status.
+    if engine.peer_failed or engine.broken:
+        # A peer died, or this rank's loop died mid-collective: MPI_Finalize would wait forever
+        # for ranks that cannot arrive. Leave now with a failure status; mpirun (or the peers'
+        # watchdogs) then end the others.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
