@@ -40,8 +40,12 @@ def kill():
         bf.allreduce(np.ones(1), name="after")
     except bf.ShutdownError as e:
         print(f"AGAIN rank {r} rank={e.rank}", flush=True)
-    # mpirun ends the job when the first survivor exits: wait (on files, MPI is broken) until
-    # every survivor has reported.
+    wait_for_survivors(r, n)
+
+
+def wait_for_survivors(r, n):
+    """mpirun ends the job when the first survivor exits (and a survivor that looks later sees
+    two dead ranks): wait, on files since MPI is broken, until every survivor has reported."""
     rendezvous = os.environ["FAULTS_DIR"]
     open(os.path.join(rendezvous, f"survivor.{r}"), "w").close()
     deadline = time.monotonic() + 30
@@ -66,6 +70,8 @@ def crash():
         bf.allreduce(np.ones(8), name="boom")
     except bf.ShutdownError as e:
         print(f"CRASHED rank {r} rank={e.rank} after {time.monotonic() - died:.1f}s: {e}", flush=True)
+    if r != n - 1:
+        wait_for_survivors(r, n)
 
 
 def stall():

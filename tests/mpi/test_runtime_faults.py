@@ -37,8 +37,8 @@ def test_killed_rank_makes_every_survivor_raise_naming_it(options, tmp_path):
 
 
 @pytest.mark.mpi
-def test_a_rank_whose_background_loop_dies_takes_the_job_down():
-    proc = _run_with(["--enable-recovery"], 3, ["crash"], {}, timeout=90)
+def test_a_rank_whose_background_loop_dies_takes_the_job_down(tmp_path):
+    proc = _run_with(["--enable-recovery"], 3, ["crash"], {"FAULTS_DIR": str(tmp_path)}, timeout=90)
     crashed = dict(re.findall(r"^CRASHED rank (\d+) (rank=\S+) after", proc.stdout, re.M))
     assert crashed == {"0": "rank=2", "1": "rank=2", "2": "rank=None"}, proc.stdout + proc.stderr[-3000:]
     assert "injected backend failure" in proc.stdout + proc.stderr
