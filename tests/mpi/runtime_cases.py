@@ -4,6 +4,7 @@ Run by ``test_runtime.py`` under mpirun at 1, 2, 3 and 4 ranks. Each rank can co
 other rank's input (inputs are functions of the rank), so each checks its results against
 numpy. Prints ``OK <case>`` per case; any failure raises and fails the job.
 """
+import os
 import sys
 
 import numpy as np
@@ -66,6 +67,12 @@ def case_basics(r, n):
     bf.init()  # twice is harmless
     assert 0 <= bf.local_rank() < bf.local_size() and 0 <= bf.cross_rank() < bf.cross_size()
     assert bf.local_size() * bf.cross_size() == n  # one machine, evenly split
+    hosts = int(os.environ.get("BLINKFLOW_SPLIT_HOSTS", "0"))
+    if hosts:  # consecutive blocks of ranks act as hosts
+        per = n // hosts
+        assert (bf.cross_size(), bf.cross_rank(), bf.local_size(), bf.local_rank()) == (hosts, r // per, per, r % per)
+    else:
+        assert (bf.cross_size(), bf.local_size(), bf.local_rank()) == (1, n, r)
     assert isinstance(bf.mpi_threads_supported(), bool)
 
 
