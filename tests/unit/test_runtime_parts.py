@@ -161,6 +161,9 @@ def test_stall_inspector_warns_then_asks_for_shutdown(caplog):
         assert inspector.inspect(table, now=11) is None
         assert "'late': missing on ranks [2]" in caplog.text
     reason = inspector.inspect(table, now=31)
+    late = MessageTable(2)  # a cache hit reported after waiting 25 s is dated from its submission
+    late.add(0, [ar("hit", waited=25.0)], now=100.0)
+    assert late.missing() == [("hit", 75.0, [0], [1])]
     assert "'late' missing on ranks [2] (ready on ranks [0, 1])" in reason
     assert StallInspector(0, 0).inspect(table, now=1e9) is None
 
