@@ -108,8 +108,14 @@ class Negotiator:
         if not agreed_bits[_NO_JOIN]:
             # Someone joined: it cannot vote on cache bits, so everything goes to the coordinator.
             to_send = [e for e in self.pending.values() if not e.sent]
+        hit_names = [r.name for r in responses]
         if not agreed_bits[_NO_REQUESTS] or (not agreed_bits[_NO_JOIN] and reasons is None):
-            responses += self._slow_path(to_send, [r.name for r in responses])
+            responses += self._slow_path(to_send, hit_names)
+        elif self.table is not None:
+            # A hit some rank had reported earlier (stall report, join) must not linger on the
+            # coordinator, where a later report of the same name would pair with the stale one.
+            for name in hit_names:
+                self.table.forget(name)
         return responses, reasons
 
     def _must_send(self, entry: Entry, now: float) -> bool:
