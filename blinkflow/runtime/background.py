@@ -148,7 +148,10 @@ class Engine:
         job, state, config = self.job, self.state, self.config
         stall = StallInspector(config.stall_check_time_seconds, config.stall_shutdown_time_seconds)
         cache = ResponseCache(config.cache_capacity, job.rank)
-        negotiator = self.negotiator = Negotiator(job.comm, job.rank, job.size, cache, stall.report_after_s())
+        from mpi4py import MPI
+
+        negotiator = self.negotiator = Negotiator(job.comm, job.rank, job.size, cache, stall.report_after_s(),
+                                                  MPI.BAND)
         cache_evict = cache.evict
 
         def evict(bit: int) -> None:

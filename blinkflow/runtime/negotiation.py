@@ -31,8 +31,10 @@ _NO_REQUESTS, _NO_SHUTDOWN, _NO_JOIN = 0, 1, 2
 
 
 class Negotiator:
-    def __init__(self, comm, rank: int, size: int, cache: ResponseCache, report_after_s: Optional[float]):
+    def __init__(self, comm, rank: int, size: int, cache: ResponseCache, report_after_s: Optional[float], band):
         self.comm = comm
+        self.band = band
+        """``MPI.BAND`` (passed in, so this module runs on a stand-in communicator in tests)."""
         self.rank = rank
         self.size = size
         self.cache = cache
@@ -68,8 +70,6 @@ class Negotiator:
     def cycle(self, new_entries: List[Entry], shutdown_reason: Optional[str]
               ) -> Tuple[List[Response], Optional[List[Optional[str]]]]:
         """Run one cycle; returns (responses to execute, every rank's shutdown reason or None)."""
-        from mpi4py import MPI
-
         invalid = self.add(new_entries)
         now = time.monotonic()
         joined = JOIN_NAME in self.pending
@@ -89,7 +89,7 @@ class Negotiator:
             bits[_FLAGS + cap + bit] = False
         packed = np.packbits(bits)
         agreed = np.empty_like(packed)
-        self.comm.Allreduce(packed, agreed, op=MPI.BAND)
+        self.comm.Allreduce(packed, agreed, op=self.band)
         agreed_bits = np.unpackbits(agreed, count=self._nbits).astype(np.bool_)
 
         invalid_any = np.flatnonzero(~agreed_bits[_FLAGS + cap:])
