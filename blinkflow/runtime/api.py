@@ -55,7 +55,7 @@ def init(comm=None) -> None:
 
     Discovers the hosts and topology, makes the all-reduce plan, checks that every rank made the
     same one (PlanError naming the ranks otherwise) and starts the background thread. Calling it
-    again while running does nothing; after ``shutdown()`` it starts afresh.
+    again while running does nothing; after ``shutdown()`` (on every rank) it starts afresh.
     """
     global _engine
     with _lock:
