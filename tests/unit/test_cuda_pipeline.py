@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from blinkflow.backends.cuda.pipeline import Issuer, Messenger, SequenceState, run_program
-from blinkflow.backends.cuda.program import compile_program, direct_allgather_schedule
+from blinkflow.backends.cuda.program import compile_program
+from blinkflow.backends.cuda.schedules import chain_allreduce_schedule as chain_allreduce
+from blinkflow.backends.cuda.schedules import direct_allgather_schedule
 from blinkflow.errors import ScheduleError
 from blinkflow.planner.schedule import Schedule, Step
-
-from cuda_schedules import chain_allreduce
 
 COMBINE = {"sum": np.add, "max": np.maximum}
 

@@ -33,7 +33,8 @@ from .issuer import CupyIssuer, StreamSet
 from .launch import dtype_name, scale as scale_kernel
 from .messenger import MpiMessenger
 from .pipeline import SequenceState, run_program
-from .program import RankProgram, compile_program, direct_allgather_schedule
+from .program import RankProgram, compile_program
+from .schedules import direct_allgather_schedule
 
 DEFAULT_CHUNK_BYTES = 1 << 20
 """Pipeline chunk when ``BLINKFLOW_CHUNK_BYTES`` is 0: large enough to run copies near link

@@ -121,32 +121,3 @@ def compile_program(schedule: Schedule, device: int, rank_of: Mapping[int, int])
     return RankProgram(rank=me, nelems=schedule.nelems, nchannels=max(1, schedule.nchannels),
                        actions=tuple(actions), sends=send_seq, recvs=recv_seq, slot_elems=slot,
                        cross_stream_deps=tuple(cross))
-
-
-def direct_allgather_schedule(devices: Tuple[int, ...], shards: Tuple[Tuple[int, int, int], ...],
-                              nelems: int, chunk_elems: int) -> Schedule:
-    """An all-gather in one hop: every device sends its shard, chunk by chunk, straight to every
-    other device (one channel per destination offset so the copies overlap).
-
-    Used where no tree plan fits the call: shards of uneven size chosen by the caller (the
-    runtime's ``counts``) and the last phase of the three-phase all-reduce, where the shards
-    are the cross-host pieces. On NVSwitch machines one hop is also what the trees would do.
-    """
-    if chunk_elems <= 0:
-        raise ScheduleError("chunk_elems must be positive")
-    n = len(devices)
-    programs = {d: [] for d in devices}
-    for si, (owner, offset, count) in enumerate(shards):
-        pos = devices.index(owner)
-        for hop in range(1, n):
-            peer = devices[(pos + hop) % n]
-            channel = hop - 1
-            for start in range(offset, offset + count, chunk_elems):
-                c = min(chunk_elems, offset + count - start)
-                programs[owner].append(Step("send", start, c, peer=peer, channel=channel))
-                programs[peer].append(Step("recv", start, c, peer=owner, channel=channel))
-    schedule = Schedule(collective="allgather", devices=tuple(devices), nelems=nelems, chunk_elems=chunk_elems,
-                        programs=tuple((d, tuple(programs[d])) for d in devices), nchannels=max(1, n - 1),
-                        shards=tuple(shards))
-    schedule.validate()
-    return schedule
