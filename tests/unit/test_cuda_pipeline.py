@@ -147,3 +147,15 @@ def test_hazards_become_dependencies():
 def test_direct_allgather_rejects_bad_chunk():
     with pytest.raises(ScheduleError):
         direct_allgather_schedule((0, 1), ((0, 0, 1), (1, 1, 1)), 2, 0)
+
+
+@pytest.mark.parametrize("root", [0, 2, 3])
+def test_chain_broadcast_over_threads(root):
+    from blinkflow.backends.cuda.schedules import chain_broadcast_schedule
+
+    rng = np.random.default_rng(root)
+    sched = chain_broadcast_schedule([0, 1, 2, 3], root, 23, 4)
+    inputs = [[rng.normal(size=23)] for _ in range(4)]
+    out = run_ranks([sched], inputs, nslots=2)
+    for r in range(4):
+        np.testing.assert_array_equal(out[(r, 0)], inputs[root][0])

@@ -124,7 +124,12 @@ def get_module(source: str):
             module = cupy.RawModule(code=module_source(source), options=OPTIONS,
                                     name_expressions=name_expressions(source))
             try:
-                module.compile()  # compile now, so errors surface here with their context
+                # Compile now, so errors surface here with their context (CuPy < 10 has no
+                # compile(); fetching a kernel compiles the module there).
+                if hasattr(module, "compile"):
+                    module.compile()
+                else:
+                    module.get_function(name_expressions(source)[0])
             except Exception as e:  # cupy.cuda.compiler.CompileException and NVRTC errors
                 raise KernelCompileError(
                     f"compiling kernels/{source} for device {device} with options {' '.join(OPTIONS)} failed:\n{e}"

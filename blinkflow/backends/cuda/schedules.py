@@ -81,3 +81,28 @@ def chain_allreduce_schedule(devices: Sequence[int], nelems: int, chunk: int, nc
                         programs=tuple((d, tuple(programs[d])) for d in devices), nchannels=nchannels)
     schedule.validate()
     return schedule
+
+
+def chain_broadcast_schedule(devices: Sequence[int], root: int, nelems: int, chunk: int) -> Schedule:
+    """Broadcast from ``root`` down the chain ``root, devices after it, ..., devices before it``,
+    chunk by chunk: every middle device forwards a chunk while the next one is arriving."""
+    if chunk <= 0:
+        raise ScheduleError("chunk must be positive")
+    devices = list(devices)
+    pos = devices.index(root)
+    order = devices[pos:] + devices[:pos]
+    programs: Dict[int, List[Step]] = {d: [] for d in devices}
+    n = len(order)
+    for start in range(0, nelems, chunk):
+        cnt = min(chunk, nelems - start)
+        for i in range(n - 1):
+            if i == 0:
+                programs[order[0]].append(Step("send", start, cnt, peer=order[1]))
+            else:
+                programs[order[i]].append(Step("recv_send", start, cnt, peer=order[i - 1], send_to=order[i + 1]))
+        if n > 1:
+            programs[order[-1]].append(Step("recv", start, cnt, peer=order[-2]))
+    schedule = Schedule(collective="broadcast", devices=tuple(devices), nelems=nelems, chunk_elems=chunk,
+                        programs=tuple((d, tuple(programs[d])) for d in devices), root=root)
+    schedule.validate()
+    return schedule
