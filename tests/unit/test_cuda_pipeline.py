@@ -159,3 +159,25 @@ def test_chain_broadcast_over_threads(root):
     out = run_ranks([sched], inputs, nslots=2)
     for r in range(4):
         np.testing.assert_array_equal(out[(r, 0)], inputs[root][0])
+
+
+def test_hazards_match_the_quadratic_definition():
+    """The block index finds exactly the conflicting earlier steps (brute force on random steps)."""
+    from blinkflow.backends.cuda.program import _overlap, _ranges
+
+    rng = np.random.default_rng(11)
+    steps = []
+    for _ in range(120):
+        off, cnt = int(rng.integers(0, 90)), int(rng.integers(0, 12))
+        kind = rng.choice(["send", "recv", "recv_reduce", "copy"])
+        if kind == "copy":
+            steps.append(Step("copy", off, cnt, src_offset=int(rng.integers(0, 100 - cnt))))
+        else:
+            steps.append(Step(str(kind), off, cnt, peer=1))
+    sched = Schedule("allreduce", (0, 1), 102, 5, programs=((0, tuple(steps)), (1, ())))
+    prog = compile_program(sched, 0, {0: 0, 1: 1})
+    for i, a in enumerate(prog.actions):
+        ri, wi = _ranges(steps[i])
+        want = {j for j in range(i) if _overlap(wi, _ranges(steps[j])[0]) or _overlap(wi, _ranges(steps[j])[1])
+                or _overlap(ri, _ranges(steps[j])[1])}
+        assert set(a.deps) == want, i

@@ -62,3 +62,29 @@ def test_module_source_inlines_headers():
     text = kernels.module_source("reduce.cu")
     assert '#include "common.cuh"' not in text
     assert "struct bf_half" in text and "blinkflow_reduce" in text
+
+
+@pytest.mark.parametrize("name", [p.name for p in sources()])
+def test_kernel_compiles_under_nvrtc_with_name_expressions(name):
+    """The exact path CuPy takes (NVRTC, name expressions, lowered names), where CuPy's NVRTC
+    bindings load; needs no GPU. Skipped on machines without CuPy or libnvrtc."""
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+
+        nvrtc.getVersion()
+    except Exception as e:  # ImportError, or libnvrtc missing
+        pytest.skip(f"CuPy's NVRTC not loadable: {e}")
+    exprs = kernels.name_expressions(name)
+    for arch in ("75", "80", "90"):
+        prog = nvrtc.createProgram(kernels.module_source(name), name, (), ())
+        try:
+            for e in exprs:
+                nvrtc.addNameExpression(prog, e)
+            try:
+                nvrtc.compileProgram(prog, tuple(kernels.OPTIONS) + (f"--gpu-architecture=compute_{arch}",))
+            except Exception as e:
+                pytest.fail(f"NVRTC compute_{arch}: {e}\n{nvrtc.getProgramLog(prog)}")
+            lowered = [nvrtc.getLoweredName(prog, e) for e in exprs]
+            assert len(set(lowered)) == len(exprs) and all(s.startswith("_Z") for s in lowered)
+        finally:
+            nvrtc.destroyProgram(prog)

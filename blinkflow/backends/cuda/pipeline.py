@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import abc
 import collections
+import heapq
 from typing import Dict, Iterable, Set, Tuple
 
 from ...errors import BackendError
@@ -94,54 +95,79 @@ class SequenceState:
 
 
 def run_program(program: RankProgram, issuer: Issuer, messenger: Messenger, state: SequenceState) -> None:
-    """Issue every action of ``program`` as early as its dependencies and slots allow."""
+    """Issue every action of ``program`` as early as its dependencies and slots allow.
+
+    Event driven, so a program of n actions costs O(n + messages) host work: an action waits
+    in exactly one place at a time: on its unissued dependencies (a counter), on a READY (keyed
+    by the transfer it needs) or on a FREE (keyed likewise), and moves on when that resolves.
+    Runnable actions issue lowest index first, i.e. in program order where the order is free.
+    """
     actions = program.actions
     nslots = issuer.nslots
     send_base = {k: state.sent[k] for k in program.sends}
     recv_base = {k: state.received[k] for k in program.recvs}
-    issued = [False] * len(actions)
-    pending = list(range(len(actions)))
+    waiting_deps = [len(a.deps) for a in actions]
+    dependents: Dict[int, list] = collections.defaultdict(list)
+    for a in actions:
+        for d in a.deps:
+            dependents[d].append(a.index)
+    seqs = []
+    for a in actions:
+        rseq = recv_base[(a.recv_from, a.channel)] + a.recv_seq if a.recv_from is not None else -1
+        sseq = send_base[(a.send_to, a.channel)] + a.send_seq if a.send_to is not None else -1
+        seqs.append((rseq, sseq))
+    on_ready: Dict[Tuple[int, int, int], int] = {}  # (src, channel, seq) -> action waiting for it
+    on_free: Dict[Tuple[int, int, int], int] = {}  # (dst, channel, seq) -> action waiting for it
+    runnable = [a.index for a in actions if not a.deps]
+    heapq.heapify(runnable)
 
-    def absolute(action: Action):
-        rseq = recv_base[(action.recv_from, action.channel)] + action.recv_seq if action.recv_from is not None else -1
-        sseq = send_base[(action.send_to, action.channel)] + action.send_seq if action.send_to is not None else -1
-        return rseq, sseq
+    def advance(i: int) -> None:
+        """Dependencies of ``i`` are issued: park it on the first message it lacks, or run it."""
+        a = actions[i]
+        rseq, sseq = seqs[i]
+        if rseq >= 0 and rseq not in state.ready[(a.recv_from, a.channel)]:
+            on_ready[(a.recv_from, a.channel, rseq)] = i
+        elif sseq >= nslots and (sseq - nslots) not in state.freed[(a.send_to, a.channel)]:
+            on_free[(a.send_to, a.channel, sseq - nslots)] = i
+        else:
+            heapq.heappush(runnable, i)
 
-    def ready(action: Action, rseq: int, sseq: int) -> bool:
-        if any(not issued[d] for d in action.deps):
-            return False
-        if rseq >= 0 and rseq not in state.ready[(action.recv_from, action.channel)]:
-            return False
-        if sseq >= nslots and (sseq - nslots) not in state.freed[(action.send_to, action.channel)]:
-            return False
-        return True
+    def receive(message) -> None:
+        state.note(message)
+        kind, src, channel, seq = message
+        parked = (on_ready if kind == READY else on_free).pop((src, channel, seq), None)
+        if parked is not None:
+            advance(parked)
 
+    pending = list(runnable)
+    runnable = []
+    for i in pending:
+        advance(i)
     issuer.begin(program)
-    while pending:
-        progressed = False
-        still = []
-        for i in pending:
+    remaining = len(actions)
+    while remaining:
+        while runnable:
+            i = heapq.heappop(runnable)
             a = actions[i]
-            rseq, sseq = absolute(a)
-            if not ready(a, rseq, sseq):
-                still.append(i)
-                continue
+            rseq, sseq = seqs[i]
             issuer.issue(a, rseq, sseq, wait_free=sseq >= nslots)
-            issued[i] = True
-            progressed = True
+            remaining -= 1
             if rseq >= 0:
-                key = (a.recv_from, a.channel)
-                state.ready[key].discard(rseq)
+                state.ready[(a.recv_from, a.channel)].discard(rseq)
                 messenger.post(a.recv_from, FREE, a.channel, rseq)
             if sseq >= 0:
                 messenger.post(a.send_to, READY, a.channel, sseq)
-        pending = still
-        arrived = False
-        for message in messenger.poll():
-            state.note(message)
-            arrived = True
-        if pending and not progressed and not arrived:
-            state.note(messenger.wait())
+            for j in dependents.get(i, ()):
+                waiting_deps[j] -= 1
+                if waiting_deps[j] == 0:
+                    advance(j)
+        if not remaining:
+            break
+        arrived = messenger.poll()
+        for message in arrived:
+            receive(message)
+        if not arrived and not runnable:
+            receive(messenger.wait())
     issuer.end(program)
 
     # Advance the counters, then wait until every receiver released what we sent, so this
