@@ -21,6 +21,23 @@ struct bf_bfloat16 { bf_u16 bits; };
 #define BF_OP_MAX 2
 #define BF_OP_PROD 3
 
+#if defined(BLINKFLOW_HOST_EMULATION)
+// The CPU suite compiles these kernels as plain C++ and runs them thread by thread
+// (tests/unit/test_kernels_host.py); there the conversions use the compiler's _Float16,
+// which rounds to nearest even exactly like cvt.rn.f16.f32.
+__device__ __forceinline__ float bf_half_to_float(bf_u16 h) {
+    _Float16 x;
+    __builtin_memcpy(&x, &h, 2);
+    return (float)x;
+}
+
+__device__ __forceinline__ bf_u16 bf_float_to_half(float f) {
+    _Float16 x = (_Float16)f;
+    bf_u16 h;
+    __builtin_memcpy(&h, &x, 2);
+    return h;
+}
+#else
 __device__ __forceinline__ float bf_half_to_float(bf_u16 h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
@@ -32,6 +49,7 @@ __device__ __forceinline__ bf_u16 bf_float_to_half(float f) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));  // round to nearest even, like numpy
     return h;
 }
+#endif
 
 __device__ __forceinline__ float bf_bfloat16_to_float(bf_u16 b) {
     return __uint_as_float(((bf_u32)b) << 16);

@@ -1,53 +1,14 @@
 """The CUDA kernels against numpy, for every op x dtype, on aligned (vector) and misaligned
-(scalar) pointers and sizes with a tail."""
+(scalar) pointers and sizes with a tail. The references are shared with the host-emulated run
+of the same kernels in the CPU suite (tests/unit/test_kernels_host.py)."""
 import numpy as np
 import pytest
 
 from blinkflow.ops import ReduceOp
 
-OPS = {ReduceOp.SUM: np.add, ReduceOp.MIN: np.minimum, ReduceOp.MAX: np.maximum, ReduceOp.PRODUCT: np.multiply}
-DTYPES = ["float16", "bfloat16", "float32", "float64", "int32", "int64", "uint8"]
+from kernel_reference import DTYPES, OPS, bf16_to_f32, f32_to_bf16, make_inputs, reference
+
 SIZES = [1, 7, 1000, 4099]
-
-
-def bf16_to_f32(bits):
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-def f32_to_bf16(x):
-    u = x.astype(np.float32).view(np.uint32)
-    return ((u + np.uint32(0x7FFF) + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def make_inputs(dtype, op, n, k, rng):
-    """Values whose op-combination is exact in every dtype (so the order cannot matter)."""
-    if op is ReduceOp.PRODUCT:
-        vals = rng.choice([1, 2, 3] if dtype == "uint8" else [-2, -1, 1, 2], size=(k, n))
-    elif dtype == "uint8":
-        vals = rng.integers(0, 255, size=(k, n))  # sums wrap like numpy's
-    else:
-        vals = rng.integers(-60, 60, size=(k, n))
-    if dtype == "bfloat16":
-        return [f32_to_bf16(v.astype(np.float32)) for v in vals]
-    return [v.astype(dtype) for v in vals]
-
-
-def reference(dtype, op, inputs):
-    fn = OPS[op]
-    if dtype == "bfloat16":
-        acc = bf16_to_f32(inputs[0])
-        for x in inputs[1:]:
-            acc = fn(acc, bf16_to_f32(x))
-        return f32_to_bf16(acc)
-    if dtype == "float16":  # the kernel accumulates half in float and rounds once
-        acc = inputs[0].astype(np.float32)
-        for x in inputs[1:]:
-            acc = fn(acc, x.astype(np.float32))
-        return acc.astype(np.float16)
-    acc = inputs[0].copy()
-    for x in inputs[1:]:
-        acc = fn(acc, x)
-    return acc
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -61,7 +22,7 @@ def test_reduce_matches_numpy(dtype, op, k, misalign):
 
     rng = np.random.default_rng(hash((dtype, int(op), k)) % 2**32)
     for n in SIZES:
-        host = make_inputs(dtype, op, n + misalign, k, rng)
+        host = make_inputs(dtype, op, n + misalign, k, rng, exact=False)
         dev = [cupy.asarray(h)[misalign:] for h in host]  # misalign=1 forces the scalar path
         out = cupy.zeros_like(dev[0])
         out2 = cupy.zeros_like(dev[0])
