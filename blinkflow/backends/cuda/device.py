@@ -6,7 +6,10 @@ lazily and answers False, never raises, when CuPy or a GPU is missing.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
+import importlib
+import os
 from typing import Sequence
 
 from ...errors import BackendError
@@ -57,17 +60,29 @@ def multiprocessor_count(device: int) -> int:
     return int(cupy.cuda.Device(device).attributes["MultiProcessorCount"])
 
 
+@functools.lru_cache(maxsize=None)
 def cuda_aware_mpi() -> bool:
-    """Whether MPI accepts device pointers (Open MPI built with CUDA, MPICH/MVAPICH with GPU
-    support). Asked through the MPI library itself where it can tell, never guessed."""
+    """Whether MPI accepts device pointers, asked of the MPI library itself, never guessed.
+
+    mpi4py has no wrapper for ``MPIX_Query_cuda_support`` (Open MPI's and MPICH's extension),
+    so it is looked up in the libmpi mpi4py already loaded (``RTLD_NOLOAD``: never a second
+    copy). Any failure, or an MPI without the extension, answers False: staging is always safe.
+    """
     try:
-        from mpi4py import MPI
-    except ImportError:
+        importlib.import_module("mpi4py.MPI")  # loads libmpi
+    except Exception:  # ImportError, or mpi4py failing to find libmpi outside mpirun
         return False
-    query = getattr(MPI, "Query_cuda_support", None)  # mpi4py >= 4 on MPIs that export MPIX_Query_cuda_support
-    if query is not None:
+    for name in ("libmpi.so.40", "libmpi.so.12", "libmpi.so"):
         try:
-            return bool(query())
+            lib = ctypes.CDLL(name, mode=getattr(os, "RTLD_NOLOAD", 4) | ctypes.RTLD_GLOBAL)
+        except OSError:
+            continue
+        query = getattr(lib, "MPIX_Query_cuda_support", None)
+        if query is None:
+            return False
+        query.restype = ctypes.c_int
+        try:
+            return query() == 1
         except Exception:
             return False
     return False
