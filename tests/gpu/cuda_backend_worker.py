@@ -1,8 +1,9 @@
 """Run under mpirun by test_cuda_backend.py: CudaBackend on N ranks sharing the GPUs here.
 
 argv: SCHEDULE HOSTS   (SCHEDULE "chain" = the package's chain schedules, "plan" = the
-planner's lowered trees; HOSTS > 1 splits the ranks into that many pretend hosts to drive the
-three-phase path on one machine.)
+planner's lowered trees, "direct" = chains for the job but no intra-host schedule, so a
+three-phase all-reduce falls back to one-hop reduce-scatter; HOSTS > 1 splits the ranks into
+that many pretend hosts to drive the three-phase path on one machine.)
 
 Every rank derives every rank's input from a seed, so each checks the result against numpy
 itself; then all ranks compare result digests to prove they are bitwise identical.
@@ -32,6 +33,8 @@ CHUNK_BYTES = 4096  # small chunks: many pipeline steps and slot reuse even on s
 
 
 def chain_schedule_for(collective, root_device, nelems, chunk_elems, scope):
+    if scope == "host" and SCHEDULE == "direct":
+        raise NotImplementedError("no intra-host trees")
     devices = DEVICES if scope == "job" else HOST_DEVICES
     if collective == "allreduce":
         return chain_allreduce_schedule(devices, nelems, chunk_elems, nchannels=min(2, len(devices)))
@@ -45,7 +48,7 @@ def make_backend():
     ctx = BackendContext(comm=comm, local_comm=local, cross_comm=cross, topology=None, devices=DEVICES,
                          plan_for=None, config=config)
     kwargs = {"nslots": 2}
-    if SCHEDULE == "chain":
+    if SCHEDULE in ("chain", "direct"):
         kwargs["schedule_for"] = chain_schedule_for
     else:
         from blinkflow.planner import make_plan

@@ -25,9 +25,9 @@ def _planner_ready() -> bool:
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("n,hosts", [(2, 1), (4, 1), (4, 2)])
-def test_backend_chain_schedules(n, hosts):
-    out = run_mpi(n, ["python", WORKER, "chain", str(hosts)], timeout=300)
+@pytest.mark.parametrize("n,hosts,schedule", [(2, 1, "chain"), (4, 1, "chain"), (4, 2, "chain"), (4, 2, "direct")])
+def test_backend_chain_schedules(n, hosts, schedule):
+    out = run_mpi(n, ["python", WORKER, schedule, str(hosts)], timeout=300)
     assert f"OK {n} ranks" in out.stdout, out.stdout + out.stderr
 
 

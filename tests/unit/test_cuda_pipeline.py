@@ -14,7 +14,7 @@ import pytest
 from blinkflow.backends.cuda.pipeline import Issuer, Messenger, SequenceState, run_program
 from blinkflow.backends.cuda.program import compile_program
 from blinkflow.backends.cuda.schedules import chain_allreduce_schedule as chain_allreduce
-from blinkflow.backends.cuda.schedules import direct_allgather_schedule
+from blinkflow.backends.cuda.schedules import direct_allgather_schedule, direct_reducescatter_schedule
 from blinkflow.errors import ScheduleError
 from blinkflow.planner.schedule import Schedule, Step
 
@@ -181,3 +181,20 @@ def test_hazards_match_the_quadratic_definition():
         want = {j for j in range(i) if _overlap(wi, _ranges(steps[j])[0]) or _overlap(wi, _ranges(steps[j])[1])
                 or _overlap(ri, _ranges(steps[j])[1])}
         assert set(a.deps) == want, i
+
+
+@pytest.mark.parametrize("nslots", [1, 3])
+def test_direct_reducescatter_over_threads(nslots):
+    rng = np.random.default_rng(nslots)
+    shards = ((0, 0, 7), (1, 7, 0), (2, 7, 12), (3, 19, 4))
+    sched = direct_reducescatter_schedule((0, 1, 2, 3), shards, 23, 3)
+    inputs = [[rng.normal(size=23)] for _ in range(4)]
+    out = run_ranks([sched, sched], [i * 2 for i in inputs], nslots=nslots)
+    for owner, off, cnt in shards:
+        # the owner folds in its successors in a fixed order: own + next + next-but-one + ...
+        order = [(owner + h) % 4 for h in range(4)]
+        want = inputs[order[0]][0][off:off + cnt].copy()
+        for r in order[1:]:
+            want = want + inputs[r][0][off:off + cnt]
+        for call in (0, 1):
+            np.testing.assert_array_equal(out[(owner, call)][off:off + cnt], want)

@@ -34,7 +34,7 @@ from .launch import dtype_name, scale as scale_kernel
 from .messenger import MpiMessenger
 from .pipeline import SequenceState, run_program
 from .program import RankProgram, compile_program
-from .schedules import direct_allgather_schedule
+from .schedules import direct_allgather_schedule, direct_reducescatter_schedule
 
 DEFAULT_CHUNK_BYTES = 1 << 20
 """Pipeline chunk when ``BLINKFLOW_CHUNK_BYTES`` is 0: large enough to run copies near link
@@ -156,11 +156,15 @@ class CudaBackend(Backend):
             if self.comm.size > 1 and work.size:
                 op = as_reduce_op(op).combiner
                 shards = tuple((self.ctx.devices[r], int(offsets[r]), counts[r]) for r in range(self.comm.size))
-                sched = None if self.multi_host else self._schedule("reducescatter", None, work, "job", want_shards=shards)
-                if sched is not None:
-                    self._run(sched, work, name, op)
-                else:  # no tree plan with these shards: all-reduce and keep our slice
+                if self.multi_host:  # three-phase all-reduce, keep our slice
                     self.allreduce(work, op, dtype=dtype)
+                else:
+                    sched = self._schedule("reducescatter", None, work, "job", want_shards=shards)
+                    if sched is None:  # no tree plan with these shards: one hop to each owner
+                        chunk = self._chunk_elems(work)
+                        sched = self._cached(("direct-reducescatter", shards, chunk), lambda: direct_reducescatter_schedule(
+                            tuple(self.ctx.devices), shards, work.size, chunk))
+                    self._run(sched, work, name, op)
             recv.reshape(-1)[...] = work[offsets[me]:offsets[me + 1]]
 
     def alltoall(self, send, send_counts: Sequence[int], recv, recv_counts: Sequence[int]) -> None:
@@ -299,13 +303,20 @@ class CudaBackend(Backend):
         nlocal = self.local_comm.size
         counts = split_counts([1.0] * nlocal, buf.size)
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(int)
-        if nlocal > 1:  # phase 1: every rank of the host gets the host's sum, over the trees
-            self._run(self._schedule("allreduce", None, buf, "host"), buf, name, op)
+        shards = tuple((self.local_devices[i], int(offsets[i]), counts[i]) for i in range(nlocal))
+        chunk = self._chunk_elems(buf)
+        if nlocal > 1:
+            # Phase 1: our shard must hold the host's sum. Over the plan's intra-host trees when
+            # it has them (an all-reduce: every shard is then complete), else one hop per shard.
+            try:
+                sched = self._schedule("allreduce", None, buf, "host")
+            except (BackendError, PlanError, NotImplementedError):
+                sched = self._cached(("three-phase-scatter", shards, buf.size, chunk),
+                                     lambda: direct_reducescatter_schedule(self.local_devices, shards, buf.size, chunk))
+            self._run(sched, buf, name, op)
         lo, hi = offsets[self.local_rank], offsets[self.local_rank + 1]
         self.cross.allreduce(buf[lo:hi], op, name)  # phase 2: our shard, across hosts
         if nlocal > 1:  # phase 3: gather the shards inside the host
-            shards = tuple((self.local_devices[i], int(offsets[i]), counts[i]) for i in range(nlocal))
-            chunk = self._chunk_elems(buf)
             sched = self._cached(("three-phase-gather", shards, buf.size, chunk),
                                  lambda: direct_allgather_schedule(self.local_devices, shards, buf.size, chunk))
             self._run(sched, buf, None, None)

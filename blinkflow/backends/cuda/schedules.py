@@ -1,7 +1,8 @@
 """Schedules the cuda executor builds itself, without the planner.
 
-* :func:`direct_allgather_schedule` serves calls no tree plan fits (uneven all-gather shards,
-  the last phase of the three-phase all-reduce).
+* :func:`direct_allgather_schedule` and :func:`direct_reducescatter_schedule` serve calls no
+  tree plan fits (the runtime's uneven shards, the first and last phases of the three-phase
+  all-reduce when the plan has no intra-host trees).
 * :func:`chain_allreduce_schedule` is Blink's simplest spanning tree, a chain, reduced up and
   broadcast down chunk by chunk. Benchmarks and GPU tests use it as a baseline that does not
   depend on the planner; on a chain the pipeline is what makes the bandwidth (Blink §4.2).
@@ -37,6 +38,35 @@ def direct_allgather_schedule(devices: Tuple[int, ...], shards: Tuple[Tuple[int,
                 programs[owner].append(Step("send", start, c, peer=peer, channel=channel))
                 programs[peer].append(Step("recv", start, c, peer=owner, channel=channel))
     schedule = Schedule(collective="allgather", devices=tuple(devices), nelems=nelems, chunk_elems=chunk_elems,
+                        programs=tuple((d, tuple(programs[d])) for d in devices), nchannels=max(1, n - 1),
+                        shards=tuple(shards))
+    schedule.validate()
+    return schedule
+
+
+def direct_reducescatter_schedule(devices: Tuple[int, ...], shards: Tuple[Tuple[int, int, int], ...],
+                                  nelems: int, chunk_elems: int) -> Schedule:
+    """A reduce-scatter in one hop: every device sends its copy of each foreign shard, chunk by
+    chunk, straight to the shard's owner, which folds them in with ``recv_reduce``.
+
+    The owner's program lists, per chunk, the senders in a fixed order (its successors in
+    ``devices``); the hazards on the shared range chain those steps, so every chunk is combined
+    in that order and only by its owner: the result does not depend on arrival order. One
+    channel per hop distance, as in :func:`direct_allgather_schedule`.
+    """
+    if chunk_elems <= 0:
+        raise ScheduleError("chunk_elems must be positive")
+    n = len(devices)
+    programs = {d: [] for d in devices}
+    for owner, offset, count in shards:
+        pos = devices.index(owner)
+        for start in range(offset, offset + count, chunk_elems):
+            c = min(chunk_elems, offset + count - start)
+            for hop in range(1, n):
+                peer = devices[(pos + hop) % n]
+                programs[peer].append(Step("send", start, c, peer=owner, channel=hop - 1))
+                programs[owner].append(Step("recv_reduce", start, c, peer=peer, channel=hop - 1))
+    schedule = Schedule(collective="reducescatter", devices=tuple(devices), nelems=nelems, chunk_elems=chunk_elems,
                         programs=tuple((d, tuple(programs[d])) for d in devices), nchannels=max(1, n - 1),
                         shards=tuple(shards))
     schedule.validate()
