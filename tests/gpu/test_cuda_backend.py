@@ -27,7 +27,7 @@ def _planner_ready() -> bool:
 @pytest.mark.mpi
 @pytest.mark.parametrize("n,hosts,schedule", [(2, 1, "chain"), (4, 1, "chain"), (4, 2, "chain"), (4, 2, "direct")])
 def test_backend_chain_schedules(n, hosts, schedule):
-    out = run_mpi(n, ["python", WORKER, schedule, str(hosts)], timeout=300)
+    out = run_mpi(n, ["python", "-m", "mpi4py", WORKER, schedule, str(hosts)], timeout=300)
     assert f"OK {n} ranks" in out.stdout, out.stdout + out.stderr
 
 
@@ -36,5 +36,5 @@ def test_backend_chain_schedules(n, hosts, schedule):
 def test_backend_planned_trees(n):
     if not _planner_ready():
         pytest.skip("the planner's make_plan / lower have not landed on this branch")
-    out = run_mpi(n, ["python", WORKER, "plan", "1"], timeout=300)
+    out = run_mpi(n, ["python", "-m", "mpi4py", WORKER, "plan", "1"], timeout=300)
     assert f"OK {n} ranks" in out.stdout, out.stdout + out.stderr
