@@ -28,7 +28,7 @@ from ..planner.pipeline import TreeShape, emit_broadcast, emit_reduce
 from ..planner.plan import split_counts
 from ..planner.schedule import Schedule
 from ..topology.model import Topology
-from .chunking import Tuning, miad
+from .chunking import STEP_BUDGET, Tuning, miad
 from .engine import SimResult
 from .rings import hamiltonian_path, multi_host_rings, nic_gpus, nvlink_rings, nvlink_units
 from .routes import Router
@@ -199,7 +199,7 @@ def lower_jobs(b: Baseline, nelems: int, chunk_elems: int) -> Schedule:
 
 
 def simulate_baseline(b: Baseline, topology: Topology, size_bytes: int, elem_bytes: int = 4,
-                      chunk_elems: Optional[int] = None, **options) -> Tuning:
+                      chunk_elems: Optional[int] = None, step_budget: int = STEP_BUDGET, **options) -> Tuning:
     """Simulate a baseline with MIAD-tuned chunks (as NCCL tunes its own chunking)."""
     from .api import simulate
     nelems = max(0, size_bytes // elem_bytes)
@@ -213,7 +213,7 @@ def simulate_baseline(b: Baseline, topology: Topology, size_bytes: int, elem_byt
         return Tuning(chunk_elems, r, ((chunk_elems, r.seconds),))
     largest = b.largest_job(nelems)
     steps = sum(len(p) for _, p in b.lower(nelems, max(1, largest)).programs) if nelems else 1
-    return miad(run, largest, elem_bytes, steps_per_chunk=steps)
+    return miad(run, largest, elem_bytes, steps_per_chunk=steps, step_budget=step_budget)
 
 
 def best_baseline(topology: Topology, devices: Sequence[int], collective: str, size_bytes: int,
