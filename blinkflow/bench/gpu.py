@@ -96,7 +96,7 @@ def _context(comm, schedule: str):
     return ctx
 
 
-def _chain_schedule_for(collective, root_device, nelems, chunk_elems, scope, devices):
+def _chain_schedule_for(collective, root_device, nelems, chunk_elems, scope, shard_counts=None, devices=()):
     from ..backends.cuda.schedules import chain_allreduce_schedule
 
     if collective != "allreduce":
@@ -114,7 +114,7 @@ def allreduce_rows(comm, sizes: List[int], iters: int, schedule: str) -> List[Di
     ctx = _context(comm, schedule)
     kwargs = {}
     if schedule == "chain":
-        kwargs["schedule_for"] = lambda *a: _chain_schedule_for(*a, devices=ctx.devices)
+        kwargs["schedule_for"] = lambda *a, **kw: _chain_schedule_for(*a, devices=ctx.devices, **kw)
     backend = CudaBackend(ctx, **kwargs)
     nccl = _nccl_comm(comm, backend.device)
     rows = []

@@ -32,7 +32,7 @@ HOST_DEVICES = tuple(DEVICES[g] for g in local.allgather(me))
 CHUNK_BYTES = 4096  # small chunks: many pipeline steps and slot reuse even on small buffers
 
 
-def chain_schedule_for(collective, root_device, nelems, chunk_elems, scope):
+def chain_schedule_for(collective, root_device, nelems, chunk_elems, scope, shard_counts=None):
     if scope == "host" and SCHEDULE == "direct":
         raise NotImplementedError("no intra-host trees")
     devices = DEVICES if scope == "job" else HOST_DEVICES
@@ -47,7 +47,7 @@ def make_backend():
     config = Config(chunk_bytes=CHUNK_BYTES)
     ctx = BackendContext(comm=comm, local_comm=local, cross_comm=cross, topology=None, devices=DEVICES,
                          plan_for=None, config=config)
-    kwargs = {"nslots": 2}
+    kwargs = {"nslots": 2, "arena_bytes": 4 << 20}  # small: many slot reuses, and /dev/shm under the fake
     if SCHEDULE in ("chain", "direct"):
         kwargs["schedule_for"] = chain_schedule_for
     else:

@@ -41,27 +41,33 @@ DEFAULT_CHUNK_BYTES = 1 << 20
 bandwidth, small enough that an 8-GPU tree fills its pipeline on a 64 MiB fusion buffer."""
 DEFAULT_SLOTS = 4
 """Receive slots per (peer, tree): chunks a sender may run ahead of its receiver."""
+DEFAULT_ARENA_BYTES = 256 << 20
+"""Receive-slot memory per rank. Slots exist for every (local sender, tree, slot), so plans with
+many trees (28 on a full DGX-1) get smaller chunks rather than more memory."""
 _PROGRAM_CACHE = 64
 
 ScheduleFor = Callable[..., object]
-"""``schedule_for(collective, root_device, nelems, chunk_elems, scope) -> Schedule``; scope is
-"job" or "host" (the intra-host part of a three-phase plan)."""
+"""``schedule_for(collective, root_device, nelems, chunk_elems, scope, shard_counts=None) ->
+Schedule``; scope is "job" or "host" (the intra-host part of a three-phase plan);
+``shard_counts`` (all-gather, reduce-scatter) are per device in the schedule's device order."""
 
 
 class CudaBackend(Backend):
     """The cuda executor. Extra keyword arguments (tests, benchmarks): ``nslots``,
-    ``schedule_for`` (replaces lowering the context's plans), ``cross_transport``
-    ("nccl" | "cuda-mpi" | "staged")."""
+    ``arena_bytes`` (receive-slot memory per rank), ``schedule_for`` (replaces lowering the
+    context's plans), ``cross_transport`` ("nccl" | "cuda-mpi" | "staged")."""
 
     name = "cuda"
 
-    def __init__(self, ctx: BackendContext, *, nslots: int = DEFAULT_SLOTS, schedule_for: Optional[ScheduleFor] = None,
-                 cross_transport: Optional[str] = None):
+    def __init__(self, ctx: BackendContext, *, nslots: int = DEFAULT_SLOTS, arena_bytes: int = DEFAULT_ARENA_BYTES,
+                 schedule_for: Optional[ScheduleFor] = None, cross_transport: Optional[str] = None):
         cupy = require_cupy()
         self.cupy = cupy
         self.ctx = ctx
         self.comm = ctx.comm
         self.nslots = nslots
+        self.arena_bytes = arena_bytes
+        self._max_channels = 1  # most trees of any schedule so far; sizes slots and chunks
         self._schedule_for = schedule_for or self._lowered_schedule
         self.local_comm = ctx.local_comm.Dup()  # the executor's control messages only
         self.local_rank = self.local_comm.rank
@@ -105,7 +111,7 @@ class CudaBackend(Backend):
             return
         with self._dev:
             if not self.multi_host:
-                self._run(self._schedule("allreduce", None, buf, "job"), buf, name, op)
+                self._run(self._planned("allreduce", None, buf, "job"), buf, name, op)
             else:
                 self._three_phase_allreduce(buf, name, op)
 
@@ -117,7 +123,7 @@ class CudaBackend(Backend):
             if self.multi_host:
                 self._staged(lambda host: self.comm.Bcast(host, root=root), buf)
             else:
-                self._run(self._schedule("broadcast", self.ctx.devices[root], buf, "job"), buf, None, None)
+                self._run(self._planned("broadcast", self.ctx.devices[root], buf, "job"), buf, None, None)
 
     def allgather(self, send, recv, counts: Sequence[int]) -> None:
         counts = [int(c) for c in counts]
@@ -136,11 +142,10 @@ class CudaBackend(Backend):
                                                                [host, counts]), recv)
                 return
             shards = tuple((self.ctx.devices[r], int(offsets[r]), counts[r]) for r in range(self.comm.size))
-            sched = self._schedule("allgather", None, recv, "job", want_shards=shards)
-            if sched is None:
-                sched = self._cached(("direct-allgather", shards, self._chunk_elems(recv)),
-                                     lambda: direct_allgather_schedule(tuple(self.ctx.devices), shards, recv.size,
-                                                                       self._chunk_elems(recv)))
+            sched = self._planned("allgather", None, recv, "job", shards=shards)
+            if sched is None:  # no tree plan: one hop to everyone
+                sched = self._sized(("direct-allgather", shards, recv.size), recv.dtype.itemsize,
+                                    lambda chunk: direct_allgather_schedule(tuple(self.ctx.devices), shards, recv.size, chunk))
             self._run(sched, recv, None, None)
 
     def reducescatter(self, send, recv, counts: Sequence[int], op: ReduceOp, dtype: Optional[str] = None) -> None:
@@ -159,11 +164,11 @@ class CudaBackend(Backend):
                 if self.multi_host:  # three-phase all-reduce, keep our slice
                     self.allreduce(work, op, dtype=dtype)
                 else:
-                    sched = self._schedule("reducescatter", None, work, "job", want_shards=shards)
-                    if sched is None:  # no tree plan with these shards: one hop to each owner
-                        chunk = self._chunk_elems(work)
-                        sched = self._cached(("direct-reducescatter", shards, chunk), lambda: direct_reducescatter_schedule(
-                            tuple(self.ctx.devices), shards, work.size, chunk))
+                    sched = self._planned("reducescatter", None, work, "job", shards=shards)
+                    if sched is None:  # no tree plan: one hop to each owner
+                        sched = self._sized(("direct-reducescatter", shards, work.size), work.dtype.itemsize,
+                                            lambda chunk: direct_reducescatter_schedule(tuple(self.ctx.devices), shards,
+                                                                                        work.size, chunk))
                     self._run(sched, work, name, op)
             recv.reshape(-1)[...] = work[offsets[me]:offsets[me + 1]]
 
@@ -225,9 +230,12 @@ class CudaBackend(Backend):
             raise BackendError(f"the cuda backend reduces {', '.join(kernels.CTYPES)}; got {name}")
         return name
 
-    def _chunk_elems(self, buf) -> int:
-        chunk_bytes = self.ctx.config.chunk_bytes or DEFAULT_CHUNK_BYTES
-        return max(1, chunk_bytes // buf.dtype.itemsize)
+    def _chunk_elems(self, itemsize: int) -> int:
+        """Pipeline chunk: the configured size, capped so that a slot for every (local sender,
+        tree, slot) fits ``arena_bytes``."""
+        per_slot = self.arena_bytes // (self.local_comm.size * self._max_channels * self.nslots)
+        chunk_bytes = min(self.ctx.config.chunk_bytes or DEFAULT_CHUNK_BYTES, max(256, per_slot // 256 * 256))
+        return max(1, chunk_bytes // itemsize)
 
     def _cached(self, key, make):
         hit = self._programs.get(key)
@@ -240,24 +248,35 @@ class CudaBackend(Backend):
             self._programs.move_to_end(key)
         return hit
 
-    def _schedule(self, collective: str, root_device, buf, scope: str, want_shards=None):
-        """The schedule for this call shape (memoised); None when ``want_shards`` is given and
-        the lowered schedule splits the buffer differently."""
-        chunk = self._chunk_elems(buf)
-        key = (collective, root_device, buf.size, chunk, scope)
-        if want_shards is not None:
-            # Optional tree path: a plan or lowering that cannot serve this call falls back.
-            try:
-                sched = self._cached(key, lambda: self._schedule_for(collective, root_device, buf.size, chunk, scope))
-            except (BackendError, PlanError, NotImplementedError):
-                return None
-        else:
-            sched = self._cached(key, lambda: self._schedule_for(collective, root_device, buf.size, chunk, scope))
-        if want_shards is not None and tuple(tuple(s) for s in sched.shards) != tuple(want_shards):
-            return None
-        return sched
+    def _sized(self, key, itemsize: int, make):
+        """``make(chunk_elems)``, memoised, with chunks small enough for the arena. A schedule
+        with more trees than any before shrinks the chunk, so it is made once more."""
+        while True:
+            chunk = self._chunk_elems(itemsize)
+            sched = self._cached((key, chunk), lambda: make(chunk))
+            if sched.nchannels <= self._max_channels:
+                return sched
+            self._max_channels = sched.nchannels
 
-    def _lowered_schedule(self, collective: str, root_device, nelems: int, chunk_elems: int, scope: str):
+    def _planned(self, collective: str, root_device, buf, scope: str, shards=None):
+        """The tree schedule of this call shape. With ``shards`` (all-gather, reduce-scatter)
+        None when no plan can serve them, so the caller falls back to a one-hop schedule."""
+        counts = None if shards is None else {d: c for d, _, c in shards}
+        key = (collective, root_device, buf.size, scope, None if shards is None else tuple(shards))
+
+        def make(chunk):
+            return self._schedule_for(collective, root_device, buf.size, chunk, scope, shard_counts=counts)
+
+        if shards is None:
+            return self._sized(key, buf.dtype.itemsize, make)
+        try:
+            sched = self._sized(key, buf.dtype.itemsize, make)
+        except (BackendError, PlanError, NotImplementedError):
+            return None
+        return sched if tuple(tuple(x) for x in sched.shards) == tuple(shards) else None
+
+    def _lowered_schedule(self, collective: str, root_device, nelems: int, chunk_elems: int, scope: str,
+                          shard_counts=None):
         try:
             from ...planner.lower import lower
         except ImportError as e:
@@ -271,7 +290,8 @@ class CudaBackend(Backend):
                 raise BackendError(f"a multi-host {collective} needs a three-phase plan (Blink §5); "
                                    f"the plan for device {mine} has no intra-host part")
             plan = hosts[0]
-        return lower(plan, nelems, chunk_elems)
+        counts = None if shard_counts is None else [shard_counts[d] for d in plan.devices]
+        return lower(plan, nelems, chunk_elems, shard_counts=counts)
 
     def _program(self, schedule) -> RankProgram:
         me = self.ctx.devices[self.comm.rank]
@@ -279,23 +299,24 @@ class CudaBackend(Backend):
         return self._cached(("program", id(schedule), me),
                             lambda: (schedule, compile_program(schedule, me, _RankOf(self.local_devices, schedule))))[1]
 
-    def _ensure_arena(self, nchannels: int, slot_bytes: int) -> None:
-        if self._arena is not None and self._arena.fits(nchannels, slot_bytes):
+    def _ensure_arena(self, slot_bytes: int) -> None:
+        """Receive slots for ``_max_channels`` trees (rebuilt, smaller, when that grows)."""
+        arena = self._arena
+        if arena is not None and arena.nchannels == self._max_channels and slot_bytes <= arena.slot_bytes:
             return
-        # Every local rank runs the same schedule, so all of them rebuild here together.
-        if self._arena is not None:
-            nchannels = max(nchannels, self._arena.nchannels)
-            slot_bytes = max(slot_bytes, self._arena.slot_bytes)
+        # Every local rank runs the same schedules in the same order, so all rebuild together.
+        if arena is not None:
             self._dev.synchronize()
-            self.local_comm.Barrier()
-            self._arena.close()
+            self.local_comm.Barrier()  # no peer still copies into (or reads) the old slots
+            arena.close()
             self._arena = None
             self._state.reset()
-        self._arena = IpcArena(self.local_comm, nchannels, self.nslots, slot_bytes)
+        per_slot = self._chunk_elems(1)  # bytes: the cap every chunk of every dtype respects
+        self._arena = IpcArena(self.local_comm, self._max_channels, self.nslots, max(slot_bytes, per_slot))
 
     def _run(self, schedule, buf, dtype: Optional[str], op: Optional[ReduceOp]) -> None:
         program = self._program(schedule)
-        self._ensure_arena(program.nchannels, program.slot_elems * buf.dtype.itemsize)
+        self._ensure_arena(program.slot_elems * buf.dtype.itemsize)
         issuer = CupyIssuer(self._arena, self._streams, buf.reshape(-1), dtype, op)
         run_program(program, issuer, self._messenger, self._state)
 
@@ -304,21 +325,21 @@ class CudaBackend(Backend):
         counts = split_counts([1.0] * nlocal, buf.size)
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(int)
         shards = tuple((self.local_devices[i], int(offsets[i]), counts[i]) for i in range(nlocal))
-        chunk = self._chunk_elems(buf)
+        itemsize = buf.dtype.itemsize
         if nlocal > 1:
             # Phase 1: our shard must hold the host's sum. Over the plan's intra-host trees when
             # it has them (an all-reduce: every shard is then complete), else one hop per shard.
             try:
-                sched = self._schedule("allreduce", None, buf, "host")
+                sched = self._planned("allreduce", None, buf, "host")
             except (BackendError, PlanError, NotImplementedError):
-                sched = self._cached(("three-phase-scatter", shards, buf.size, chunk),
-                                     lambda: direct_reducescatter_schedule(self.local_devices, shards, buf.size, chunk))
+                sched = self._sized(("three-phase-scatter", shards, buf.size), itemsize,
+                                    lambda chunk: direct_reducescatter_schedule(self.local_devices, shards, buf.size, chunk))
             self._run(sched, buf, name, op)
         lo, hi = offsets[self.local_rank], offsets[self.local_rank + 1]
         self.cross.allreduce(buf[lo:hi], op, name)  # phase 2: our shard, across hosts
         if nlocal > 1:  # phase 3: gather the shards inside the host
-            sched = self._cached(("three-phase-gather", shards, buf.size, chunk),
-                                 lambda: direct_allgather_schedule(self.local_devices, shards, buf.size, chunk))
+            sched = self._sized(("three-phase-gather", shards, buf.size), itemsize,
+                                lambda chunk: direct_allgather_schedule(self.local_devices, shards, buf.size, chunk))
             self._run(sched, buf, None, None)
 
     def _staged(self, mpi_call, buf) -> None:
