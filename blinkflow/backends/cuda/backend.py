@@ -45,6 +45,7 @@ DEFAULT_ARENA_BYTES = 256 << 20
 """Receive-slot memory per rank. Slots exist for every (local sender, tree, slot), so plans with
 many trees (28 on a full DGX-1) get smaller chunks rather than more memory."""
 _PROGRAM_CACHE = 64
+CLOSE_BARRIER_SECONDS = 10.0
 
 ScheduleFor = Callable[..., object]
 """``schedule_for(collective, root_device, nelems, chunk_elems, scope, shard_counts=None) ->
@@ -207,8 +208,10 @@ class CudaBackend(Backend):
             with self._dev:
                 self._dev.synchronize()
                 if self._arena is not None:
-                    self.local_comm.Barrier()  # nobody may still copy into an arena we free
-                    self._arena.close()
+                    # Nobody may still copy into an arena we free. After a peer failed the
+                    # barrier never completes: then leave the memory to process exit.
+                    if _barrier_within(self.local_comm, CLOSE_BARRIER_SECONDS):
+                        self._arena.close()
                     self._arena = None
                 if self.cross is not None:
                     self.cross.close()
@@ -353,6 +356,19 @@ class CudaBackend(Backend):
         host = self.cupy.asnumpy(flat)
         mpi_call(host)
         flat.set(host)
+
+
+def _barrier_within(comm, seconds: float) -> bool:
+    """A barrier that gives up after ``seconds`` (a dead peer must not hang shutdown)."""
+    import time
+
+    request = comm.Ibarrier()
+    deadline = time.monotonic() + seconds
+    while not request.Test():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
 
 
 class _RankOf(dict):
