@@ -29,3 +29,19 @@ def test_cuda_backend_on_fake_cupy(n, schedule, hosts):
     env = {"PYTHONPATH": os.pathsep.join([FAKE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     out = run_mpi(n, ["python", "-m", "mpi4py", WORKER, schedule, str(hosts)], timeout=240, env=env)
     assert f"OK {n} ranks, {hosts} hosts, {schedule}" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_gpu_bench_runs_on_fake_cupy():
+    """The bench's code paths (kernel timing, backend vs staged MPI, NCCL skipped on a shared
+    GPU, JSON) run; its numbers mean nothing on the fake and are not checked."""
+    import json
+
+    env = {"PYTHONPATH": FAKE}
+    out = run_mpi(2, ["python", "-m", "blinkflow.bench", "gpu", "--sizes", "4KB,20KB", "--iters", "2", "--json"],
+                  timeout=240, env=env)
+    result = json.loads(out.stdout)
+    assert result["ranks"] == 2 and len(result["kernels"]) == 4
+    assert [r["bytes"] for r in result["allreduce"]] == [4096, 20480]
+    assert all("nccl_s" not in r and r["blinkflow_busbw_gbps"] > 0 for r in result["allreduce"])
