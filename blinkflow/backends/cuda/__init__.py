@@ -8,11 +8,15 @@ schedule IR lowered from the plan (``blinkflow.planner.schedule``) says what mov
 Modules, one job each:
 
 ``kernels``    loads ``kernels/*.cu`` through ``cupy.RawModule`` (lazily, per device)
-``launch``     launches reduce / scale / pack kernels on cupy arrays
+``launch``     launches reduce / scale / pack kernels on pointers and cupy arrays
 ``program``    pure: compiles one rank's schedule into ordered actions (no CuPy)
-``pipeline``   the per-rank event loop that issues those actions (no CuPy)
+``pipeline``   pure: the per-rank issue loop and the READY/FREE slot protocol (no CuPy)
+``schedules``  pure: one-hop and chain schedules built without the planner
 ``ipc``        receive slots and events shared through CUDA IPC
-``crosshost``  the cross-machine phase (CUDA-aware MPI, NCCL, or pinned host staging)
+``issuer``     enqueues actions on one stream per tree
+``messenger``  READY/FREE control messages over MPI
+``crosshost``  the cross-machine phase (NCCL, CUDA-aware MPI, or pinned host staging)
+``device``     which GPU a rank drives; what CUDA and MPI can do here
 ``backend``    :class:`CudaBackend`, the :class:`~blinkflow.backends.base.Backend`
 ``dlpack``     zero-copy TensorFlow <-> CuPy
 

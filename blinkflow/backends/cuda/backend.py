@@ -4,9 +4,10 @@ sharing one, for tests).
 Within a host the schedule lowered from the plan runs on the IPC executor (``program`` ->
 ``pipeline`` -> ``issuer`` over an ``ipc`` arena): chunks are pushed peer-to-peer into receive
 slots, reduced and forwarded by one fused kernel, on one stream per tree. Across hosts the
-all-reduce follows Blink's three phases (§5): an all-reduce inside each host over its trees,
-an all-reduce of one shard per rank across hosts (``crosshost``), and an all-gather of the
-shards inside each host. Results are bitwise identical on every rank: inside a host every
+all-reduce follows Blink's three phases (§5): inside each host the shard of every rank is
+reduced (over the plan's intra-host trees, or one hop to its owner when the plan has none),
+one shard per rank is all-reduced across hosts (``crosshost``), and the shards are all-gathered
+inside each host. Results are bitwise identical on every rank: inside a host every
 element is combined once, at its tree's root, and broadcast; across hosts every rank combines
 the gathered shards in the same order.
 
@@ -50,7 +51,7 @@ CLOSE_BARRIER_SECONDS = 10.0
 ScheduleFor = Callable[..., object]
 """``schedule_for(collective, root_device, nelems, chunk_elems, scope, shard_counts=None) ->
 Schedule``; scope is "job" or "host" (the intra-host part of a three-phase plan);
-``shard_counts`` (all-gather, reduce-scatter) are per device in the schedule's device order."""
+``shard_counts`` (all-gather, reduce-scatter) maps each device to its shard's element count."""
 
 
 class CudaBackend(Backend):
