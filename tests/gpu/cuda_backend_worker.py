@@ -1,7 +1,7 @@
 """Run under mpirun by test_cuda_backend.py: CudaBackend on N ranks sharing the GPUs here.
 
 argv: SCHEDULE HOSTS   (SCHEDULE "chain" = the package's chain schedules, "plan" = the
-planner's lowered trees, "direct" = chains for the job but no intra-host schedule, so a
+planner's lowered trees for the first GPUs of each host of an HGX H100 (cluster), "direct" = chains for the job but no intra-host schedule, so a
 three-phase all-reduce falls back to one-hop reduce-scatter; HOSTS > 1 splits the ranks into
 that many pretend hosts to drive the three-phase path on one machine.)
 
@@ -27,7 +27,13 @@ n, me = comm.size, comm.rank
 per_host = n // HOSTS
 local = comm.Split(me // per_host, key=me)
 cross = comm.Split(local.rank, key=me)
-DEVICES = tuple(range(n))  # virtual device ids; the ranks share the physical GPU(s)
+if SCHEDULE == "plan":  # the first GPUs of each host of an HGX H100 cluster
+    from blinkflow.topology.presets import get_preset
+
+    TOPOLOGY = get_preset(f"{HOSTS}xhgx-h100" if HOSTS > 1 else "hgx-h100")
+    DEVICES = tuple(d for h in TOPOLOGY.hosts for d in TOPOLOGY.compute_on_host(h)[:per_host])
+else:
+    DEVICES = tuple(range(n))  # virtual device ids; the ranks share the physical GPU(s)
 HOST_DEVICES = tuple(DEVICES[g] for g in local.allgather(me))
 CHUNK_BYTES = 4096  # small chunks: many pipeline steps and slot reuse even on small buffers
 
@@ -52,11 +58,9 @@ def make_backend():
         kwargs["schedule_for"] = chain_schedule_for
     else:
         from blinkflow.planner import make_plan
-        from blinkflow.topology.presets import get_preset
 
-        topo = get_preset("hgx-h100").subset(list(DEVICES))
-        ctx.topology = topo
-        ctx.plan_for = lambda collective, root=None: make_plan(topo, collective, root=root)
+        ctx.topology = TOPOLOGY
+        ctx.plan_for = lambda collective, root=None: make_plan(TOPOLOGY, collective, devices=list(DEVICES), root=root)
     if HOSTS > 1:
         kwargs["cross_transport"] = "staged"
     return CudaBackend(ctx, **kwargs)

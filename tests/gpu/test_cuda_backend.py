@@ -32,9 +32,9 @@ def test_backend_chain_schedules(n, hosts, schedule):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("n", [2, 4])
-def test_backend_planned_trees(n):
+@pytest.mark.parametrize("n,hosts", [(2, 1), (4, 1), (4, 2)])
+def test_backend_planned_trees(n, hosts):
     if not _planner_ready():
         pytest.skip("the planner's make_plan / lower have not landed on this branch")
-    out = run_mpi(n, ["python", "-m", "mpi4py", WORKER, "plan", "1"], timeout=300)
+    out = run_mpi(n, ["python", "-m", "mpi4py", WORKER, "plan", str(hosts)], timeout=300)
     assert f"OK {n} ranks" in out.stdout, out.stdout + out.stderr

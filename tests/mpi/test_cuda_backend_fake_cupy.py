@@ -22,7 +22,7 @@ FAKE = os.path.join(HERE, "fake_cupy")
 @pytest.mark.mpi
 @pytest.mark.slow
 @pytest.mark.parametrize("n,schedule,hosts", [(1, "chain", 1), (2, "chain", 1), (4, "chain", 1), (4, "direct", 2),
-                                               (4, "plan", 1)])
+                                               (4, "plan", 1), (4, "plan", 2)])
 def test_cuda_backend_on_fake_cupy(n, schedule, hosts):
     if schedule == "plan" and importlib.util.find_spec("blinkflow.planner.lower") is None:
         pytest.skip("the schedule lowering (blinkflow.planner.lower) has not landed")
