@@ -1,21 +1,20 @@
-"""GPU tier (STYLE habit 12): skipped where no CUDA device (or CuPy) is found, and run for real
-wherever one is. Set BLINKFLOW_EXPECT_GPU=1 on a GPU runner to turn a silent skip (CuPy not
-installed, driver not visible) into a failure."""
+"""GPU tier (STYLE habit 12): skipped where no GPU is found, and run for real wherever one is.
+Set BLINKFLOW_EXPECT_GPU=1 on a GPU runner to turn a skip (CuPy not installed, driver not
+visible) into a failure.
+
+Most tests drive the GPU through CuPy. A module that sets ``NEEDS_CUPY = False`` (the nvcc
+kernel test) only needs a GPU that ``nvidia-smi`` lists, so kernels can be checked on a GPU
+machine where CuPy cannot be installed.
+"""
 import os
 
 import pytest
 
-
-def gpu_count() -> int:
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount()
-    except Exception:
-        return 0
+from gpu_detect import cupy_gpus, nvidia_smi_gpus
 
 
-HAVE_GPU = gpu_count() > 0
+CUPY_GPUS = cupy_gpus()
+NVIDIA_GPUS = nvidia_smi_gpus() if CUPY_GPUS == 0 else CUPY_GPUS
 
 
 def pytest_collection_modifyitems(config, items):
@@ -26,9 +25,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
-def _needs_gpu():
-    if HAVE_GPU:
+def _needs_gpu(request):
+    needs_cupy = getattr(request.module, "NEEDS_CUPY", True)
+    if (CUPY_GPUS if needs_cupy else NVIDIA_GPUS) > 0:
         return
+    what = "CuPy sees no CUDA device (pip install cupy-cuda12x?)" if needs_cupy else "nvidia-smi lists no GPU"
     if os.environ.get("BLINKFLOW_EXPECT_GPU") == "1":
-        pytest.fail("BLINKFLOW_EXPECT_GPU=1 but CuPy sees no CUDA device (pip install cupy-cuda12x?)")
-    pytest.skip("needs a CUDA GPU and CuPy (pip install cupy-cuda12x)")
+        pytest.fail(f"BLINKFLOW_EXPECT_GPU=1 but {what}")
+    pytest.skip(f"needs a CUDA GPU: {what}")
