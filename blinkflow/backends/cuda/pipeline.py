@@ -107,10 +107,7 @@ def run_program(program: RankProgram, issuer: Issuer, messenger: Messenger, stat
     send_base = {k: state.sent[k] for k in program.sends}
     recv_base = {k: state.received[k] for k in program.recvs}
     waiting_deps = [len(a.deps) for a in actions]
-    dependents: Dict[int, list] = collections.defaultdict(list)
-    for a in actions:
-        for d in a.deps:
-            dependents[d].append(a.index)
+    dependents = program.dependents
     seqs = []
     for a in actions:
         rseq = recv_base[(a.recv_from, a.channel)] + a.recv_seq if a.recv_from is not None else -1
@@ -157,7 +154,7 @@ def run_program(program: RankProgram, issuer: Issuer, messenger: Messenger, stat
                 messenger.post(a.recv_from, FREE, a.channel, rseq)
             if sseq >= 0:
                 messenger.post(a.send_to, READY, a.channel, sseq)
-            for j in dependents.get(i, ()):
+            for j in dependents[i]:
                 waiting_deps[j] -= 1
                 if waiting_deps[j] == 0:
                     advance(j)

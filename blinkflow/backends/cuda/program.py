@@ -62,6 +62,8 @@ class RankProgram:
     """Largest transfer of the whole schedule (every rank computes the same value)."""
     cross_stream_deps: Tuple[bool, ...]
     """``[i]``: some later action on another channel depends on action ``i`` (needs an event)."""
+    dependents: Tuple[Tuple[int, ...], ...] = ()
+    """``[i]``: the actions that list ``i`` in their deps (precomputed for the issue loop)."""
 
 
 def _ranges(step: Step) -> Tuple[List[Tuple[int, int]], List[Tuple[int, int]]]:
@@ -121,11 +123,13 @@ def compile_program(schedule: Schedule, device: int, rank_of: Mapping[int, int])
         actions.append(Action(index=i, op=s.op, offset=s.offset, count=s.count, channel=s.channel,
                               deps=tuple(sorted(deps)), src_offset=s.src_offset, **fields))
     cross = [False] * len(actions)
+    dependents: List[List[int]] = [[] for _ in actions]
     for a in actions:
         for d in a.deps:
+            dependents[d].append(a.index)
             if actions[d].channel != a.channel:
                 cross[d] = True
     slot = max((s.count for _, prog in schedule.programs for s in prog if s.destination is not None), default=0)
     return RankProgram(rank=me, nelems=schedule.nelems, nchannels=max(1, schedule.nchannels),
                        actions=tuple(actions), sends=send_seq, recvs=recv_seq, slot_elems=slot,
-                       cross_stream_deps=tuple(cross))
+                       cross_stream_deps=tuple(cross), dependents=tuple(tuple(x) for x in dependents))
