@@ -56,7 +56,7 @@ def three_phase(topology: Topology, devices: Sequence[int]) -> Plan:
     plan = Plan("allreduce", topology.name, tuple(devices), (), 0.0, 0.0, algorithm="three-phase",
                 intra=tuple(intra), cross=tuple(cross))
     rate = plan_rate(plan, topology)
-    return dataclasses.replace(plan, rate_gbps=rate, optimal_gbps=max(rate, _bound(topology, intra, hosts)))
+    return dataclasses.replace(plan, rate_gbps=rate, optimal_gbps=max(rate, _bound(topology, intra, hosts, devices)))
 
 
 def _cross_groups(topology: Topology, hosts: List[str], shards) -> List[CrossGroup]:
@@ -141,27 +141,31 @@ def _group_plan(topology: Topology, members, paths_of) -> PackedPlan:
     return packed
 
 
-def _bound(topology: Topology, intra: List[Plan], hosts: List[str]) -> float:
+def _bound(topology: Topology, intra: List[Plan], hosts: List[str], devices: Sequence[int]) -> float:
     """An upper bound for the class: no host beats its own all-reduce optimum, and every host
     must send and receive ``2 (H − 1) / H`` of the buffer through the cut between it and the
     network, whose capacity is a max-flow from the host's devices to the network switch."""
     bounds = [p.optimal_gbps for p in intra if p.optimal_gbps > 0]
     count = len(hosts)
     for h in hosts:
-        out = _host_uplink(topology, h)
+        out = host_uplink(topology, h, devices)
         if out > 0:
             bounds.append(out * count / (2 * (count - 1)))
     return min(bounds) if bounds else float("inf")
 
 
-def _host_uplink(topology: Topology, host: str) -> float:
-    inside = {n.id for n in topology.nodes if n.host == host}
+def host_uplink(topology: Topology, host: str, devices: Sequence[int]) -> float:
+    """GB/s the allocated ``devices`` of ``host`` can push into the network: a max-flow from
+    them through the host's forwarding nodes (never through GPUs outside the allocation, which
+    are not relays) to the far ends of its network links."""
+    allocated = set(devices)
+    inside = {n.id for n in topology.nodes if n.host == host and (n.id in allocated or not n.is_compute)}
     caps = {(l.src, l.dst): to_fraction(l.gbps) for l in topology.links
             if l.src in inside and (l.dst in inside or l.kind == "net")}
     if not caps:
         return 0.0
     source = ("uplink", "source")
-    for d in topology.compute_on_host(host):
+    for d in (d for d in devices if d in inside):
         caps[(source, d)] = sum(c for (a, _), c in caps.items() if a == d)
     sinks = {b for (a, b) in caps if b not in inside and a != source}
     sink = ("uplink", "sink")

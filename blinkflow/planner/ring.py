@@ -134,8 +134,11 @@ def _pcie_fallback(topology: Topology, devices: List[int]) -> float:
 
 
 def _multi_host(topology: Topology, devices: List[int], hosts) -> float:
+    """Rings cross every host boundary: no faster than the slowest host's own ring, nor than
+    what the allocated devices of a host can push through its NICs (PCIe paths included)."""
+    from .multihost import host_uplink
+
     intra = min(ring_bandwidth(topology, [d for d in devices if topology.node(d).host == h]) or float("inf")
                 for h in hosts)
-    nic = min(sum(l.gbps for l in topology.links if l.kind == "net" and l.dst != l.src
-                  and topology.node(l.src).host == h) for h in hosts)
+    nic = min(host_uplink(topology, h, devices) for h in hosts)
     return min(intra, nic) if nic > 0 else intra

@@ -5,6 +5,7 @@ import pytest
 
 from blinkflow.errors import PlanError, TopologyError
 from blinkflow.planner import Plan, link_loads, make_plan, verify_plan
+from blinkflow.planner.ring import ring_bandwidth, ring_gbps
 from blinkflow.topology import Link, Node, Topology, bidirectional
 from blinkflow.topology.presets import get_preset
 
@@ -154,3 +155,29 @@ def test_cross_host_rooted_and_gathering_collectives(name, collective):
     assert nets  # data crosses hosts through the network switch
     if name != "2xcpu-host:2":  # NVLink hosts with one NIC per GPU pair: every NIC works
         assert plan.rate_gbps == pytest.approx(plan.optimal_gbps)
+
+
+def test_multi_host_subset_bounds_use_only_the_allocation():
+    # GPU 0 and GPU 8 reach their NICs over one PCIe Gen3 link each (12 GB/s): no all-reduce
+    # between them beats 12 GB/s, whatever the other 14 GPUs' NICs could carry.
+    topo = get_preset("2xdgx1-v100")
+    plan = make_plan(topo, "allreduce", [0, 8])
+    assert plan.rate_gbps == pytest.approx(12.0)
+    assert plan.optimal_gbps == pytest.approx(12.0)
+    assert plan.ring_gbps == pytest.approx(12.0)
+    # GPUs 0 and 1 share one PCIe switch (12 GB/s to its NIC, 12 GB/s to the CPU socket and the
+    # other NICs behind it): 24 GB/s up per host, H = 2 — not the 48 GB/s of all four switches.
+    pair = make_plan(topo, "allreduce", [0, 1, 8, 9])
+    assert pair.optimal_gbps == pytest.approx(24.0)
+
+
+@pytest.mark.parametrize("name, uplink", [("2xcpu-host:1", 12.0), ("2xcpu-host:2", 12.5), ("2xdgx1-v100", 48.0)])
+def test_multi_host_ring_respects_the_pcie_path_to_the_nic(name, uplink):
+    # A NIC hangs off PCIe Gen3 (12 GB/s): the network link alone (12.5) is not the host's cut.
+    # A CPU host's ranks each reach the NIC over their own PCIe link; a DGX-1's 4 NICs sit
+    # behind 4 PCIe switches.
+    topo = get_preset(name)
+    assert ring_bandwidth(topo, topo.compute_ids) <= uplink + 1e-9
+    for collective in ("broadcast", "allgather", "allreduce"):
+        plan = make_plan(topo, collective)
+        assert plan.ring_gbps == pytest.approx(ring_gbps(topo, topo.compute_ids, collective))
