@@ -10,12 +10,11 @@ and one line on stderr, never a traceback (launcher/one_line.py).
 from __future__ import annotations
 
 import json
-from typing import List, Optional
 
 import click
 
-from ..errors import TopologyError
 from .one_line import OneLineErrorCommand
+from .topo_cmd import parse_gpus
 
 COLLECTIVE_CHOICES = ("broadcast", "reduce", "allreduce", "allgather", "reducescatter")
 
@@ -25,18 +24,6 @@ def load_topology_spec(spec: str):
     from ..topology.resolve import resolve_topology
 
     return resolve_topology(spec, "--topology")
-
-
-def parse_gpus(text: Optional[str]) -> Optional[List[int]]:
-    if text is None:
-        return None
-    try:
-        gpus = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise TopologyError(f"{text!r} is not a comma-separated list of device ids", "--gpus") from None
-    if not gpus:
-        raise TopologyError("the device list is empty", "--gpus")
-    return gpus
 
 
 @click.command(cls=OneLineErrorCommand, help="Plan one collective's spanning trees on a topology.")

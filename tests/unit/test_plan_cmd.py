@@ -52,6 +52,24 @@ def test_bad_input_exits_2_with_one_line(args, capsys):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.parametrize("gpus, says", [
+    ("0,\u00b2", "'\u00b2' is not a device index"),  # str.isdigit() is true for '²', int() fails
+    ("0,1_0", "'1_0' is not a device index"),  # int() reads it as 10
+    ("0,,1", "'' is not a device index"),
+    ("-1", "'-1' is not a device index"),
+    ("0,0", "repeats a device"),
+])
+def test_gpus_list_is_parsed_like_topo_does(gpus, says, capsys):
+    assert _run(["--topology", "dgx1-v100", "--gpus", gpus, "--collective", "allreduce"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("blinkrun plan: error: --gpus") and says in err and len(err.splitlines()) == 1
+
+
+def test_gpus_accepts_spaces(capsys):
+    assert _run(["--topology", "dgx1-v100", "--gpus", " 0, 1 ,4", "--collective", "allreduce", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["gpus"] == [0, 1, 4]
+
+
 def test_png(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     png = tmp_path / "plan.png"
