@@ -191,7 +191,9 @@ def get_preset(spec: str) -> Topology:
     text = spec.strip()
     m = re.fullmatch(r"(\d+)x(.+)", text)
     if m:
-        return multi_host(get_preset(m.group(2)), int(m.group(1)))
+        base, hosts = get_preset(m.group(2)), int(m.group(1))
+        _check_size(hosts * len(base.compute_ids), spec)
+        return multi_host(base, hosts)
     name, _, arg = text.partition(":")
     if name not in PRESETS:
         raise TopologyError(f"unknown preset {spec!r}; known presets: {', '.join(preset_names())} "
@@ -199,5 +201,17 @@ def get_preset(spec: str) -> Topology:
     if arg:
         if name != "cpu-host" or not arg.isdigit():
             raise TopologyError(f"preset {name!r} takes no argument {arg!r} (only cpu-host:N does)", "--preset")
+        _check_size(int(arg), spec)
         return cpu_host(int(arg))
     return PRESETS[name][0]()
+
+
+#: The most devices a preset describes: a typo such as ``99999999999xcpu-host:1`` must fail at
+#: once, not build nodes until memory runs out. Larger machines can still come from a file.
+MAX_PRESET_DEVICES = 1024
+
+
+def _check_size(devices: int, spec: str) -> None:
+    if devices > MAX_PRESET_DEVICES:
+        raise TopologyError(f"preset {spec!r} has {devices} devices; presets describe at most "
+                            f"{MAX_PRESET_DEVICES} devices (write a topology file for more)", "--preset")
