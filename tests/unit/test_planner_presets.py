@@ -47,15 +47,27 @@ def test_deterministic(dgx1v):
     assert make_plan(dgx1v, "allreduce", [0, 2, 5, 7]).digest() == make_plan(dgx1v, "allreduce", [0, 2, 5, 7]).digest()
 
 
-@pytest.mark.parametrize("name", ["dgx2", "dgx-a100", "hgx-h100", "pcie-8gpu"])
+# Expected rates from the cuts. A non-blocking switch with B GB/s per GPU: broadcast B,
+# all-gather B·N/(N−1), all-reduce half that. pcie-8gpu: broadcast is held to the 10 GB/s QPI
+# between the sockets; in an all-gather each GPU receives 7/8 of the buffer over its 12 GB/s
+# PCIe link (96/7), the tightest cut (the QPI cut allows 20, a PCIe switch's 16).
+SWITCH_PRESET_RATES = {
+    "dgx2": (150.0, 16, 150.0), "dgx-a100": (300.0, 8, 300.0), "hgx-h100": (450.0, 8, 450.0),
+    "pcie-8gpu": (10.0, 8, 12.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SWITCH_PRESET_RATES))
 @pytest.mark.parametrize("collective", ["broadcast", "allgather", "allreduce"])
 def test_switch_presets_plan_and_verify(name, collective):
     topo = get_preset(name)
     plan = make_plan(topo, collective)
     verify_plan(plan, topo)
-    assert plan.rate_gbps > 0 and plan.optimal_gbps >= plan.rate_gbps * (1 - 1e-9)
-    if topo.node("nvswitch" if name != "pcie-8gpu" else "pcie0"):
-        assert plan.routes  # every GPU pair talks through a switch
+    broadcast, n, per_gpu = SWITCH_PRESET_RATES[name]
+    expected = {"broadcast": broadcast, "allgather": per_gpu * n / (n - 1),
+                "allreduce": per_gpu * n / (2 * (n - 1))}[collective]
+    assert plan.rate_gbps == pytest.approx(expected) and plan.optimal_gbps == pytest.approx(expected)
+    assert plan.routes  # no two GPUs share a direct link: every edge is routed through a switch
 
 
 @pytest.mark.parametrize("n", [2, 3, 5, 8])
