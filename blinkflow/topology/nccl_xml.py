@@ -35,12 +35,12 @@ How it maps onto the graph:
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from typing import Dict, List, Optional, Tuple
 from xml.parsers import expat
 
 from ..errors import TopologyError
+from .io import file_stem, read_file
 from .model import Link, Node, Topology, bidirectional
 from .presets import NVLINK_GBPS, QPI_GBPS
 
@@ -65,13 +65,8 @@ class XmlElement:
 
 def load_nccl_xml(path: str, **options) -> Topology:
     """Read an NCCL topology dump; see :func:`topology_from_nccl_xml`."""
-    where = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise TopologyError(f"cannot read: {e.strerror}", where) from None
-    options.setdefault("name", os.path.splitext(os.path.basename(where))[0])
+    data, where = read_file(path)
+    options.setdefault("name", file_stem(where))
     return topology_from_nccl_xml(data, where=where, **options)
 
 
