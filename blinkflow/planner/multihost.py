@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from fractions import Fraction
-from typing import Dict, Hashable, List, Sequence, Tuple
+from typing import Dict, Hashable, List, Sequence, Tuple, TypeVar
 
 from ..errors import PlanError
 from ..topology.model import Topology
@@ -27,6 +27,8 @@ from .maxflow import FlowGraph, integer_scale, scaled, to_fraction
 from .network import Network, main_network
 from .plan import CrossGroup, Plan, Tree
 from .single import PackedPlan, allreduce
+
+T = TypeVar("T")
 
 
 def three_phase(topology: Topology, devices: Sequence[int]) -> Plan:
@@ -62,12 +64,10 @@ def three_phase(topology: Topology, devices: Sequence[int]) -> Plan:
 def _cross_groups(topology: Topology, hosts: List[str], shards) -> List[CrossGroup]:
     from .make import to_plan
 
-    cuts = sorted({Fraction(0), Fraction(1)} | {c for h in hosts for c in _cumulative(shards[h])})
     nic_use: Dict[Hashable, int] = {}
     paths_of: Dict[int, Tuple[Tuple[Hashable, ...], Tuple[Hashable, ...]]] = {}
     groups = []
-    for start, stop in zip(cuts[:-1], cuts[1:]):
-        members = tuple(_holder(shards[h], (start + stop) / 2) for h in hosts)
+    for start, stop, members in common_refinement([shards[h] for h in hosts]):
         for d in members:
             if d not in paths_of:
                 paths_of[d] = nic_paths(topology, d, nic_use)
@@ -77,21 +77,32 @@ def _cross_groups(topology: Topology, hosts: List[str], shards) -> List[CrossGro
     return groups
 
 
-def _cumulative(shard: List[Tuple[Fraction, int]]) -> List[Fraction]:
-    out, acc = [], Fraction(0)
-    for frac, _ in shard:
-        acc += frac
-        out.append(acc)
-    return out
+def common_refinement(partitions: Sequence[Sequence[Tuple[Fraction, T]]]
+                      ) -> List[Tuple[Fraction, Fraction, Tuple[T, ...]]]:
+    """Cut [0, 1) at every boundary of several partitions, each a list of ``(width, item)``
+    whose widths sum to 1: ``(start, stop, items)`` per slice, ``items[i]`` being the item of
+    partition ``i`` that covers the slice.
+
+    >>> common_refinement([[(Fraction(1, 2), "a"), (Fraction(1, 2), "b")], [(Fraction(1), "x")]])
+    [(Fraction(0, 1), Fraction(1, 2), ('a', 'x')), (Fraction(1, 2), Fraction(1, 1), ('b', 'x'))]
+    """
+    cuts = {Fraction(0), Fraction(1)}
+    for partition in partitions:
+        acc = Fraction(0)
+        for width, _ in partition:
+            acc += width
+            cuts.add(acc)
+    edges = sorted(cuts)
+    return [(lo, hi, tuple(_item_at(p, (lo + hi) / 2) for p in partitions)) for lo, hi in zip(edges[:-1], edges[1:])]
 
 
-def _holder(shard: List[Tuple[Fraction, int]], point: Fraction) -> int:
+def _item_at(partition: Sequence[Tuple[Fraction, T]], point: Fraction) -> T:
     acc = Fraction(0)
-    for frac, root in shard:
-        acc += frac
+    for width, item in partition:
+        acc += width
         if point < acc:
-            return root
-    return shard[-1][1]
+            return item
+    return partition[-1][1]
 
 
 def nic_paths(topology: Topology, device: int, nic_use: Dict[Hashable, int]):
