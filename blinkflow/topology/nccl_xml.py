@@ -171,7 +171,7 @@ class _Builder:
             raise self.error(element, f"link_speed {speed!r} is no PCIe generation "
                                       f"({', '.join(f'{s:g} GT/s' for s in _GT_PER_GEN)})")
         width_text = element.attrs.get("link_width", "16")
-        if not width_text.isdigit():
+        if not width_text.isdecimal():
             raise self.error(element, f"link_width {width_text!r} is not a lane count")
         width = int(width_text) or 16
         return PCIE_X16_GBPS[gen] * width / 16
@@ -182,7 +182,7 @@ class _Builder:
             raise self.error(element, "<nic> without a <net name=..> child")
         name = self.attr(net, "name")
         speed = net.attrs.get("speed", "")
-        detail = f"{int(speed) / 8000:g}GB/s" if speed.isdigit() and int(speed) > 0 else None
+        detail = f"{int(speed) / 8000:g}GB/s" if speed.isdecimal() and int(speed) > 0 else None
         if any(n.id == name for n in self.nodes):
             return  # NCCL lists a socket NIC once under every <cpu>; keep the first
         self.nodes.append(Node(name, "nic", self.host, detail=detail))
@@ -206,7 +206,7 @@ class _Builder:
         devs = []
         for _, gpu, _ in self.gpus:
             dev = gpu.attrs.get("dev", "")
-            if not dev.isdigit():
+            if not dev.isdecimal():
                 devs = None
                 break
             devs.append(int(dev))
@@ -222,7 +222,7 @@ class _Builder:
             to_switch = 0
             for nvlink in (c for c in gpu.children if c.tag == "nvlink"):
                 count_text = self.attr(nvlink, "count")
-                if not count_text.isdigit() or int(count_text) < 1:
+                if not count_text.isdecimal() or int(count_text) < 1:
                     raise self.error(nvlink, f"count {count_text!r} is not a positive integer")
                 count = int(count_text)
                 tclass = nvlink.attrs.get("tclass", "").lower()

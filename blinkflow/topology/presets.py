@@ -199,7 +199,9 @@ def get_preset(spec: str) -> Topology:
         raise TopologyError(f"unknown preset {spec!r}; known presets: {', '.join(preset_names())} "
                             "(prefix Nx for N hosts, e.g. 2xdgx1-v100)", "--preset")
     if arg:
-        if name != "cpu-host" or not arg.isdigit():
+        if name == "cpu-host" and not arg.isdecimal():
+            raise TopologyError(f"cpu-host:{arg} needs a number of ranks, e.g. cpu-host:4", "--preset")
+        if name != "cpu-host":
             raise TopologyError(f"preset {name!r} takes no argument {arg!r} (only cpu-host:N does)", "--preset")
         _check_size(int(arg), spec)
         return cpu_host(int(arg))

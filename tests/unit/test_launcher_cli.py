@@ -36,7 +36,7 @@ def test_bad_usage_exits_2(args, message):
 def test_bad_topology_variable_is_named_before_launch(monkeypatch):
     monkeypatch.setenv("BLINKFLOW_TOPOLOGY", "cpu-host:x")
     result = CliRunner().invoke(command, ["-np", "2", "true"])
-    assert result.exit_code == 2 and "BLINKFLOW_TOPOLOGY: preset 'cpu-host' takes no argument" in result.output
+    assert result.exit_code == 2 and "BLINKFLOW_TOPOLOGY: cpu-host:x needs a number of ranks" in result.output
 
 
 def test_bad_hostfile_line_is_named(tmp_path):

@@ -59,6 +59,13 @@ def test_oversized_presets_are_refused_before_building(spec):
         get_preset(spec)
 
 
+@pytest.mark.parametrize("spec", ["cpu-host:\u00b2", "cpu-host:-1", "cpu-host:1.5"])
+def test_cpu_host_argument_must_be_a_count(spec):
+    from blinkflow.errors import TopologyError
+    with pytest.raises(TopologyError, match="needs a number of ranks"):
+        get_preset(spec)
+
+
 def test_largest_allowed_presets_build():
     assert len(get_preset("64xdgx2").compute_ids) == 1024
     assert len(get_preset("1024xcpu-host:1").hosts) == 1024
