@@ -85,3 +85,11 @@ def test_console_script_dispatch():
         pytest.skip("launcher __main__ not runnable here")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["collective"] == "allreduce"
+
+
+def test_png_without_matplotlib_is_one_line(tmp_path, monkeypatch, capsys):
+    # matplotlib is an extra ("plot"): without it --png says so instead of a traceback.
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert _run(["--topology", "cpu-host:2", "--collective", "allreduce", "--png", str(tmp_path / "p.png")]) == 2
+    err = capsys.readouterr().err
+    assert err == "blinkrun plan: error: --png needs matplotlib: pip install 'blinkflow[plot]'\n"
