@@ -162,11 +162,19 @@ def test_cross_host_rooted_and_gathering_collectives(name, collective):
     topo = get_preset(name)
     root = 1 if collective in ("broadcast", "reduce") else None
     plan = make_plan(topo, collective, root=root)
-    assert not plan.is_three_phase and plan.rate_gbps > 0
+    assert not plan.is_three_phase
     nets = [r for r in plan.routes if "net" in r.path]
     assert nets  # data crosses hosts through the network switch
-    if name != "2xcpu-host:2":  # NVLink hosts with one NIC per GPU pair: every NIC works
-        assert plan.rate_gbps == pytest.approx(plan.optimal_gbps)
+    hosts = len(topo.hosts)
+    if name == "2xcpu-host:2":
+        # The shared-memory link to the root's neighbour (10 GB/s) holds the plan below the
+        # NIC cut (12.5 GB/s; all-gather: each host receives half the buffer through it, 25).
+        rate, optimal = (10.0, 12.5) if root is not None else (20.0, 25.0)
+    else:
+        # NVLink hosts with one NIC per GPU pair: 4 PCIe-fed NICs, 48 GB/s out of each host;
+        # an all-gather brings (H - 1) / H of the buffer into each host through them.
+        rate = optimal = 48.0 if root is not None else 48.0 * hosts / (hosts - 1)
+    assert (plan.rate_gbps, plan.optimal_gbps) == (pytest.approx(rate), pytest.approx(optimal))
 
 
 def test_multi_host_subset_bounds_use_only_the_allocation():
