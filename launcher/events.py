@@ -16,14 +16,24 @@ FAILED = "failed"
 
 
 def encode(event: dict) -> str:
-    """One line (with its newline); a long ``tail`` loses its oldest lines to fit."""
+    """One line (with its newline); a long ``tail`` loses its oldest lines to fit, then the
+    longest text field (a long exception message) is shortened — the line stays valid JSON, so
+    blinkrun still learns of the failure."""
     event = dict(event)
     while True:
         line = MARK + json.dumps(event, separators=(",", ":"), ensure_ascii=True) + "\n"
+        if len(line) <= MAX_LINE:
+            return line
         tail = event.get("tail") or []
-        if len(line) <= MAX_LINE or not tail:
-            return line if len(line) <= MAX_LINE else line[:MAX_LINE - 1] + "\n"
-        event["tail"] = tail[1:] if len(tail) > 1 else [tail[0][-500:]] if len(tail[0]) > 500 else []
+        if tail:
+            event["tail"] = tail[1:] if len(tail) > 1 else [tail[0][-500:]] if len(tail[0]) > 500 else []
+            continue
+        texts = [k for k, v in event.items() if isinstance(v, str) and len(v) > len(" ...")]
+        if not texts:
+            return line[:MAX_LINE - 1] + "\n"  # nothing left to shorten (never happens for our events)
+        longest = max(texts, key=lambda k: len(event[k]))
+        excess = len(line) - MAX_LINE + len(" ...")
+        event[longest] = event[longest][:max(0, len(event[longest]) - excess)] + " ..."
 
 
 def split(line: str) -> Tuple[str, Optional[dict]]:
