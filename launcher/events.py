@@ -7,6 +7,7 @@ blinkrun takes these lines out of the output the user sees.
 from __future__ import annotations
 
 import json
+import math
 from typing import Optional, Tuple
 
 MARK = "@@blinkrun@@ "
@@ -32,8 +33,12 @@ def encode(event: dict) -> str:
         if not texts:
             return line[:MAX_LINE - 1] + "\n"  # nothing left to shorten (never happens for our events)
         longest = max(texts, key=lambda k: len(event[k]))
+        text = event[longest]
+        # Characters to drop: the excess in escaped form, scaled to raw characters (a non-ASCII
+        # character takes 6 in the line); the loop checks again.
         excess = len(line) - MAX_LINE + len(" ...")
-        event[longest] = event[longest][:max(0, len(event[longest]) - excess)] + " ..."
+        per_char = len(json.dumps(text, ensure_ascii=True)) / len(text)
+        event[longest] = text[:max(0, len(text) - math.ceil(excess / per_char))] + " ..."
 
 
 def split(line: str) -> Tuple[str, Optional[dict]]:

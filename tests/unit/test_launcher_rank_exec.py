@@ -98,6 +98,9 @@ def test_a_long_exception_message_is_shortened_not_cut_mid_json():
     text, event = events.split(line)
     assert text == "" and event["rank"] == 3 and event["status"] == 1 and event["tail"] == []
     assert event["exc"].startswith("TensorMismatchError: shape (1, 2, 3)") and event["exc"].endswith(" ...")
+    assert len(line) > events.MAX_LINE - 100  # shortened to fit, not emptied
+    wide = events.encode({"event": "failed", "rank": 0, "exc": "\u00e9" * 5000})  # 6 characters each in JSON
+    assert events.MAX_LINE - 100 < len(wide) <= events.MAX_LINE and events.split(wide)[1]["exc"].endswith(" ...")
 
 
 def test_a_users_own_sitecustomize_still_runs(tmp_path):
