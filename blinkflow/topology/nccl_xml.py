@@ -166,7 +166,9 @@ class _Builder:
     def pcie_gbps(self, element: XmlElement) -> float:
         speed = element.attrs.get("link_speed", "")
         m = re.match(r"\s*([0-9.]+)\s*GT/s", speed)
-        gen = _GT_PER_GEN.get(float(m.group(1))) if m else 3
+        gen = 3  # no speed given: Gen3, as before
+        if m:
+            gen = _GT_PER_GEN.get(float(m.group(1))) if re.fullmatch(r"[0-9]+(\.[0-9]+)?", m.group(1)) else None
         if gen is None:
             raise self.error(element, f"link_speed {speed!r} is no PCIe generation "
                                       f"({', '.join(f'{s:g} GT/s' for s in _GT_PER_GEN)})")
