@@ -18,6 +18,7 @@ from typing import Dict, Hashable, List, Sequence, Tuple
 
 from ortools.linear_solver import pywraplp
 
+from ..errors import PlanError
 from ..topology.model import Topology
 from ..topology.presets import PCIE_GBPS, QPI_GBPS
 from .network import PRIMARY_KINDS, fabric
@@ -104,7 +105,9 @@ def _pack_cycles(caps, cycles) -> float:
     for arc, vars_ in uses.items():
         solver.Add(sum(vars_) <= caps[arc])
     solver.Maximize(sum(ys))
-    solver.Solve()
+    status = solver.Solve()
+    if status != pywraplp.Solver.OPTIMAL:  # STYLE habit 5: never a number from a failed solve
+        raise PlanError(f"ring packing LP ended with status {status}, not OPTIMAL")
     return solver.Objective().Value()
 
 
