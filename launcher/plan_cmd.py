@@ -53,9 +53,21 @@ def command(topology_spec, gpus, collective, root, as_json, png, hybrid):
         except OSError as e:
             raise click.UsageError(f"cannot write {png}: {e.strerror}") from None
     if as_json:
-        click.echo(json.dumps(plan.to_dict(), indent=2))
+        click.echo(json.dumps(plan_json(plan), indent=2))
         return
     click.echo(_summary(plan))
+
+
+def plan_json(plan) -> dict:
+    """:meth:`Plan.to_dict`; a three-phase plan also lists its phases as one-level ``trees`` and
+    ``routes``, so every plan's trees carry the whole buffer at ``rate_gbps`` (DESIGN §3.2)."""
+    out = plan.to_dict()
+    if plan.is_three_phase:
+        from ..planner.multihost import one_level_trees
+        trees, routes = one_level_trees(plan)
+        out["trees"] = [t.to_dict() for t in trees]
+        out["routes"] = [r.to_dict() for r in routes]
+    return out
 
 
 def _summary(plan) -> str:

@@ -25,7 +25,7 @@ from ..topology.model import Topology
 from .loads import plan_rate
 from .maxflow import FlowGraph, integer_scale, scaled, to_fraction
 from .network import Network, main_network
-from .plan import CrossGroup, Plan, Tree
+from .plan import CrossGroup, Plan, Route, Tree
 from .single import PackedPlan, allreduce
 
 T = TypeVar("T")
@@ -59,6 +59,36 @@ def three_phase(topology: Topology, devices: Sequence[int]) -> Plan:
                 intra=tuple(intra), cross=tuple(cross))
     rate = plan_rate(plan, topology)
     return dataclasses.replace(plan, rate_gbps=rate, optimal_gbps=max(rate, _bound(topology, intra, hosts, devices)))
+
+
+def one_level_trees(plan: Plan) -> Tuple[Tuple[Tree, ...], Tuple[Route, ...]]:
+    """The three-phase all-reduce as DESIGN §3.2's one-level ``trees`` (``blinkrun plan --json``).
+
+    Slice [start, stop) of a cross group, tree ``k`` of its plan (fraction ``f``): one spanning
+    tree of all devices, the cross tree's edges joined with every host's intra tree for that
+    slice (each rooted at the host's group member), carrying ``(stop − start) · f``. Every intra
+    edge then carries its tree's fraction and every cross edge its slice's share, as in the
+    three-phase load model, so the rate recomputed from these trees is the plan's rate.
+    """
+    routes: Dict[Tuple[int, int, str], Route] = {}
+    for part in list(plan.intra) + [g.plan for g in plan.cross]:
+        routes.update(((r.src, r.dst, r.channel), r) for r in part.routes)
+    trees = []
+    for group in plan.cross:
+        middle = (group.start + group.stop) / 2
+        local = tuple(e for intra in plan.intra for e in _tree_at(intra.trees, middle).edges)
+        for tree in group.plan.trees:
+            trees.append(Tree(tree.root, (group.stop - group.start) * tree.fraction, tree.edges + local))
+    return tuple(trees), tuple(routes.values())
+
+
+def _tree_at(trees: Sequence[Tree], point: float) -> Tree:
+    acc = 0.0
+    for tree in trees:
+        acc += tree.fraction
+        if point < acc:
+            return tree
+    return trees[-1]
 
 
 def _cross_groups(topology: Topology, hosts: List[str], shards) -> List[CrossGroup]:

@@ -1,10 +1,12 @@
 """Sanity figures and every preset: NVSwitch boxes, PCIe, CPU hosts, hybrid and multi-host."""
+import dataclasses
 import json
 
 import pytest
 
 from blinkflow.errors import PlanError, TopologyError
 from blinkflow.planner import Plan, link_loads, make_plan, verify_plan
+from blinkflow.planner.multihost import one_level_trees
 from blinkflow.planner.ring import ring_bandwidth, ring_gbps
 from blinkflow.topology import Link, Node, Topology, bidirectional
 from blinkflow.topology.presets import get_preset
@@ -132,6 +134,9 @@ def test_multi_host_three_phase(name):
     if name != "2xcpu-host:4":
         assert len(nics) > len(topo.hosts)  # several NICs per host in parallel
     assert Plan.from_dict(json.loads(plan.to_json())).digest() == plan.digest()
+    # Its one-level view (plan --json's trees) passes the verifier as an ordinary plan.
+    trees, routes = one_level_trees(plan)
+    verify_plan(dataclasses.replace(plan, trees=trees, routes=routes, intra=(), cross=()), topo)
 
 
 def test_link_loads_allreduce_counts_both_directions(dgx1v):
