@@ -49,7 +49,7 @@ def command(topology_spec, gpus, collective, root, as_json, png, hybrid):
         try:
             draw_plan(plan, topology, png)
         except ImportError:  # matplotlib is the optional "plot" extra
-            raise click.UsageError("--png needs matplotlib: pip install 'blinkflow[plot]'") from None
+            raise click.UsageError("--png needs matplotlib (pip install 'blinkflow[plot]')") from None
         except OSError as e:
             raise click.UsageError(f"cannot write {png}: {e.strerror}") from None
     if as_json:

@@ -92,7 +92,7 @@ def test_png_without_matplotlib_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert _run(["--topology", "cpu-host:2", "--collective", "allreduce", "--png", str(tmp_path / "p.png")]) == 2
     err = capsys.readouterr().err
-    assert err == "blinkrun plan: error: --png needs matplotlib: pip install 'blinkflow[plot]'\n"
+    assert err == "blinkrun plan: error: --png needs matplotlib (pip install 'blinkflow[plot]')\n"
 
 
 def rate_from_json(d, topology):
