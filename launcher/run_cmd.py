@@ -45,7 +45,9 @@ def local_cores() -> int:
 
 
 def _check_topology(settings, given_as_flag: bool) -> None:
-    """A topology every rank would reject fails here, before anything starts (exit 2)."""
+    """A topology every rank would reject fails here, before anything starts (exit 2). A
+    topology file must therefore be readable where blinkrun runs, at the same path as on the
+    hosts (a shared file system, or a copy)."""
     spec = settings.get(Config.env_name("topology"))
     if spec:
         from blinkflow.topology.resolve import resolve_topology
