@@ -10,6 +10,7 @@ mpi4py's ``Rc``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Mapping, Optional
 
@@ -104,9 +105,14 @@ def _parse(field: dataclasses.Field, raw: str):
         if kind == "int":
             return int(float(raw)) if raw.replace(".", "", 1).isdigit() else int(raw)
         if kind == "float":
-            return float(raw)
+            value = float(raw)
+            if not math.isfinite(value):  # nan slips through every "< 0" check
+                raise OverflowError
+            return value
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a number") from None
+    except OverflowError:
+        raise ConfigError(f"{name}={raw!r} is not a finite number") from None
     if field.name in ("backend", "log_level"):
         return raw.lower()
     return raw

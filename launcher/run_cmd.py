@@ -14,6 +14,7 @@ import tempfile
 
 import click
 
+from blinkflow.config import Config
 from blinkflow.errors import ConfigError
 from blinkflow.version import __version__
 
@@ -51,6 +52,16 @@ def local_cores() -> int:
         except OSError:
             return len(allowed)
     return len(cores) or len(allowed)
+
+
+def _check_topology(settings, given_as_flag: bool) -> None:
+    """A topology every rank would reject fails here, before anything starts (exit 2). A
+    topology file must therefore be readable where blinkrun runs, at the same path as on the
+    hosts (a shared file system, or a copy)."""
+    spec = settings.get(Config.env_name("topology"))
+    if spec:
+        from blinkflow.topology.resolve import resolve_topology
+        resolve_topology(spec, "--topology" if given_as_flag else Config.env_name("topology"))
 
 
 def _check_build(ctx, _param, value):
@@ -118,6 +129,7 @@ def command(np, hosts, hostfile, mpi_args, start_timeout, output_filename, verbo
         raise click.UsageError(str(e)) from None
     except ValueError as e:   # shlex: unbalanced quotes
         raise click.BadParameter(f"{mpi_args!r}: {e}", param_hint="'--mpi-args'") from None
+    _check_topology(settings, given_as_flag=setting_values.get("topology") is not None)
     try:
         impl = detect()
     except ConfigError as e:
