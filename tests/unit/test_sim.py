@@ -1,6 +1,5 @@
 """The simulator: bandwidth-bound times match the plan's rate plus the pipeline fill, small
 messages are latency-bound, links and routes behave, MIAD tunes the chunk."""
-import itertools
 
 import pytest
 
