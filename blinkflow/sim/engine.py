@@ -1,21 +1,20 @@
 """Discrete-event execution of a :class:`Schedule` in virtual time on a :class:`Topology`.
 
-The model is the one chunk-level simulators of collectives use (e.g. the ASTRA-sim and
-MSCCL-style analyses), kept deliberately small:
+A chunk-level model, kept deliberately small:
 
-* a step starts when its ``deps`` have completed and, for a receive, its data has arrived
-  (the dataflow order a stream-per-channel GPU executor follows); a tree edge carries one chunk
-  at a time, in order, so trees sharing a link interleave chunk by chunk as concurrent streams
-  do instead of one tree's whole range flooding it;
+* a step starts when its ``deps`` have completed and, for a receive, its data has arrived (the
+  dataflow order a stream-per-channel GPU executor follows);
+* a tree edge carries one chunk at a time, in order, and pays ``chunk_overhead_us`` between
+  chunks (a stream's per-step synchronisation), which is what makes tiny chunks slow;
 * a transfer occupies each link of its route for ``bytes / link bandwidth``. A link shared by
   several trees serves them in proportion to the bytes each must move over it (weighted fair
-  queueing on the first hop, least-served tree first), the share the plan's rate assumes;
-  further hops are first come first served. A hop starts as soon as its link is free and the previous
-  hop has started (cut-through), and finishes no earlier than the previous hop (a switch buffers
-  a chunk whose next link is busy, so a busy port does not leave the upstream link idle); the
-  data arrives after the last hop plus the sum of the hops' latencies;
+  queueing on the first hop, least-served tree first) — the share the plan's rate assumes;
+  later hops are first come first served. A hop starts when its link is free and the previous
+  hop has started (cut-through) and ends no earlier than the previous hop (a switch buffers a
+  chunk whose next link is busy, so a busy port does not leave the upstream link idle). Data
+  arrives after the last hop plus the hops' latencies;
 * a reduction adds ``bytes / reduce_gbps`` before the step's result exists (fused with the
-  transfer on a GPU, so it delays a chunk but does not share a resource).
+  transfer on a GPU: it delays a chunk but does not share a resource).
 
 A send completes when its data has left the sender's first link (the range may then be
 overwritten).
