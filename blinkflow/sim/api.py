@@ -40,7 +40,18 @@ def largest_job(plan: Plan, nelems: int) -> int:
 def simulate_plan(plan: Plan, topology: Topology, size_bytes: int, elem_bytes: int = 4,
                   chunk_elems: Optional[int] = None, step_budget: int = STEP_BUDGET, **options) -> Tuning:
     """Lower ``plan`` for ``size_bytes`` and simulate it; the chunk size is tuned by MIAD unless
-    ``chunk_elems`` is given. Returns the chosen chunk, its result and every probe."""
+    ``chunk_elems`` is given. Returns the chosen chunk, its result and every probe.
+
+    >>> from blinkflow.planner import make_plan
+    >>> from blinkflow.topology.presets import get_preset
+    >>> topo = get_preset("dgx1-v100")
+    >>> plan = make_plan(topo, "broadcast", [0, 1, 2, 5])     # no NVLink ring among these
+    >>> plan.rate_gbps
+    50.0
+    >>> tuned = simulate_plan(plan, topo, 2**28)
+    >>> 45 < tuned.result.algbw_gbps < 50                    # the rate, less pipeline fill
+    True
+    """
     nelems = max(0, size_bytes // elem_bytes)
     router = Router(topology, plan, options.pop("latency_us", None))
 

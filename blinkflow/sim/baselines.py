@@ -105,7 +105,8 @@ def ring_jobs(collective: str, rings: Sequence[Sequence[int]], root: Optional[in
 
 def nccl_ring(topology: Topology, devices: Sequence[int], collective: str, root: Optional[int] = None) -> Baseline:
     """NCCL's rings: NVLink (or NVSwitch) rings when a Hamiltonian cycle exists, else one ring over
-    PCIe / the CPU interconnect; across hosts one ring per NIC."""
+    PCIe / the CPU interconnect ("nccl-ring-pcie"), or shared memory between CPU ranks
+    ("nccl-ring-shm"); across hosts one ring per NIC."""
     devices = tuple(devices)
     if collective in ("broadcast", "reduce") and root is None:
         root = devices[0]
@@ -115,7 +116,9 @@ def nccl_ring(topology: Topology, devices: Sequence[int], collective: str, root:
     else:
         rings, fabric, name = nvlink_rings(topology, devices), "main", "nccl-ring"
         if not rings:
-            rings, fabric, name = [sorted(devices)], "pcie", "nccl-ring-pcie"
+            ring = sorted(devices)
+            shm = all(getattr(topology.link(a, b), "kind", None) == "shm" for a, b in zip(ring, ring[1:] + ring[:1]))
+            rings, fabric, name = [ring], "pcie", ("nccl-ring-shm" if shm else "nccl-ring-pcie")
     if len(devices) == 1:
         return Baseline(name, collective, devices, (), root)
     return Baseline(name, collective, devices, tuple(ring_jobs(collective, rings, root, fabric)), root)

@@ -27,6 +27,7 @@ def test_fallback_switch_and_multi_host_rings():
     topo = get_preset("dgx1-v100")
     assert nccl_ring(topo, (0, 1, 6), "allreduce").name == "nccl-ring-pcie"
     assert nccl_ring(topo, (0, 1, 2), "allreduce").name == "nccl-ring"
+    assert nccl_ring(get_preset("cpu-host:3"), (0, 1, 2), "allreduce").name == "nccl-ring-shm"
     assert nvlink_rings(get_preset("dgx2"), range(16)) == [list(range(16))]
     two = get_preset("2xdgx1-v100")
     rings = multi_host_rings(two, two.compute_ids)
