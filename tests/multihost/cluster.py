@@ -17,6 +17,7 @@ host names and addresses live inside the namespaces and may repeat).
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -252,3 +253,23 @@ def cluster():
         pytest.skip(f"no two-host cluster: {e}")
     yield built
     built.stop()
+
+
+def main() -> None:
+    """``python tests/multihost/cluster.py``: hold a cluster up for manual experiments."""
+    import sys
+    built = Cluster().start()
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        enter = shlex.join(built.host_argv("bfa", ["bash"]))
+        print(f"cluster up (namespaces {', '.join(built.namespaces.values())}); a shell on bfa:\n  {enter}\n"
+              f"then: export PRTE_MCA_plm_ssh_agent='ssh -F {built.ssh_config}'\n"
+              f"      {sys.executable} -m blinkflow.launcher -np 4 -H bfa:2,bfb:2 hostname\n"
+              f"(tests in {here} build their own cluster.) Press Enter to tear it down.", flush=True)
+        sys.stdin.readline()
+    finally:
+        built.stop()
+
+
+if __name__ == "__main__":
+    main()
