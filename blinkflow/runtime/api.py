@@ -28,14 +28,14 @@ import os
 import pickle
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
 from ..compression import Compression
 from ..config import get_config
 from ..errors import BlinkflowError, NotInitializedError
-from ..ops import Average, ReduceOp, as_reduce_op
+from ..ops import Average, as_reduce_op
 from .background import Engine
 from .handles import Handle, Slot
 from .messages import JOIN_NAME, Kind, Request

@@ -7,7 +7,6 @@ teardown such as freeing shared-memory windows stays matched), or when MPI repor
 """
 from __future__ import annotations
 
-import importlib.util
 import threading
 import time
 from typing import Any, Dict, Optional
@@ -38,14 +37,9 @@ def make_backend(device: str, config: Config, ctx: BackendContext):
         except ImportError as e:
             raise BackendError(f"the cuda backend cannot load ({e}); install cupy for your CUDA version") from None
         return CudaBackend(ctx)
-    if importlib.util.find_spec("blinkflow.backends.cpu") is not None:
-        from ..backends.cpu import CpuBackend
+    from ..backends.cpu import CpuBackend
 
-        return CpuBackend(ctx)
-    from ..backends.reference import ReferenceBackend
-
-    logger.info("blinkflow.backends.cpu is not installed; using the reference MPI backend")
-    return ReferenceBackend(ctx)
+    return CpuBackend(ctx)
 
 
 class Engine:

@@ -9,7 +9,7 @@ ready, which is the order every rank executes them.
 from __future__ import annotations
 
 import time
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..ops import ReduceOp
 from .messages import JOIN_NAME, Kind, Request, Response

@@ -2,7 +2,6 @@
 cache, fusion batching, row splits, the stall inspector, the timeline file and the plan check."""
 import json
 
-import numpy as np
 import pytest
 
 from blinkflow.errors import PlanError
