@@ -16,6 +16,7 @@ host names and addresses live inside the namespaces and may repeat).
 """
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -206,6 +207,11 @@ class Cluster:
             raise AssertionError(f"{' '.join(argv)} on {host} timed out after {timeout}s\n"
                                  f"--- stdout ---\n{out[-4000:]}\n--- stderr ---\n{err[-4000:]}") from None
         return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+    def received_bytes(self, host: str) -> int:
+        """Bytes ``host`` has received over the veth: proof that traffic crossed the "network"."""
+        out = _sh([self.tools["ip"], "-n", self.namespaces[host], "-j", "-s", "link", "show", "veth0"]).stdout
+        return int(json.loads(out)[0]["stats64"]["rx"]["bytes"])
 
     # -- tearing down ---------------------------------------------------------------------------
     def stop(self) -> None:

@@ -12,8 +12,12 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "collectives_t
 
 
 def test_collectives_across_two_hosts_are_correct_and_identical_on_every_rank(cluster):
+    before = cluster.received_bytes("bfb")
     proc = cluster.mpirun(4, [sys.executable, SCRIPT], env={"BLINKFLOW_BACKEND": "cpu"}, timeout=100)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # The cross-host phases moved the data over TCP between the namespaces: bfb's ranks receive
+    # at least their half of each float64 all-reduce's buffer (300k elements, 2.4 MB), 3 of them.
+    assert cluster.received_bytes("bfb") - before > 3 * 300_000 * 8 // 2
     out = proc.stdout
     assert sorted(re.findall(r"^DONE (\d)$", out, re.M)) == ["0", "1", "2", "3"], out[-3000:]
 
