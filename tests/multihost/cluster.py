@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -32,7 +33,7 @@ PREFIX_LEN = 24
 SSH_PORT = 22
 # Packages that provide the tools, for the fixture's one-time apt-get on a bare CI machine.
 TOOLS = {"ip": "iproute2", "sshd": "openssh-server", "ssh": "openssh-client",
-         "ssh-keygen": "openssh-client", "unshare": "util-linux"}
+         "ssh-keygen": "openssh-client", "unshare": "util-linux", "mount": "mount", "hostname": "hostname"}
 SBIN = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")
 
 
@@ -86,6 +87,7 @@ class Cluster:
         if os.geteuid() != 0:
             raise ClusterUnavailable("needs root to create network namespaces (ip netns add)")
         self.tools = ensure_tools()
+        self._remove_stale_namespaces()
         try:
             self._make_network()
             self._write_keys_and_configs()
@@ -231,6 +233,16 @@ class Cluster:
                 proc.wait()
         self._made_namespaces.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _remove_stale_namespaces(self) -> None:
+        """Namespaces of a test session that was killed before its teardown (its pid is gone)."""
+        ip = self.tools["ip"]
+        listing = subprocess.run([ip, "netns", "list"], capture_output=True, text=True).stdout
+        names = {name for name, _ in HOSTS}
+        for ns, name, pid in re.findall(r"^((\w+)-(\d+))\b", listing, re.M):
+            if name in names and not os.path.exists(f"/proc/{pid}"):
+                self._kill_namespace_processes(ip, ns)
+                subprocess.run([ip, "netns", "del", ns], capture_output=True)
 
     @staticmethod
     def _kill_namespace_processes(ip: str, ns: str) -> None:
