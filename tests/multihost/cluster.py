@@ -76,8 +76,8 @@ class Cluster:
         self.hosts = [name for name, _ in HOSTS]
         self.addresses = dict(HOSTS)
         self.namespaces = {name: f"{name}-{self.tag}" for name in self.hosts}
-        self.dir = tempfile.mkdtemp(prefix="bf-cluster-")
-        self.ssh_config = os.path.join(self.dir, "ssh_config")
+        self.dir = ""          # made by start(), removed by stop()
+        self.ssh_config = ""
         self.tools: Dict[str, str] = {}
         self._sshd: Dict[str, subprocess.Popen] = {}
         self._made_namespaces: List[str] = []
@@ -88,6 +88,8 @@ class Cluster:
             raise ClusterUnavailable("needs root to create network namespaces (ip netns add)")
         self.tools = ensure_tools()
         self._remove_stale_namespaces()
+        self.dir = tempfile.mkdtemp(prefix="bf-cluster-")
+        self.ssh_config = self._path("ssh_config")
         try:
             self._make_network()
             self._write_keys_and_configs()
@@ -232,7 +234,8 @@ class Cluster:
                 proc.kill()
                 proc.wait()
         self._made_namespaces.clear()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def _remove_stale_namespaces(self) -> None:
         """Namespaces of a test session that was killed before its teardown (its pid is gone)."""
