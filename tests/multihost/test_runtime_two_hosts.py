@@ -1,4 +1,5 @@
-"""The runtime across two real hosts: layout from host names, collectives over the network."""
+"""The runtime across two real hosts: layout from host names, collectives over the network,
+launched by plain mpirun and by blinkrun (the user's path, with its rank-tagged output)."""
 import collections
 import os
 import re
@@ -6,19 +7,31 @@ import sys
 
 import pytest
 
+from blinkrun_helpers import blinkrun_argv
+
 pytestmark = [pytest.mark.mpi, pytest.mark.multihost, pytest.mark.timeout(120)]
 
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "collectives_two_hosts.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "collectives_two_hosts.py")
+TAG = re.compile(r"^\[\d+\]<stdout>: ", re.M)
 
 
-def test_collectives_across_two_hosts_are_correct_and_identical_on_every_rank(cluster):
+def launch(cluster, how, argv):
+    if how == "mpirun":
+        return cluster.mpirun(4, argv, env={"BLINKFLOW_BACKEND": "cpu"}, timeout=100)
+    return cluster.run_on("bfa", blinkrun_argv() + ["-np", "4", "-H", "bfa:2,bfb:2", "--backend", "cpu", *argv],
+                          env=cluster.env(), timeout=100)
+
+
+@pytest.mark.parametrize("how", ["mpirun", "blinkrun"])
+def test_collectives_across_two_hosts_are_correct_and_identical_on_every_rank(cluster, how):
     before = cluster.received_bytes("bfb")
-    proc = cluster.mpirun(4, [sys.executable, SCRIPT], env={"BLINKFLOW_BACKEND": "cpu"}, timeout=100)
+    proc = launch(cluster, how, [sys.executable, SCRIPT])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # The cross-host phases moved the data over TCP between the namespaces: bfb's ranks receive
     # at least their half of each float64 all-reduce's buffer (300k elements, 2.4 MB), 3 of them.
     assert cluster.received_bytes("bfb") - before > 3 * 300_000 * 8 // 2
-    out = proc.stdout
+    out = TAG.sub("", proc.stdout)
     assert sorted(re.findall(r"^DONE (\d)$", out, re.M)) == ["0", "1", "2", "3"], out[-3000:]
 
     layouts = sorted(line.split()[1:] for line in out.splitlines() if line.startswith("LAYOUT "))
@@ -32,3 +45,23 @@ def test_collectives_across_two_hosts_are_correct_and_identical_on_every_rank(cl
     assert len(digests) == 9 + 1 + 4, sorted(digests)
     for case, by_rank in digests.items():
         assert sorted(by_rank) == ["0", "1", "2", "3"] and len(set(by_rank.values())) == 1, (case, by_rank)
+
+
+LOST_RANK = """
+import os, numpy as np, blinkflow as bf
+bf.init()
+x = np.ones(100_000, "float32")
+bf.allreduce(x, name="warm")
+if bf.rank() == 3:
+    os._exit(3)          # dies on bfb without a word, mid-training
+for step in range(1000):
+    bf.allreduce(x, name=f"step{step}")
+print("the others never finish", flush=True)
+"""
+
+
+def test_a_rank_lost_on_the_remote_host_takes_the_job_down(cluster):
+    proc = launch(cluster, "blinkrun", [sys.executable, "-c", LOST_RANK])
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "blinkrun: rank 3 (host bfb) failed first: exited with status 3" in proc.stderr, proc.stderr[-3000:]
+    assert "never finish" not in proc.stdout
