@@ -8,7 +8,7 @@ It runs COMMAND as its child (the MPI process), and
   by ``pyhook/sitecustomize.py``) tells blinkrun which rank failed, on which host, with the end of
   its traceback (an ``events`` line), and exits with the child's status, which makes mpirun stop
   the other ranks;
-- when mpirun stops it (SIGTERM/SIGINT/SIGHUP) stops the child's whole process group, quietly;
+- when mpirun stops it (SIGTERM/SIGINT/SIGHUP) stops the rank's whole process group, quietly;
 - dies with its parent (Linux ``PR_SET_PDEATHSIG``) and makes its child do the same, so no rank
   outlives the job.
 """
@@ -119,6 +119,7 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
     _set_parent_death_signal(signal.SIGTERM)
     if os.getppid() == 1:    # mpirun already gone
         return 128 + signal.SIGTERM
+    own_group = _lead_own_group()
 
     def emit(event):
         _write_all(2, events.encode(dict(event, rank=rank, host=host)).encode())
@@ -157,8 +158,8 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
         keep = [int(environ["PMI_FD"])] if environ.get("PMI_FD", "").isdigit() else []   # Hydra's PMI socket
         try:
             child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env=_child_env(environ, record_file), start_new_session=True,
-                                     pass_fds=keep, preexec_fn=lambda: _set_parent_death_signal(signal.SIGKILL))
+                                     env=_child_env(environ, record_file), pass_fds=keep,
+                                     preexec_fn=lambda: _set_parent_death_signal(signal.SIGKILL))
         except OSError as e:
             line = f"[{rank}]<stderr>: blinkrun: cannot start {command[0]!r}: {e.strerror}\n"
             _write_all(2, line.encode())
@@ -168,8 +169,8 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
         def stop(signum, _frame):
             if not stopping:
                 stopping.append(signum)
-                _signal_group(child.pid, signal.SIGTERM)
-                timer = threading.Timer(STOP_GRACE_SECONDS, _signal_group, (child.pid, signal.SIGKILL))
+                _terminate_group(child.pid, own_group)
+                timer = threading.Timer(STOP_GRACE_SECONDS, _kill, (child.pid,))
                 timer.daemon = True
                 timer.start()
 
@@ -181,7 +182,7 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
             pump.start()
         returncode = child.wait()
         ended = time.time()
-        _signal_group(child.pid, signal.SIGKILL)   # leftovers of the rank's own children hold the pipes
+        _terminate_group(child.pid, own_group)   # leftovers of the rank's own children hold the pipes
         for pump in pumps:
             pump.join(timeout=2.0)
         record = _read_record(record_file)
@@ -194,9 +195,34 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def _lead_own_group() -> bool:
+    """Make this wrapper the leader of its own process group, which its child and the child's
+    children share: MPICH's Hydra stops a job by SIGKILLing each rank's process group, which then
+    reaches every process of the rank (Open MPI signals the wrapper, which passes it on)."""
+    if os.getpgrp() != os.getpid():
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass
+    return os.getpgrp() == os.getpid()
+
+
+def _terminate_group(child_pid: int, own_group: bool) -> None:
+    """SIGTERM to the rank's processes: the whole group when this wrapper leads one (ignoring the
+    signal itself), else the child alone."""
     try:
-        os.killpg(pgid, sig)
+        if own_group:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            os.killpg(os.getpgrp(), signal.SIGTERM)
+        else:
+            os.kill(child_pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
 

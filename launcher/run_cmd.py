@@ -7,7 +7,6 @@ anything starts.
 """
 from __future__ import annotations
 
-import glob
 import os
 import shlex
 import sys

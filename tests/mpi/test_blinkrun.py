@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
 import signal
-import subprocess
 import time
 
 import pytest
@@ -82,10 +82,30 @@ def test_a_rank_that_raises_takes_the_job_down():
 
 
 def test_a_python_rank_under_a_shell_that_raises_takes_the_job_down():
+    # Each rank is sh -> (a background sleep, python): the failure must take down all of them.
     script = RAISES.replace("c.rank == 2", "c.rank == 1").replace("rank 2 fails", "rank 1 fails")
-    proc = run_blinkrun(["-np", "2", "sh", "-c", 'echo starting; "$0" -c "$1"', PY, script], timeout=90)
+    seconds = str(random.randint(4000, 9000))
+    proc = run_blinkrun(["-np", "2", "sh", "-c", f'sleep {seconds} & "$0" -c "$1"', PY, script], timeout=90)
     assert proc.returncode == 1, proc.stderr
     assert "rank 1 (host " in proc.stderr and "ValueError: rank 1 fails on purpose" in proc.stderr
+    deadline = time.time() + 5
+    while _processes_running(["sleep", seconds]) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not _processes_running(["sleep", seconds]), "a rank's child outlived the job"
+
+
+def _processes_running(argv):
+    """Live processes whose command line is exactly ``argv``, from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if f.read().split(b"\0")[:-1] == [a.encode() for a in argv] and _alive(int(entry)):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
 
 
 def test_a_non_python_rank_failing_names_its_status():
