@@ -111,7 +111,7 @@ def _sum():
     return ReduceOp.SUM
 
 
-def measure(comm, sizes: List[int], via: str, small: bool = True) -> Dict:
+def measure(comm, sizes: List[int], via: str, small: bool = True, reps: int = 0) -> Dict:
     """Alternate blinkflow and MPI_Allreduce call by call; return the report as a dict."""
     MPI = _mpi()
     n = comm.Get_size()
@@ -123,7 +123,7 @@ def measure(comm, sizes: List[int], via: str, small: bool = True) -> Dict:
         a = ours.array(nelems)
         m = np.empty(nelems, np.float32)
         t_ours, t_mpi = [], []
-        for rep in range(_reps(nbytes) + 1):
+        for rep in range((reps or _reps(nbytes)) + 1):
             a[...] = src
             m[...] = src
             first, second = (t_ours, t_mpi) if rep % 2 == 0 else (t_mpi, t_ours)
@@ -139,12 +139,12 @@ def measure(comm, sizes: List[int], via: str, small: bool = True) -> Dict:
                         "speedup": statistics.median(t_mpi) / statistics.median(t_ours)})
     report = {"ranks": n, "via": via, "dtype": "float32", "allreduce": results}
     if small:
-        report["small_tensors"] = _small_tensors(comm, ours)
+        report["small_tensors"] = _small_tensors(comm, ours, reps or 15)
     ours.close()
     return report
 
 
-def _small_tensors(comm, ours: _Blinkflow) -> Dict:
+def _small_tensors(comm, ours: _Blinkflow, reps: int) -> Dict:
     MPI = _mpi()
     n = SMALL_BYTES // 4
     tensors = [np.full(n, i, np.float32) for i in range(SMALL_TENSORS)]
@@ -155,7 +155,7 @@ def _small_tensors(comm, ours: _Blinkflow) -> Dict:
         for t in tensors:
             comm.Allreduce(MPI.IN_PLACE, t, op=MPI.SUM)
 
-    for rep in range(16):
+    for rep in range(reps + 1):
         first, second = (t_ours, t_mpi) if rep % 2 == 0 else (t_mpi, t_ours)
         for out in (first, second):
             if out is t_ours:
@@ -197,15 +197,16 @@ def _human(nbytes: int) -> str:
 @click.option("--via", type=click.Choice(["auto", "api", "backend"]), default="auto", show_default=True,
               help="blinkflow through the public API or the CPU executor directly (auto: the API when the runtime is installed)")
 @click.option("--no-small", is_flag=True, help="skip the 200 x 16 KiB many-tensors case")
+@click.option("--reps", type=click.IntRange(min=0), default=0, help="timed repetitions per case (0: by size)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (rank 0)")
-def command(sizes: str, via: str, no_small: bool, as_json: bool) -> None:
+def command(sizes: str, via: str, no_small: bool, reps: int, as_json: bool) -> None:
     sizes_b = [parse_size(s) for s in sizes.split(",") if s.strip()]
     if via == "auto":
         import importlib.util
 
         via = "api" if importlib.util.find_spec("blinkflow.runtime.api") is not None else "backend"
     comm = _mpi().COMM_WORLD
-    report = measure(comm, sizes_b, via, small=not no_small)
+    report = measure(comm, sizes_b, via, small=not no_small, reps=reps)
     if comm.Get_rank() == 0:
         if as_json:
             print(json.dumps(report, indent=2))

@@ -59,6 +59,8 @@ class Engine:
         self._timeline: Optional[Timeline] = None
         self.peer_failed = False
         self.negotiator: Optional[Negotiator] = None
+        self.broken = False
+        """The loop died mid-cycle: this rank's MPI state cannot be trusted (nor MPI_Finalize)."""
         """A peer died: MPI calls may never return, so nobody waits for this thread."""
 
     # ---- user-thread side ---------------------------------------------------------------------
@@ -98,6 +100,7 @@ class Engine:
             self._loop()
             clean = True
         except BaseException as e:  # noqa: BLE001 - every failure must reach the waiting users
+            self.broken = True
             self.state.fail(self._as_shutdown_error(e))
         finally:
             if clean:

@@ -15,6 +15,7 @@ responses: the same list, in the same order, everywhere.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Dict, List, Optional, Tuple
 
@@ -118,7 +119,9 @@ class Negotiator:
 
     def _slow_path(self, to_send: List[Entry], hit_names: List[str]) -> List[Response]:
         self.stats["slow_paths"] += 1
-        gathered = self.comm.gather([e.request for e in to_send], root=0)
+        now = time.monotonic()
+        gathered = self.comm.gather([dataclasses.replace(e.request, waited=now - e.submitted) for e in to_send],
+                                    root=0)
         for e in to_send:
             e.sent = True
         ready = None

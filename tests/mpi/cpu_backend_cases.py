@@ -67,7 +67,7 @@ def expect_reduced(res, inputs, op, what):
 def run_allreduce(be, sizes):
     global cases
     for seed, n in enumerate(sizes):
-        for dtype in DTYPES:
+        for dtype in (DTYPES if n < 5000 else (np.float32, np.float16, np.int32, np.bool_)):
             for op in OPS:
                 inputs = [data(r, n, dtype, seed) for r in range(SIZE)]
                 for shared in (True, False):
@@ -150,17 +150,81 @@ def run_alltoall(be):
 
 
 def run_growth(be):
-    """An old buffer view stays valid after the window grows; a grown buffer works."""
+    """The window grows and shrinks never: a view from before one growth stays usable, and
+    windows from older generations are freed (collectively) without disturbing anything."""
     global cases
     small = be.buffer(10, np.float32)
     small[...] = RANK
-    big = be.buffer(3 * 1024 * 1024, np.float32)  # 12 MiB: beyond the first window
-    big[...] = 1
-    be.allreduce(big, ReduceOp.SUM)
-    assert (big == SIZE).all() and (small == RANK).all()
-    be.allreduce(small, ReduceOp.MAX)
-    assert (small == SIZE - 1).all()
+    for mib in (6, 12, 40, 3):  # 6 and 12 MiB outgrow the first windows; 3 MiB reuses the last
+        big = be.buffer(mib * 1024 * 1024 // 4, np.float32)
+        big[...] = 1
+        be.allreduce(big, ReduceOp.SUM)
+        assert (big == SIZE).all()
+        if mib == 6:
+            assert (small == RANK).all()
+            be.allreduce(small, ReduceOp.MAX)
+            assert (small == SIZE - 1).all()
+    live = [w for w in be.arena.windows if w is not None]
+    assert len(live) <= 3, f"{len(live)} windows alive"
     cases += 1
+
+
+def run_deep_trees(config):
+    """A host plan of deeper trees (Blink's single-root shape: a chain and a binary tree, both
+    rooted at rank 0, plus a chain rooted at the last rank) runs level by level."""
+    global cases
+    import dataclasses
+
+    from blinkflow.planner.plan import Plan, Tree
+
+    if SIZE < 3 or config.split_hosts:
+        return
+    chain = tuple((r, r + 1) for r in range(SIZE - 1))
+    binary = tuple(((r - 1) // 2, r) for r in range(1, SIZE))
+    back = tuple((r + 1, r) for r in range(SIZE - 2, -1, -1))
+    plan = Plan("allreduce", "test", tuple(range(SIZE)),
+                (Tree(0, 0.3, chain), Tree(0, 0.3, binary), Tree(SIZE - 1, 0.4, back)), 1.0, 1.0)
+    ctx = dataclasses.replace(standalone_context(MPI.COMM_WORLD, config), plan_for=lambda c, root=None: plan)
+    be = CpuBackend(ctx)
+    for n in (1, 100, 50001):
+        for dtype in (np.float32, np.float16, np.int64):
+            for op in (ReduceOp.SUM, ReduceOp.MAX):
+                inputs = [data(r, n, dtype, 31) for r in range(SIZE)]
+                buf = be.buffer(n, dtype)
+                buf[...] = inputs[RANK]
+                be.allreduce(buf, op)
+                expect_reduced(buf, inputs, op, f"deep trees n={n} {np.dtype(dtype).name} {op.name}")
+                check_same_everywhere(buf, f"deep trees n={n}")
+                cases += 1
+    assert len(be._levels[0]) > 1 and len(be._levels[1]) > 1, be._levels
+    be.close()
+
+
+def run_point_to_point():
+    """Phase 2's executors over COMM_WORLD: the ring, and lowered schedules of chain trees
+    (recv_reduce_send / recv_send steps) in both directions, two trees at once."""
+    global cases
+    from blinkflow.backends.cpu.cross import Scratch, ring_allreduce, run_schedule
+    from blinkflow.planner.lower import lower
+    from blinkflow.planner.plan import Plan, Tree
+
+    chain = tuple((r, r + 1) for r in range(SIZE - 1))
+    back = tuple((r + 1, r) for r in range(SIZE - 2, -1, -1))
+    plan = Plan("allreduce", "test", tuple(range(SIZE)), (Tree(0, 0.5, chain), Tree(SIZE - 1, 0.5, back)), 1.0, 1.0)
+    scratch = Scratch()
+    for n in (1, 5, 1000, 65537):
+        for dtype in (np.float32, np.float16, np.int32):
+            inputs = [data(r, n, dtype, 21) for r in range(SIZE)]
+            buf = inputs[RANK].copy()
+            ring_allreduce(comm, buf, np.add, scratch)
+            expect_reduced(buf, inputs, ReduceOp.SUM, f"ring n={n}")
+            check_same_everywhere(buf, f"ring n={n}")
+            buf = inputs[RANK].copy()
+            run_schedule(comm, lower(plan, n, chunk_elems=max(1, n // 3)), RANK, {r: r for r in range(SIZE)},
+                         buf, np.add, scratch)
+            expect_reduced(buf, inputs, ReduceOp.SUM, f"chain schedule n={n}")
+            check_same_everywhere(buf, f"chain schedule n={n}")
+            cases += 2
 
 
 def main():
@@ -176,6 +240,8 @@ def main():
     run_reducescatter(be)
     run_alltoall(be)
     run_growth(be)
+    run_point_to_point()
+    run_deep_trees(config)
     be.barrier()
     be.close()
     be.close()

@@ -4,6 +4,7 @@ Run by ``test_runtime.py`` under mpirun at 1, 2, 3 and 4 ranks. Each rank can co
 other rank's input (inputs are functions of the rank), so each checks its results against
 numpy. Prints ``OK <case>`` per case; any failure raises and fails the job.
 """
+import os
 import sys
 
 import numpy as np
@@ -66,6 +67,12 @@ def case_basics(r, n):
     bf.init()  # twice is harmless
     assert 0 <= bf.local_rank() < bf.local_size() and 0 <= bf.cross_rank() < bf.cross_size()
     assert bf.local_size() * bf.cross_size() == n  # one machine, evenly split
+    hosts = int(os.environ.get("BLINKFLOW_SPLIT_HOSTS", "0"))
+    if hosts:  # consecutive blocks of ranks act as hosts
+        per = n // hosts
+        assert (bf.cross_size(), bf.cross_rank(), bf.local_size(), bf.local_rank()) == (hosts, r // per, per, r % per)
+    else:
+        assert (bf.cross_size(), bf.local_size(), bf.local_rank()) == (1, n, r)
     assert isinstance(bf.mpi_threads_supported(), bool)
 
 
@@ -238,6 +245,38 @@ def case_duplicate_name(r, n):
         raise AssertionError("no DuplicateNameError")
     close(rt.synchronize(h), np.ones(2), "float64")
     close(bf.allreduce(np.ones(2), name="dup"), np.ones(2), "float64")  # free again
+
+
+def case_local_errors(r, n):
+    """Bad arguments fail at once on the calling rank, with a message that says what to do."""
+    bad = {
+        "reshape it to (1,)": lambda: bf.allgather(np.float32(1)),
+        "not a rank of this job": lambda: bf.broadcast(np.ones(2), n),
+        "summing to the first dimension": lambda: bf.alltoall(np.ones(3), splits=[4] + [0] * (n - 1)),
+        "is not supported": lambda: bf.allreduce(np.ones(2, np.complex64)),
+        "reserved": lambda: bf.allreduce(np.ones(2), name="__bf_mine"),
+        "unknown reduce op": lambda: bf.allreduce(np.ones(2), op="median"),
+    }
+    if n > 1:
+        bad["not divisible"] = lambda: bf.alltoall(np.ones(2 * n + 1))
+    for hint, fn in bad.items():
+        try:
+            fn()
+        except bf.BlinkflowError as e:
+            assert hint in str(e), (hint, str(e))
+        else:
+            raise AssertionError(f"no error for {hint!r}")
+    close(bf.allreduce([1, 2], op=bf.Sum, name="list.input"), np.array([n, 2 * n]), "int64")
+    # Failing unnamed calls drew no automatic name: only rank 0 fails one here, and the next
+    # unnamed calls still match across ranks.
+    if r == 0:
+        for fn in list(bad.values())[:4]:
+            try:
+                fn()
+            except bf.BlinkflowError:
+                pass
+    close(bf.allreduce(np.ones(2), op=bf.Sum), np.full(2, float(n)), "float64")
+    close(bf.allgather(np.ones(1)), np.ones(n), "float64")
 
 
 def case_poll_and_async(r, n):

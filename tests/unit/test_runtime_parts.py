@@ -144,6 +144,10 @@ def test_plan_digests_that_differ_raise_naming_the_ranks():
     with pytest.raises(PlanError) as e:
         _check_agreement(FakeComm([("t", "p"), ("t", "q"), ("t", "p")]), FakeTopology("t"), FakePlan("p"))
     assert "ranks [0, 2]" in str(e.value) and "ranks [1]" in str(e.value) and "BLINKFLOW_TOPOLOGY" in str(e.value)
+    with pytest.raises(PlanError) as e:  # one rank's planner failed: everyone raises, naming it
+        _check_agreement(FakeComm([("t", "p"), ("failed", "PlanError: no trees")]), FakeTopology("t"), None,
+                         PlanError("no trees"))
+    assert "failed on ranks [1]: PlanError: no trees" in str(e.value)
 
 
 def test_stall_inspector_warns_then_asks_for_shutdown(caplog):
@@ -157,6 +161,9 @@ def test_stall_inspector_warns_then_asks_for_shutdown(caplog):
         assert inspector.inspect(table, now=11) is None
         assert "'late': missing on ranks [2]" in caplog.text
     reason = inspector.inspect(table, now=31)
+    late = MessageTable(2)  # a cache hit reported after waiting 25 s is dated from its submission
+    late.add(0, [ar("hit", waited=25.0)], now=100.0)
+    assert late.missing() == [("hit", 75.0, [0], [1])]
     assert "'late' missing on ranks [2] (ready on ranks [0, 1])" in reason
     assert StallInspector(0, 0).inspect(table, now=1e9) is None
 
@@ -176,3 +183,39 @@ def test_timeline_is_a_json_array_at_every_moment(tmp_path):
     with open(path) as f:
         events = json.load(f)
     assert [e["ph"] for e in events] == ["M", "M", "B", "E", "i"]
+
+
+def test_runtime_serves_every_lazy_name_with_the_dispatch_signatures():
+    import inspect
+
+    import blinkflow
+    import blinkflow.api as dispatch
+    from blinkflow.runtime import api
+
+    assert [n for n in blinkflow._RUNTIME_NAMES if not hasattr(api, n)] == []
+    for name in ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "reducescatter",
+                 "alltoall"]:
+        want = [(p.name, p.default) for p in inspect.signature(getattr(dispatch, name)).parameters.values()]
+        got = [(p.name, p.default) for p in inspect.signature(getattr(api, name)).parameters.values()]
+        assert got == want, name
+
+
+def test_calls_before_init_raise_not_initialized():
+    import subprocess
+    import sys
+
+    code = ("import numpy as np, sys, blinkflow as bf\n"
+            "from blinkflow.runtime import api\n"
+            "assert 'mpi4py.MPI' not in sys.modules  # importing the runtime does not start MPI\n"
+            "for call in [bf.rank, bf.size, bf.local_rank, bf.barrier, lambda: bf.allreduce(np.ones(1)),\n"
+            "             lambda: api.poll(1), lambda: bf.broadcast_object(1)]:\n"
+            "    try:\n"
+            "        call()\n"
+            "    except bf.NotInitializedError as e:\n"
+            "        assert 'blinkflow.init()' in str(e)\n"
+            "    else:\n"
+            "        raise SystemExit('no error')\n"
+            "assert not bf.is_initialized()\n"
+            "bf.shutdown()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr

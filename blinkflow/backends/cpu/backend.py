@@ -21,7 +21,7 @@ from ...errors import BackendError
 from ...ops import ReduceOp
 from ..base import Backend, BackendContext
 from . import kernels
-from .cross import Scratch, ring_allreduce
+from .cross import CrossAllreduce, Scratch
 from .shm import SharedArena
 from .trees import LocalTrees, local_trees, single_root_star
 
@@ -60,6 +60,7 @@ class CpuBackend(Backend):
         self.aside = Scratch()  # private copies made by the collectives themselves
         self._trees: Optional[LocalTrees] = None
         self._levels: Tuple[list, list] = ([], [])
+        self._cross: Optional[CrossAllreduce] = None
         self._loc = np.zeros(2, dtype=np.int64)
         self._locs = np.zeros((self.lsize, 2), dtype=np.int64)
         # Who is where: (local rank, local size, cross rank) of every rank, once.
@@ -81,12 +82,13 @@ class CpuBackend(Backend):
             plan = None
             if self.ctx.plan_for is not None:
                 plan = self.ctx.plan_for("allreduce")
-            devices = [self.ctx.devices[g] for g in self.local_ranks] if self.ctx.devices else list(self.local_ranks)
-            trees = local_trees(plan, devices)
+            devices = list(self.ctx.devices) if self.ctx.devices else list(range(self.size))
+            trees = local_trees(plan, [devices[g] for g in self.local_ranks])
             if self.nhosts > 1:
                 signatures = self.comm.allgather(trees.signature if self.even else None)
                 if any(s is None or s != signatures[0] for s in signatures):
-                    trees = single_root_star(self.lsize)
+                    trees, plan = single_root_star(self.lsize), None
+            self._cross = CrossAllreduce(self.cross, plan, devices[self.rank], devices, self.places, self.chunk_bytes)
             self._trees = trees
             self._levels = (trees.reduce_levels(), trees.broadcast_levels())
         return self._trees
@@ -146,6 +148,12 @@ class CpuBackend(Backend):
             return arr  # alone on the host, nobody reads it: work in place
         return self._view(locs, self.lrank, 0, arr.shape[0], arr.dtype)
 
+    def _mark(self, what: str, phase: str) -> None:
+        """A phase on the runtime's timeline (Horovod-style activity names), when one is on."""
+        timeline = self.ctx.timeline
+        if timeline is not None:
+            getattr(timeline, what)("allreduce", phase)
+
     def _chunk(self, dtype) -> int:
         return kernels.chunk_elems(self.chunk_bytes, dtype.itemsize)
 
@@ -164,6 +172,8 @@ class CpuBackend(Backend):
         me = self.lrank
 
         reduce_levels, broadcast_levels = self._levels
+        mark = self._mark
+        mark("start", "SHM_REDUCE")
         # Phase 1: reduce up the trees, deepest level first, a barrier between levels. After the
         # last level only the owners read their shards (phase 2), so that barrier can go when
         # there is a phase 2.
@@ -176,13 +186,17 @@ class CpuBackend(Backend):
                     kernels.reduce_into(out, inputs, ufunc, chunk)
             if i < len(reduce_levels) - 1 or self.nhosts == 1:
                 self._sync()
+        mark("end", "SHM_REDUCE")
         # Phase 2: each shard's owner all-reduces it with its counterparts on the other hosts.
         # Only the owner touches its shard here, so no barrier is needed before this phase.
         if self.nhosts > 1:
+            mark("start", "CROSS_ALLREDUCE")
             for tree, (off, cnt) in enumerate(shards):
                 if trees.trees[tree].root == me:
-                    ring_allreduce(self.cross, mine[off:off + cnt], ufunc, self.scratch)
+                    self._cross.run(mine[off:off + cnt], off / n, ufunc, self.scratch)
             self._sync()
+            mark("end", "CROSS_ALLREDUCE")
+        mark("start", "SHM_BROADCAST")
         # Phase 3: broadcast down the same trees, a barrier between levels. No exit barrier:
         # peers may still read our segment, but nothing writes it before the next call's entry
         # barrier (user slots alternate, see shm.py).
@@ -193,6 +207,7 @@ class CpuBackend(Backend):
                     np.copyto(mine[off:off + cnt], self._view(locs, parent, off, cnt, buf.dtype))
             if i < len(broadcast_levels) - 1:
                 self._sync()
+        mark("end", "SHM_BROADCAST")
         if mine is not buf:
             np.copyto(buf, mine)
 

@@ -12,8 +12,10 @@ Two windows serve two purposes:
 * the *user* window backs :meth:`CpuBackend.buffer`: the runtime packs its fusion buffer
   straight into it (zero copy). It has two slots handed out in turn: the runtime packs call
   k+1's data into one slot while slower peers may still read call k's result from the other,
-  so a collective needs no exit barrier (its entry barrier proves the peers left call k-1). An
-  older, smaller user window is kept alive until ``close`` so a view never dangles.
+  so a collective needs no exit barrier (its entry barrier proves the peers left call k-1). On
+  growth the previous window stays alive (a view into it stays usable for one more growth, more
+  than ``Backend.buffer`` promises); older ones are freed, collectively, so memory stays below
+  three times the largest buffer.
 * the *staging* window receives arguments that live in ordinary process memory. Only the
   backend writes it, after a collective's entry barrier, so one slot is enough and it may be
   replaced freely.
@@ -77,6 +79,7 @@ class SharedArena:
         self.comm = local_comm
         self.windows: List[_Window] = []  # every window ever made, in creation order (same on all ranks)
         self._user: Optional[_Window] = None
+        self._previous_user: Optional[_Window] = None
         self._user_slot = 0
         self._staging: Optional[_Window] = None
 
@@ -90,7 +93,8 @@ class SharedArena:
         """``nbytes`` of this rank's next user slot (alternating between two)."""
         slot = _round_up(nbytes)
         if self._user is None or self._user.nbytes < 2 * slot:
-            self._user = self._new(2 * slot)  # the old one stays alive: the runtime may hold views
+            self._retire(self._previous_user)
+            self._previous_user, self._user = self._user, self._new(2 * slot)
         half = self._user.nbytes // 2
         self._user_slot ^= 1
         start = self._user_slot * half
@@ -100,10 +104,14 @@ class SharedArena:
         if self._staging is None or self._staging.nbytes < nbytes:
             old = self._staging
             self._staging = self._new(nbytes)
-            if old is not None:
-                self.windows[self.windows.index(old)] = None  # keep indexes stable on every rank
-                old.free()
+            self._retire(old)
         return self._staging
+
+    def _retire(self, win: Optional[_Window]) -> None:
+        """Free ``win`` (collective: every rank retires the same window at the same call)."""
+        if win is not None:
+            self.windows[self.windows.index(win)] = None  # keep indexes stable on every rank
+            win.free()
 
     # ---- addressing -------------------------------------------------------------------------
     def locate(self, arr: np.ndarray) -> Tuple[int, int]:
@@ -128,4 +136,4 @@ class SharedArena:
             if win is not None:
                 win.free()
         self.windows = []
-        self._user = self._staging = None
+        self._user = self._previous_user = self._staging = None
