@@ -11,9 +11,10 @@ import hashlib
 import numpy as np
 
 import blinkflow as bf
+from blinkflow.config import get_config
 from blinkflow.runtime import api as rt
 
-ELEMENTS = 300_000 + 7   # several pipeline chunks, and not a multiple of any shard count
+ELEMENTS = 100_000 + 3   # many pipeline chunks at the test's 64 KiB, not a multiple of any shard count
 
 
 def value(r, dtype, n=ELEMENTS):
@@ -34,7 +35,7 @@ def main():
     r, n = bf.rank(), bf.size()
     job = rt._engine.job
     print(f"LAYOUT {r} {n} {bf.local_rank()} {bf.local_size()} {bf.cross_rank()} {bf.cross_size()} "
-          f"{','.join(job.hosts)} {job.plan.is_three_phase}", flush=True)
+          f"{','.join(job.hosts)} {job.plan.is_three_phase} {get_config().chunk_bytes}", flush=True)
 
     for dtype in ("float32", "float64", "int64"):
         inputs = [value(q, dtype) for q in range(n)]
