@@ -127,3 +127,17 @@ def set_config(config: Optional[Config]) -> None:
     """Replace the process-wide Config (tests, or ``init`` re-reading after a change)."""
     global _CONFIG
     _CONFIG = config
+
+
+#: Open MPI settings blinkflow needs before MPI starts; a value the user set wins.
+#: ``osc=^ucx``: blinkflow's one-sided windows are shared memory only, and Open MPI 5's UCX
+#: one-sided component prints a spurious error for them on machines without RDMA hardware.
+MPI_DEFAULTS = {"OMPI_MCA_osc": "^ucx"}
+
+
+def apply_mpi_defaults(environ=None) -> None:
+    """Put :data:`MPI_DEFAULTS` into the environment unless already set. Call before mpi4py
+    initialises MPI (``blinkflow.init`` does); once MPI is running it has no effect."""
+    environ = os.environ if environ is None else environ
+    for key, value in MPI_DEFAULTS.items():
+        environ.setdefault(key, value)

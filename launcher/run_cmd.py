@@ -26,6 +26,16 @@ from .one_line import OneLineErrorCommand
 DEFAULT_START_TIMEOUT = 30.0
 
 
+def interpreter_first_path(path: str, interpreter_dir: str) -> str:
+    """PATH for the ranks with blinkrun's own interpreter directory first.
+
+    ``.venv/bin/blinkrun -np 2 python train.py`` must run the venv's ``python`` (which has
+    blinkflow) even when the venv is not activated, as a user of a venv expects.
+    """
+    parts = [p for p in path.split(os.pathsep) if p and p != interpreter_dir]
+    return os.pathsep.join([interpreter_dir] + parts)
+
+
 def local_cores() -> int:
     """Physical cores this process may use: Open MPI's default slot count on a host."""
     try:
@@ -131,5 +141,6 @@ def command(np, hosts, hostfile, mpi_args, start_timeout, output_filename, verbo
             click.echo(format_argv(argv), err=True)
         env = dict(os.environ)
         env.update(settings)
+        env["PATH"] = interpreter_first_path(env.get("PATH", ""), os.path.dirname(sys.executable))
         status = Job(argv, env, np=np, start_timeout=start_timeout).run()
     sys.exit(status)

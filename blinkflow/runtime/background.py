@@ -7,6 +7,7 @@ teardown such as freeing shared-memory windows stays matched), or when MPI repor
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any, Dict, Optional
@@ -148,7 +149,10 @@ class Engine:
         job, state, config = self.job, self.state, self.config
         stall = StallInspector(config.stall_check_time_seconds, config.stall_shutdown_time_seconds)
         cache = ResponseCache(config.cache_capacity, job.rank)
-        negotiator = self.negotiator = Negotiator(job.comm, job.rank, job.size, cache, stall.report_after_s())
+        from mpi4py import MPI
+
+        negotiator = self.negotiator = Negotiator(job.comm, job.rank, job.size, cache, stall.report_after_s(),
+                                                  MPI.BAND)
         cache_evict = cache.evict
 
         def evict(bit: int) -> None:
@@ -171,6 +175,8 @@ class Engine:
                     self._timeline.end(entry.name, "QUEUED")
                     self._timeline.start(entry.name, "NEGOTIATE")
             responses, reasons = negotiator.cycle(new, state.shutdown_reason)
+            if responses and logger.isEnabledFor(logging.DEBUG):
+                logger.debug("running %s", ", ".join(f"{r.kind.label} {r.name!r}" for r in responses))
             executor.run(responses, negotiator.pending, done)
             if reasons is not None:
                 state.fail(self._shutdown_error(reasons))

@@ -146,16 +146,21 @@ def case_broadcast(r, n):
 
 
 def case_reducescatter(r, n):
-    for op in [bf.Sum, bf.Average, bf.Min, bf.Max]:
-        for dtype in ["int32", "float32", "float64", "int8"]:
-            rows = 2 * n + 1
+    rows = 2 * n + 1
+    counts = [rows // n + (1 if q < rows % n else 0) for q in range(n)]
+    start = sum(counts[:r])
+    handles = []
+    for op in OPS:
+        for dtype in DTYPES[1:]:  # every dtype but bool, all in flight at once
             for tail in [(), (2, 3)]:
-                x = value(r, (rows,) + tail, dtype)
-                got = bf.reducescatter(x, op=op, name=f"rs.{op.name}.{dtype}.{tail}")
-                full = expected_allreduce((rows,) + tail, dtype, op, n)
-                counts = [rows // n + (1 if q < rows % n else 0) for q in range(n)]
-                start = sum(counts[:r])
-                close(got, full[start:start + counts[r]], dtype)
+                x = value(r, (rows,) + tail, dtype, op)
+                handles.append((rt.reducescatter_async(x, op=op, name=f"rs.{op.name}.{dtype}.{tail}"),
+                                expected_allreduce((rows,) + tail, dtype, op, n), dtype))
+    for h, full, dtype in handles:
+        close(rt.synchronize(h), full[start:start + counts[r]], dtype)
+    x = value(r, (rows, 4), "float32")[:, ::2]  # non-contiguous
+    want = sum(value(q, (rows, 4), "float32")[:, ::2] for q in range(n))
+    close(bf.reducescatter(x, op=bf.Sum, name="rs.nc"), want[start:start + counts[r]], "float32")
     got = bf.reducescatter(value(r, (1,), "float32"), op=bf.Sum, name="rs.tiny")  # fewer rows than ranks
     assert got.shape == ((1,) if r == 0 else (0,))
 
@@ -177,6 +182,11 @@ def case_alltoall(r, n):
         src = (np.arange(sum(their) * 2).reshape(-1, 2) + 100 * q).astype(np.float32)
         pieces.append(src[start:start + their[r]])
     assert np.array_equal(out, np.concatenate(pieces)), (out, pieces)
+    for dtype in DTYPES:  # every dtype, 3-d, non-contiguous input
+        x = value(r, (2 * n, 3, 4), dtype)[:, :, ::2]
+        got = bf.alltoall(x, name=f"a2a.{dtype}")
+        want = np.concatenate([value(q, (2 * n, 3, 4), dtype)[:, :, ::2][2 * r:2 * r + 2] for q in range(n)])
+        close(got, want, dtype)
 
 
 def case_objects_and_barrier(r, n):

@@ -219,3 +219,45 @@ def test_calls_before_init_raise_not_initialized():
             "bf.shutdown()\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_watchdog_reports_a_dead_peer_and_ignores_invisible_ones():
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    from blinkflow.runtime import liveness
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    invisible = 2 ** 22 + 12345  # beyond pid_max defaults: never a live process
+    seen = threading.Event()
+    errors = []
+    dog = liveness.Watchdog(0, ["m", "m", "m", "other"], [os.getpid(), child.pid, invisible, child.pid],
+                            lambda e: (errors.append(e), seen.set()))
+    assert [r for r, _ in dog._peers] == [1]  # rank 2 invisible from the start, rank 3 elsewhere
+    dog.start()
+    child.kill()
+    child.wait()
+    assert seen.wait(5 * liveness.CHECK_INTERVAL_S)
+    dog.stop()
+    assert errors[0].rank == 1 and "rank 1 on m failed" in str(errors[0])
+
+
+def test_a_zombie_counts_as_dead():
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from blinkflow.runtime.liveness import pid_alive
+
+    assert pid_alive(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    assert pid_alive(child.pid)
+    child.kill()  # not reaped yet: a zombie, which kill(pid, 0) still finds
+    deadline = time.monotonic() + 5
+    while pid_alive(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(child.pid)
+    child.wait()

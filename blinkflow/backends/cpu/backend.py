@@ -61,8 +61,8 @@ class CpuBackend(Backend):
         self._trees: Optional[LocalTrees] = None
         self._levels: Tuple[list, list] = ([], [])
         self._cross: Optional[CrossAllreduce] = None
-        self._loc = np.zeros(2, dtype=np.int64)
-        self._locs = np.zeros((self.lsize, 2), dtype=np.int64)
+        self._loc = np.zeros(3, dtype=np.int64)  # (window, byte offset, bytes) of our argument
+        self._locs = np.zeros((self.lsize, 3), dtype=np.int64)
         # Who is where: (local rank, local size, cross rank) of every rank, once.
         self.places: List[Tuple[int, int, int]] = self.comm.allgather(
             (self.lrank, self.lsize, self.cross.Get_rank()))
@@ -116,10 +116,11 @@ class CpuBackend(Backend):
 
         One Allgather on ``local_comm`` doubles as the entry barrier (peers finished packing).
         An argument outside the shared windows is copied into the staging window, only when a
-        peer needs to read it (``needed[local rank]``).
+        peer needs to read it (``needed[local rank]``); the sizes travel in the same Allgather,
+        so every rank sizes the staging window alike without another collective.
         """
         win, off = self.arena.locate(arr)
-        self._loc[0], self._loc[1] = win, off
+        self._loc[0], self._loc[1], self._loc[2] = win, off, arr.nbytes
         if self.lsize == 1:
             self._locs[0] = self._loc
             return self._locs
@@ -127,13 +128,12 @@ class CpuBackend(Backend):
         self._syncs += 1
         missing = [q for q in range(self.lsize) if needed[q] and self._locs[q, 0] == _NOT_SHARED]
         if missing:
-            nbytes = self.local.allreduce(arr.nbytes if self.lrank in missing else 0, op=_max())
-            staging = self.arena.staging(nbytes)
+            staging = self.arena.staging(max(int(self._locs[q, 2]) for q in missing))
             index = self.arena.windows.index(staging)
             if self.lrank in missing:
                 np.copyto(staging.mine[:arr.nbytes], arr.view(np.uint8))
             for q in missing:
-                self._locs[q] = (index, 0)
+                self._locs[q, :2] = (index, 0)
             self._sync()  # the staged copies are in place
         return self._locs
 
@@ -309,12 +309,6 @@ class CpuBackend(Backend):
         if len(counts) != self.size or counts[self.rank] != nsend or nrecv < sum(counts):
             raise BackendError(f"{what}: counts {counts} do not match {self.size} ranks, this rank's "
                                f"{nsend} elements or the {nrecv}-element output")
-
-
-def _max():
-    from mpi4py import MPI
-
-    return MPI.MAX
 
 
 def _mpi_byte():
