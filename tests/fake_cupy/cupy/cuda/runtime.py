@@ -51,17 +51,24 @@ def ipcGetMemHandle(addr):
     return name.ljust(64, b"\0")
 
 
-def ipcOpenMemHandle(handle, flags=1):
+def _attach(handle):
+    """Open another process's segment; its creator owns it, so this process's resource tracker
+    must not unlink it at exit."""
     from multiprocessing import resource_tracker
 
-    name = handle.rstrip(b"\0").decode()
-    if any(shm.name == name and owner for shm, owner in _segments.values()):
-        raise RuntimeError("fake cudaIpcOpenMemHandle: a process cannot open its own IPC handle")
-    shm = shared_memory.SharedMemory(name=name)
-    try:  # the creator owns the segment; do not let this process's tracker unlink it
+    shm = shared_memory.SharedMemory(name=handle.rstrip(b"\0").decode())
+    try:
         resource_tracker.unregister(shm._name, "shared_memory")
     except Exception:
         pass
+    return shm
+
+
+def ipcOpenMemHandle(handle, flags=1):
+    name = handle.rstrip(b"\0").decode()
+    if any(shm.name == name and owner for shm, owner in _segments.values()):
+        raise RuntimeError("fake cudaIpcOpenMemHandle: a process cannot open its own IPC handle")
+    shm = _attach(handle)
     addr = _address(shm)
     _segments[addr] = (shm, False)
     return addr
@@ -94,15 +101,8 @@ def ipcGetEventHandle(event):
 
 
 def ipcOpenEventHandle(handle):
-    from multiprocessing import resource_tracker
-
-    shm = shared_memory.SharedMemory(name=handle.rstrip(b"\0").decode())
-    try:
-        resource_tracker.unregister(shm._name, "shared_memory")
-    except Exception:
-        pass
     event = next(_events)
-    _event_records[event] = (shm, False)
+    _event_records[event] = (_attach(handle), False)
     return event
 
 
