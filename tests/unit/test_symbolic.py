@@ -165,3 +165,12 @@ def test_a_copy_must_read_inside_the_buffer_and_not_overlap_its_target(offset, s
                              Step("copy", offset, 4, src_offset=src_offset, deps=(0,), round=2))
     with pytest.raises(ScheduleError, match=what):
         check(s)
+
+
+def test_a_program_out_of_round_order_is_rejected():
+    # Device 1 sends [4, 8) in round 0 and [0, 4) in round 1, but lists them the other way round.
+    s = _two_device_schedule(Step("send", 0, 4, peer=0, round=1), Step("send", 4, 4, peer=0, round=0))
+    s = dataclasses.replace(s, programs=((0, (Step("recv", 0, 4, peer=1, round=2), Step("recv", 4, 4, peer=1, round=2))),
+                                         s.programs[1]))
+    with pytest.raises(ScheduleError, match="sorted by round"):
+        check(s)
