@@ -139,7 +139,8 @@ class Schedule:
         return 1 + max((s.round for _, steps in self.programs for s in steps), default=-1)
 
     def validate(self) -> None:
-        """Structural checks: known ops, ranges inside the buffer, deps backwards, transfers
+        """Structural checks: known ops, ranges inside the buffer, channels below ``nchannels``,
+        non-overlapping copies, deps backwards, transfers
         matched pairwise (same range, FIFO per device pair and channel). The collective's
         postcondition is proven separately by the symbolic checker."""
         devices = set(self.devices)
@@ -157,8 +158,15 @@ class Schedule:
                     raise ScheduleError(f"{where}: deps {s.deps} must name earlier steps")
                 if s.op in RECEIVING_OPS and s.peer not in devices:
                     raise ScheduleError(f"{where}: receives from unknown device {s.peer}")
-                if s.op == "copy" and (s.src_offset is None or s.src_offset + s.count > self.nelems):
+                if not 0 <= s.channel < max(1, self.nchannels):
+                    # Executors index per-channel streams and receive slots by it.
+                    raise ScheduleError(f"{where}: channel {s.channel} outside 0..{max(1, self.nchannels) - 1}")
+                if s.op == "copy" and (s.src_offset is None or s.src_offset < 0 or s.src_offset + s.count > self.nelems):
                     raise ScheduleError(f"{where}: copy needs a src_offset inside the buffer")
+                if s.op == "copy" and s.count and abs(s.src_offset - s.offset) < s.count:
+                    # cudaMemcpyAsync is undefined when source and target overlap.
+                    raise ScheduleError(f"{where}: copy from [{s.src_offset}, {s.src_offset + s.count}) "
+                                        f"overlaps its target [{s.offset}, {s.offset + s.count})")
                 dst = s.destination
                 if s.op in SENDING_OPS and (dst not in devices or dst == device):
                     raise ScheduleError(f"{where}: sends to invalid device {dst}")

@@ -15,8 +15,8 @@ Besides the postcondition the checker enforces the execution rules of :mod:`.sch
 following ``deps``) computes the same thing:
 
 1. structure (:meth:`Schedule.validate`): ranges, FIFO transfer matching;
-2. rounds: after deps, after the matching send, and a sent range is not overwritten on the sender
-   before the receiving round has passed;
+2. rounds: programs sorted by round, each step after its deps and after the matching send, and a
+   sent range is not overwritten on the sender before the receiving round has passed;
 3. hazards: two steps of a device touching the same elements, one of them writing, are ordered
    by a chain of ``deps`` (else a concurrent executor could run them in either order);
 4. no step sends, reduces or copies data that is not there yet (an undefined range).
@@ -101,6 +101,10 @@ def _check_rounds(s: Schedule, matches) -> None:
             where = f"device {device} step {i} ({st.op}, round {st.round})"
             if st.round < 0:
                 raise ScheduleError(f"{where}: negative round")
+            if i and st.round < steps[i - 1].round:
+                # Walking a program in order must walk it round by round (schedule docstring).
+                raise ScheduleError(f"{where}: programs must be sorted by round; step {i - 1} is in "
+                                    f"round {steps[i - 1].round}")
             for d in st.deps:
                 if steps[d].round >= st.round:
                     raise ScheduleError(f"{where}: not after its dep {d} (round {steps[d].round})")

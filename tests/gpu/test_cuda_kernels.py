@@ -103,3 +103,24 @@ def test_compile_error_carries_source_and_options(monkeypatch):
             kernels.get_module("reduce.cu")
     finally:
         kernels.clear_cache()
+
+
+def test_reduce_and_scale_past_two_to_the_31_elements():
+    """Index math is 64-bit: a uint8 buffer of 2**31 + 1000 elements is combined to its last
+    element (an int index would wrap and leave the end untouched, or fault)."""
+    import cupy
+
+    from blinkflow.backends.cuda.launch import reduce, scale
+
+    n = 2**31 + 1000
+    if cupy.cuda.Device().mem_info[0] < 3 * n + (1 << 30):
+        pytest.skip("needs about 7.5 GB of free GPU memory")
+    a = cupy.ones(n, dtype=cupy.uint8)
+    b = cupy.ones(n, dtype=cupy.uint8)
+    out = cupy.zeros(n, dtype=cupy.uint8)
+    reduce(out, [a, b], ReduceOp.SUM)
+    assert int(cupy.count_nonzero(out != 2)) == 0
+    del a, b
+    scale(out, 3.0)  # in place
+    assert int(cupy.count_nonzero(out != 6)) == 0
+    assert int(out[-1]) == 6 and int(out[2**31]) == 6

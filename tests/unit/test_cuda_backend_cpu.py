@@ -1,4 +1,5 @@
 """What of the cuda backend must hold on a machine without CUDA (the CPU suite)."""
+import os
 import subprocess
 import sys
 
@@ -17,9 +18,13 @@ def test_importing_the_cuda_backend_needs_no_cupy():
             "import blinkflow.backends.cuda.backend, blinkflow.backends.cuda.dlpack, blinkflow.bench.gpu\n"
             "assert 'cupy' not in sys.modules and 'tensorflow' not in sys.modules, sorted(sys.modules)\n"
             "print(c.is_available())\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    # With the fake CuPy importable, an eager ``import cupy`` would succeed and show up in
+    # sys.modules; without it (this machine) the check could never fail.
+    fake = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fake_cupy")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([fake, os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() in ("True", "False")
+    assert out.stdout.strip() == "True"  # and is_available() then does import it
 
 
 def test_backend_without_cupy_raises_backend_error():

@@ -198,3 +198,25 @@ def test_direct_reducescatter_over_threads(nslots):
             want = want + inputs[r][0][off:off + cnt]
         for call in (0, 1):
             np.testing.assert_array_equal(out[(owner, call)][off:off + cnt], want)
+
+
+@pytest.mark.parametrize("devices", [(0, 1), (0, 1, 2), (3, 0, 2, 1)])
+@pytest.mark.parametrize("nelems, chunk", [(1, 1), (23, 3), (40, 7)])
+def test_the_backends_own_schedules_pass_the_symbolic_checker(devices, nelems, chunk):
+    # They run in production (uneven shards, the three-phase fallback), so they get the same
+    # proof as the lowered plans; rounds used to be all 0, which the checker refused.
+    from blinkflow.backends.cuda.schedules import chain_broadcast_schedule
+    from blinkflow.planner.plan import split_counts
+    from blinkflow.planner.symbolic import check
+
+    counts = split_counts([1.0] * len(devices), nelems)
+    offsets = [sum(counts[:i]) for i in range(len(devices))]
+    shards = tuple((d, o, c) for d, o, c in zip(devices, offsets, counts))
+    uneven = tuple((d, 0, 0) for d in devices[:-1]) + ((devices[-1], 0, nelems),)  # empty shards too
+    for s in (direct_allgather_schedule(devices, shards, nelems, chunk),
+              direct_allgather_schedule(devices, uneven, nelems, chunk),
+              direct_reducescatter_schedule(devices, shards, nelems, chunk),
+              chain_allreduce(devices, nelems, chunk, nchannels=min(2, len(devices))),
+              chain_broadcast_schedule(devices, devices[-1], nelems, chunk)):
+        check(s)
+        assert s.nchannels >= (len(devices) - 1 if s.collective in ("allgather", "reducescatter") else 1)

@@ -132,3 +132,45 @@ def test_random_graphs_and_trees(graph, collective, seed, nelems, chunk):
     trees = tuple(Tree(r, rng.uniform(0.1, 1.0), _arborescence(ids, arcs, r, rng)) for r in roots)
     plan = Plan(collective, "random", tuple(ids), trees, 1.0, 1.0, root=root)
     check(lower(plan, nelems, chunk))
+
+
+def _two_device_schedule(*steps1, nchannels=1):
+    """Device 1 runs ``steps1``; device 0 receives [0, 4) from it in round 1."""
+    return Schedule("broadcast", (0, 1), 8, 4, ((0, (Step("recv", 0, 4, peer=1, round=1),)), (1, tuple(steps1))),
+                    root=1, nchannels=nchannels)
+
+
+def test_overwriting_a_sent_range_before_its_receive_round_is_rejected():
+    # The test above trips an earlier rule; this one reaches the overwrite rule itself.
+    s = _two_device_schedule(Step("send", 0, 4, peer=0, round=0),
+                             Step("copy", 0, 4, src_offset=4, deps=(0,), round=1))
+    with pytest.raises(ScheduleError, match="overwrites elements its step 0 sent"):
+        check(s)
+    with pytest.raises(ScheduleError, match="postcondition"):  # after the receive round: only [4, 8) is missing
+        check(_replace(s, 1, 1, round=2))
+
+
+@pytest.mark.parametrize("channel", [-1, 1])
+def test_a_channel_outside_the_schedule_is_rejected(channel):
+    # The GPU executor indexes receive slots by channel: -1 would address another sender's slot.
+    s = _two_device_schedule(Step("send", 0, 4, peer=0, channel=channel, round=0))
+    s = dataclasses.replace(s, programs=((0, (Step("recv", 0, 4, peer=1, channel=channel, round=1),)), s.programs[1]))
+    with pytest.raises(ScheduleError, match=f"channel {channel} outside"):
+        check(s)
+
+
+@pytest.mark.parametrize("offset, src_offset, what", [(0, -2, "inside the buffer"), (2, 4, "overlaps")])
+def test_a_copy_must_read_inside_the_buffer_and_not_overlap_its_target(offset, src_offset, what):
+    s = _two_device_schedule(Step("send", 0, 4, peer=0, round=0),
+                             Step("copy", offset, 4, src_offset=src_offset, deps=(0,), round=2))
+    with pytest.raises(ScheduleError, match=what):
+        check(s)
+
+
+def test_a_program_out_of_round_order_is_rejected():
+    # Device 1 sends [4, 8) in round 0 and [0, 4) in round 1, but lists them the other way round.
+    s = _two_device_schedule(Step("send", 0, 4, peer=0, round=1), Step("send", 4, 4, peer=0, round=0))
+    s = dataclasses.replace(s, programs=((0, (Step("recv", 0, 4, peer=1, round=2), Step("recv", 4, 4, peer=1, round=2))),
+                                         s.programs[1]))
+    with pytest.raises(ScheduleError, match="sorted by round"):
+        check(s)

@@ -95,7 +95,7 @@ class IpcArena:
         return nchannels <= self.nchannels and slot_bytes <= self.slot_bytes
 
     def _index(self, sender: int, channel: int, slot: int) -> int:
-        if channel >= self.nchannels:
+        if not 0 <= channel < self.nchannels:
             raise BackendError(f"channel {channel} outside the {self.nchannels} the arena was built for")
         return ((sender * self.nchannels + channel) * self.nslots + slot) * self.slot_bytes
 

@@ -6,13 +6,18 @@
 * :func:`chain_allreduce_schedule` is Blink's simplest spanning tree, a chain, reduced up and
   broadcast down chunk by chunk. Benchmarks and GPU tests use it as a baseline that does not
   depend on the planner; on a chain the pipeline is what makes the bandwidth (Blink §4.2).
+
+All go through :class:`~blinkflow.planner.builder.ScheduleBuilder`, like the lowered plans, so
+their ``deps`` and rounds are derived and every one passes the symbolic checker (tested).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+import dataclasses
+from typing import Sequence, Tuple
 
 from ...errors import ScheduleError
-from ...planner.schedule import Schedule, Step
+from ...planner.builder import ScheduleBuilder
+from ...planner.schedule import Schedule
 
 
 def direct_allgather_schedule(devices: Tuple[int, ...], shards: Tuple[Tuple[int, int, int], ...],
@@ -27,7 +32,7 @@ def direct_allgather_schedule(devices: Tuple[int, ...], shards: Tuple[Tuple[int,
     if chunk_elems <= 0:
         raise ScheduleError("chunk_elems must be positive")
     n = len(devices)
-    programs = {d: [] for d in devices}
+    b = ScheduleBuilder("allgather", devices, nelems)
     for owner, offset, count in shards:
         pos = devices.index(owner)
         for hop in range(1, n):
@@ -35,13 +40,9 @@ def direct_allgather_schedule(devices: Tuple[int, ...], shards: Tuple[Tuple[int,
             channel = hop - 1
             for start in range(offset, offset + count, chunk_elems):
                 c = min(chunk_elems, offset + count - start)
-                programs[owner].append(Step("send", start, c, peer=peer, channel=channel))
-                programs[peer].append(Step("recv", start, c, peer=owner, channel=channel))
-    schedule = Schedule(collective="allgather", devices=tuple(devices), nelems=nelems, chunk_elems=chunk_elems,
-                        programs=tuple((d, tuple(programs[d])) for d in devices), nchannels=max(1, n - 1),
-                        shards=tuple(shards))
-    schedule.validate()
-    return schedule
+                b.add(owner, "send", start, c, peer=peer, channel=channel)
+                b.add(peer, "recv", start, c, peer=owner, channel=channel)
+    return _finish(b, chunk_elems, nchannels=max(1, n - 1), shards=tuple(shards))
 
 
 def direct_reducescatter_schedule(devices: Tuple[int, ...], shards: Tuple[Tuple[int, int, int], ...],
@@ -57,20 +58,16 @@ def direct_reducescatter_schedule(devices: Tuple[int, ...], shards: Tuple[Tuple[
     if chunk_elems <= 0:
         raise ScheduleError("chunk_elems must be positive")
     n = len(devices)
-    programs = {d: [] for d in devices}
+    b = ScheduleBuilder("reducescatter", devices, nelems)
     for owner, offset, count in shards:
         pos = devices.index(owner)
         for start in range(offset, offset + count, chunk_elems):
             c = min(chunk_elems, offset + count - start)
             for hop in range(1, n):
                 peer = devices[(pos + hop) % n]
-                programs[peer].append(Step("send", start, c, peer=owner, channel=hop - 1))
-                programs[owner].append(Step("recv_reduce", start, c, peer=peer, channel=hop - 1))
-    schedule = Schedule(collective="reducescatter", devices=tuple(devices), nelems=nelems, chunk_elems=chunk_elems,
-                        programs=tuple((d, tuple(programs[d])) for d in devices), nchannels=max(1, n - 1),
-                        shards=tuple(shards))
-    schedule.validate()
-    return schedule
+                b.add(peer, "send", start, c, peer=owner, channel=hop - 1)
+                b.add(owner, "recv_reduce", start, c, peer=peer, channel=hop - 1)
+    return _finish(b, chunk_elems, nchannels=max(1, n - 1), shards=tuple(shards))
 
 
 def chain_allreduce_schedule(devices: Sequence[int], nelems: int, chunk: int, nchannels: int = 1) -> Schedule:
@@ -81,36 +78,31 @@ def chain_allreduce_schedule(devices: Sequence[int], nelems: int, chunk: int, nc
     if chunk <= 0:
         raise ScheduleError("chunk must be positive")
     devices = list(devices)
-    programs: Dict[int, List[Step]] = {d: [] for d in devices}
+    b = ScheduleBuilder("allreduce", devices, nelems)
     parts = [(c * nelems // nchannels, (c + 1) * nelems // nchannels) for c in range(nchannels)]
     for c, (lo, hi) in enumerate(parts):
         order = devices[c:] + devices[:c]
         n = len(order)
+        if n == 1:
+            break
         for start in range(lo, hi, chunk):
             cnt = min(chunk, hi - start)
             for i, d in enumerate(order):  # reduce towards order[-1]
-                if n == 1:
-                    break
                 if i == 0:
-                    programs[d].append(Step("send", start, cnt, peer=order[1], channel=c))
+                    b.add(d, "send", start, cnt, peer=order[1], channel=c)
                 elif i < n - 1:
-                    programs[d].append(Step("recv_reduce_send", start, cnt, peer=order[i - 1], send_to=order[i + 1], channel=c))
+                    b.add(d, "recv_reduce_send", start, cnt, peer=order[i - 1], send_to=order[i + 1], channel=c)
                 else:
-                    programs[d].append(Step("recv_reduce", start, cnt, peer=order[i - 1], channel=c))
+                    b.add(d, "recv_reduce", start, cnt, peer=order[i - 1], channel=c)
             for i in range(n - 1, -1, -1):  # broadcast back down from the root
                 d = order[i]
-                if n == 1:
-                    break
                 if i == n - 1:
-                    programs[d].append(Step("send", start, cnt, peer=order[i - 1], channel=c))
+                    b.add(d, "send", start, cnt, peer=order[i - 1], channel=c)
                 elif i > 0:
-                    programs[d].append(Step("recv_send", start, cnt, peer=order[i + 1], send_to=order[i - 1], channel=c))
+                    b.add(d, "recv_send", start, cnt, peer=order[i + 1], send_to=order[i - 1], channel=c)
                 else:
-                    programs[d].append(Step("recv", start, cnt, peer=order[1], channel=c))
-    schedule = Schedule(collective="allreduce", devices=tuple(devices), nelems=nelems, chunk_elems=chunk,
-                        programs=tuple((d, tuple(programs[d])) for d in devices), nchannels=nchannels)
-    schedule.validate()
-    return schedule
+                    b.add(d, "recv", start, cnt, peer=order[1], channel=c)
+    return _finish(b, chunk, nchannels=nchannels)
 
 
 def chain_broadcast_schedule(devices: Sequence[int], root: int, nelems: int, chunk: int) -> Schedule:
@@ -121,18 +113,24 @@ def chain_broadcast_schedule(devices: Sequence[int], root: int, nelems: int, chu
     devices = list(devices)
     pos = devices.index(root)
     order = devices[pos:] + devices[:pos]
-    programs: Dict[int, List[Step]] = {d: [] for d in devices}
+    b = ScheduleBuilder("broadcast", devices, nelems)
     n = len(order)
     for start in range(0, nelems, chunk):
         cnt = min(chunk, nelems - start)
         for i in range(n - 1):
             if i == 0:
-                programs[order[0]].append(Step("send", start, cnt, peer=order[1]))
+                b.add(order[0], "send", start, cnt, peer=order[1])
             else:
-                programs[order[i]].append(Step("recv_send", start, cnt, peer=order[i - 1], send_to=order[i + 1]))
+                b.add(order[i], "recv_send", start, cnt, peer=order[i - 1], send_to=order[i + 1])
         if n > 1:
-            programs[order[-1]].append(Step("recv", start, cnt, peer=order[-2]))
-    schedule = Schedule(collective="broadcast", devices=tuple(devices), nelems=nelems, chunk_elems=chunk,
-                        programs=tuple((d, tuple(programs[d])) for d in devices), root=root)
+            b.add(order[-1], "recv", start, cnt, peer=order[-2])
+    return _finish(b, chunk, root=root)
+
+
+def _finish(b: ScheduleBuilder, chunk_elems: int, nchannels: int = 1, **fields) -> Schedule:
+    """Build, keep the documented channel count (the arena is sized by it, even where a shard
+    is empty and its channel unused), validate."""
+    schedule = b.build(chunk_elems, **fields)
+    schedule = dataclasses.replace(schedule, nchannels=max(schedule.nchannels, nchannels))
     schedule.validate()
     return schedule
