@@ -157,6 +157,12 @@ def _label(name: Optional[str]) -> str:
     return repr(name) if name is not None else "(unnamed)"
 
 
+def _no_bool_average(array, op, what: str, name: Optional[str]) -> None:
+    if op is Average and array.dtype.kind == "b":
+        raise BlinkflowError(f"{what} {_label(name)}: Average is not defined for bool tensors; use Sum or Max "
+                             "(logical or) or Min or Product (logical and)")
+
+
 def _need_dims(array, op: str, name: Optional[str]) -> None:
     if array.ndim == 0:
         raise BlinkflowError(f"{op} {_label(name)}: a 0-d tensor has no first dimension to split or concatenate; "
@@ -195,6 +201,7 @@ def _allreduce_requests(engine, tensors, op, names, prescale_factor, postscale_f
         compressed, ctx = compression.compress(tensor)
         arrays.append(_as_array(compressed))
         contexts.append(ctx)
+        _no_bool_average(arrays[-1][0], op, "allreduce", names[0])
     if grouped:
         base = names[0] if names and names[0] is not None else auto()
         names = [f"{base}.{i}" for i in range(len(tensors))]
@@ -268,6 +275,7 @@ def reducescatter_async(tensor, op=Average, name=None) -> int:
     op = as_reduce_op(op)
     array, device = _as_array(tensor)
     _need_dims(array, "reducescatter", name)
+    _no_bool_average(array, op, "reducescatter", name)
     name = name if name is not None else _auto_name("reducescatter")
     request = Request(name, Kind.REDUCESCATTER, array.dtype.name, tuple(array.shape), op=int(op), device=device)
     return _submit(engine, [(request, array)], lambda results: results[0])

@@ -142,7 +142,10 @@ class Executor:
         self._mark(names, "B", "COPY_OUT")
         private = buf.copy()
         self._mark(names, "E", "COPY_OUT")
-        backend.scale(private, first.postscale / self.size if op is ReduceOp.AVERAGE else first.postscale)
+        if op is ReduceOp.AVERAGE:
+            average(backend, private, self.size, first.postscale)
+        else:
+            backend.scale(private, first.postscale)
         return [private[start:start + n].reshape(shape) for start, n, shape in zip(starts, sizes, shapes)]
 
     def _allgather(self, response: Response, mine: Optional[Request], array):
@@ -183,7 +186,7 @@ class Executor:
         if sum(counts):
             backend.reducescatter(send, recv, counts, op.combiner)
             if op is ReduceOp.AVERAGE:
-                backend.scale(recv, 1.0 / self.size)
+                average(backend, recv, self.size)
         return recv.reshape((rows[self.rank],) + tail)
 
     def _alltoall(self, response: Response, mine: Request, array):
@@ -197,6 +200,26 @@ class Executor:
             self.backend_for(mine.device).alltoall(send, [s * row for s in mine.splits], recv,
                                                    [s * row for s in received])
         return recv.reshape((sum(received),) + tail), np.asarray(received, dtype=np.int32)
+
+
+def average(backend, buf, size: int, postscale: float = 1.0) -> None:
+    """Divide a summed ``buf`` by ``size`` (and scale by ``postscale``) in place.
+
+    Integers are divided, not multiplied by ``1/size``: ``49 * (1/49)`` is ``0.999...``, which
+    truncates to 0, so an exact average would come out one too small. Without a postscale the
+    division is exact integer division truncated toward zero (no float64 rounding of large int64);
+    with one, ``sum * postscale / size`` is computed in float64 and truncated toward zero.
+    """
+    if getattr(buf.dtype, "kind", "f") not in "iu":
+        backend.scale(buf, postscale / size)
+        return
+    if postscale == 1.0:
+        quotient = buf // size  # floor; truncation toward zero differs for negative remainders
+        if buf.dtype.kind == "i":
+            quotient += ((buf - quotient * size) != 0) & (buf < 0)
+        buf[...] = quotient
+    else:
+        buf[...] = (buf.astype("float64") * postscale / size).astype(buf.dtype)
 
 
 def split_rows(n: int, size: int) -> List[int]:

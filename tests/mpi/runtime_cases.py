@@ -40,6 +40,8 @@ def expected_allreduce(shape, dtype, op, size, pre=1.0, post=1.0):
     acc = inputs[0].copy()
     for x in inputs[1:]:
         acc = UFUNC[op.combiner](acc, x).astype(dtype)
+    if op == bf.Average and acc.dtype.kind in "iu":  # divided (truncating toward zero), not times 1/size
+        return np.trunc(acc.astype(np.float64) * post / size).astype(dtype)
     factor = post / size if op == bf.Average else post
     return scale(acc, factor)
 
@@ -89,7 +91,7 @@ def case_allreduce_everything(r, n):
                 handles.append((rt.allreduce_async(x, op=op, name=f"ar.{dtype}.{op.name}.{shape}"), x, before))
                 wants.append((expected_allreduce(shape, dtype, op, n), dtype))
     for (h, x, before), (want, dtype) in zip(handles, wants):
-        got = bf.allreduce if False else rt.synchronize(h)
+        got = rt.synchronize(h)
         close(got, want, dtype)
         assert np.array_equal(x, before), "input was modified"
     # twice more through the same names: the response-cache fast path
@@ -266,6 +268,8 @@ def case_local_errors(r, n):
         "is not supported": lambda: bf.allreduce(np.ones(2, np.complex64)),
         "reserved": lambda: bf.allreduce(np.ones(2), name="__bf_mine"),
         "unknown reduce op": lambda: bf.allreduce(np.ones(2), op="median"),
+        "Average is not defined for bool": lambda: bf.allreduce(np.ones(2, bool)),
+        "not defined for bool tensors": lambda: bf.reducescatter(np.ones(n, bool), name="rs.bool"),
     }
     if n > 1:
         bad["not divisible"] = lambda: bf.alltoall(np.ones(2 * n + 1))
