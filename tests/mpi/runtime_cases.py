@@ -313,7 +313,7 @@ def case_join(r, n):
         got = bf.allreduce(np.ones(4, np.int32), op=bf.Sum, name=f"join.{i}")
         assert np.array_equal(got, np.full(4, n - i)), (i, got)
     last = bf.join()
-    assert 0 <= last < n
+    assert last == n - 1, last  # join.{n-1} cannot be ready before every other rank has joined
     assert bf.allgather_object(last) == [last] * n
     close(bf.allreduce(np.ones(2), op=bf.Sum, name="after.join"), np.full(2, float(n)), "float64")
 
@@ -361,6 +361,32 @@ def case_threads(r, n):
     for (t, i), got in results.items():
         assert np.array_equal(got, np.full(4, (t + i) * n)), got
     assert len(results) == 30
+
+
+def case_shutdown_in_flight(r, n):
+    """Rank 0 calls shutdown() while the others wait on a tensor it never submits: they raise
+    ShutdownError naming rank 0 (no hang), and init() then starts afresh on every rank."""
+    if n == 1:
+        return
+    bf.barrier()
+    if r == 0:
+        bf.shutdown()
+    else:
+        try:
+            bf.allreduce(np.ones(2), name="never.on.rank0")
+        except bf.ShutdownError as e:
+            assert e.rank == 0 and "shutdown() was called" in str(e), (e.rank, str(e))
+        else:
+            raise AssertionError("an all-reduce rank 0 never submitted returned")
+        try:
+            bf.allreduce(np.ones(2), name="after.stop")
+        except bf.ShutdownError:
+            pass
+        else:
+            raise AssertionError("a call after the job stopped did not raise ShutdownError")
+        bf.shutdown()
+    bf.init()
+    close(bf.allreduce(np.ones(2), op=bf.Sum, name="after.peer.shutdown"), np.full(2, float(n)), "float64")
 
 
 def case_restart(r, n):
