@@ -64,6 +64,15 @@ class Executor:
         self.timeline = timeline
         self.batch_timeline = batch_timeline or BatchTimeline()
         self.batch_timeline.timeline = timeline
+        self.running: Optional[tuple] = None
+        """(kind, names) of the batch being executed, for the error if the backend fails in it."""
+
+    def describe_running(self) -> str:
+        if self.running is None:
+            return ""
+        kind, names = self.running
+        more = f" and {len(names) - 8} more" if len(names) > 8 else ""
+        return f"{kind.label} of {', '.join(repr(n) for n in names[:8])}{more}"
 
     def run(self, responses: List[Response], pending: Dict[str, Entry],
             on_done: Callable[[Response], None]) -> None:
@@ -82,7 +91,9 @@ class Executor:
             self._mark(names, "E", "NEGOTIATE")
             self._mark(names, "B", first.kind.name)
             self.batch_timeline.tracks = names
+            self.running = (first.kind, names)
             results = self._execute(first.kind, batch, entries)
+            self.running = None
             self.batch_timeline.tracks = []
             self._mark(names, "E", first.kind.name)
             for response, entry, result in zip(batch, entries, results):

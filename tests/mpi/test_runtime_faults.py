@@ -55,6 +55,7 @@ def test_a_rank_whose_background_loop_dies_takes_the_job_down(tmp_path):
     crashed = dict(re.findall(r"^CRASHED rank (\d+) (rank=\S+) after", proc.stdout, re.M))
     assert crashed == {"0": "rank=2", "1": "rank=2", "2": "rank=None"}, proc.stdout + proc.stderr[-3000:]
     assert "injected backend failure" in proc.stdout + proc.stderr
+    assert re.search(r"^CRASHED rank 2 .*failed while running allreduce of 'boom'", proc.stdout, re.M), proc.stdout
 
 
 @pytest.mark.mpi
