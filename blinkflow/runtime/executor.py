@@ -80,6 +80,7 @@ class Executor:
             entries = [pending.pop(r.name, None) for r in batch]
             first = batch[0]
             if first.kind is Kind.ERROR:
+                self._mark([first.name], "E", "NEGOTIATE")  # keep the track's begin/end balanced
                 error = _ERRORS.get(first.error_type, BlinkflowError)
                 for entry in entries:
                     if entry is not None:

@@ -6,6 +6,7 @@ numpy. Prints ``OK <case>`` per case; any failure raises and fails the job.
 """
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -296,7 +297,7 @@ def case_local_errors(r, n):
 def case_poll_and_async(r, n):
     h = rt.allreduce_async(np.ones(3), op=bf.Sum, name="polled")
     while not rt.poll(h):
-        pass
+        time.sleep(0.001)  # never blocks; a bare spin would starve the background thread of the GIL
     assert rt.poll(h)
     close(rt.synchronize(h), np.full(3, float(n)), "float64")
     try:

@@ -104,6 +104,10 @@ def timeline(abort=False):
         rt.synchronize(h)
     bf.broadcast(np.ones(3), 0, name="tl.bcast")
     bf.allgather(np.ones((r + 1, 2)), name="tl.gather")
+    try:  # an error response closes its NEGOTIATE too
+        bf.allreduce(np.ones(2 + r), name="tl.mismatch")
+    except bf.TensorMismatchError:
+        pass
     if abort:
         bf.barrier()
         os.kill(os.getpid(), signal.SIGKILL)
