@@ -317,3 +317,17 @@ def test_average_truncates_toward_zero_without_overflow():
     floats = np.array([3.0, -1.5], np.float32)
     average(backend, floats, 3)
     assert np.allclose(floats, [1.0, -0.5])
+
+
+def test_handles_of_a_stopped_runtime_never_name_a_new_runtimes_calls():
+    # init(), a call, shutdown(), init(): the first runtime's handle must not synchronize the new
+    # runtime's call that happens to get the same number.
+    from blinkflow.errors import BlinkflowError
+    from blinkflow.runtime.handles import Handle, HandleTable
+
+    old, new = HandleTable(), HandleTable()
+    stale = old.add(Handle([], list))
+    fresh = [new.add(Handle([], list)) for _ in range(3)]
+    assert stale not in fresh
+    with pytest.raises(BlinkflowError, match="unknown handle"):
+        new.get(stale)
