@@ -164,6 +164,8 @@ def _as_array(tensor):
     if array.dtype.name not in _DTYPES:
         raise BlinkflowError(f"dtype {array.dtype} is not supported by blinkflow collectives; use one of "
                              f"{', '.join(sorted(_DTYPES))}")
+    if not array.dtype.isnative:  # '>f4' is named float32 too, but its bytes would travel as they are
+        array = array.astype(array.dtype.newbyteorder("="))
     return array, device
 
 

@@ -132,6 +132,11 @@ def case_allgather(r, n):
             close(got, want, dtype)
     x = value(r, (4, 6), "int32")[::2, 1::2]
     close(bf.allgather(x), np.concatenate([value(q, (4, 6), "int32")[::2, 1::2] for q in range(n)]), "int32")
+    swapped = value(r, (2, 3), "int32").astype(">i4")  # non-native byte order: values, not bytes, travel
+    close(bf.allgather(swapped, name="ag.swapped"), np.concatenate([value(q, (2, 3), "int32") for q in range(n)]),
+          "int32")
+    close(bf.alltoall(value(r, (n, 2), "float64").astype(">f8"), name="a2a.swapped"),
+          np.concatenate([value(q, (n, 2), "float64")[r:r + 1] for q in range(n)]), "float64")
     outs = bf.grouped_allgather([value(r, (r + 1,), "float32"), value(r, (2, 2), "int8")], name="gag")
     close(outs[0], np.concatenate([value(q, (q + 1,), "float32") for q in range(n)]), "float32")
     close(outs[1], np.concatenate([value(q, (2, 2), "int8") for q in range(n)]), "int8")
