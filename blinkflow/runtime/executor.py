@@ -226,9 +226,12 @@ def average(backend, buf, size: int, postscale: float = 1.0) -> None:
         backend.scale(buf, postscale / size)
         return
     if postscale == 1.0:
-        quotient = buf // size  # floor; truncation toward zero differs for negative remainders
+        # In 64 bits: ``int8 // 200`` would not even accept the size. Floor division, then
+        # truncation toward zero where a negative sum leaves a remainder.
+        wide = buf.astype("uint64" if buf.dtype.kind == "u" else "int64", copy=False)
+        quotient = wide // size
         if buf.dtype.kind == "i":
-            quotient += ((buf - quotient * size) != 0) & (buf < 0)
+            quotient += ((wide - quotient * size) != 0) & (wide < 0)
         buf[...] = quotient
     else:
         buf[...] = (buf.astype("float64") * postscale / size).astype(buf.dtype)

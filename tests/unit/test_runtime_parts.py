@@ -311,6 +311,12 @@ def test_average_truncates_toward_zero_without_overflow():
     small = np.array([-128, -127, 127], np.int8)
     average(backend, small, 2)
     assert small.tolist() == [-64, -63, 63]
+    many = np.array([-128, 127, 0], np.int8)
+    average(backend, many, 200)  # more ranks than int8 can count
+    assert many.tolist() == [0, 0, 0]
+    unsigned = np.array([2**64 - 1], np.uint64)
+    average(backend, unsigned, 5)
+    assert unsigned.tolist() == [(2**64 - 1) // 5]
     scaled = np.array([10, -10], np.int32)
     average(backend, scaled, 4, postscale=2.0)
     assert scaled.tolist() == [5, -5]
