@@ -34,7 +34,7 @@ import numpy as np
 
 from ..compression import Compression
 from ..config import apply_mpi_defaults, get_config
-from ..errors import BlinkflowError, NotInitializedError
+from ..errors import BlinkflowError, NotInitializedError, ShutdownError
 from ..ops import Average, as_reduce_op
 from .background import Engine
 from .handles import Handle, Slot
@@ -44,6 +44,9 @@ from .state import Entry
 _lock = threading.Lock()
 _engine: Optional[Engine] = None
 _counters: Dict[str, "itertools.count"] = {}
+_broken_by: Optional[BaseException] = None
+"""Set when an engine stopped after a peer died or its own loop broke: MPI on the world
+communicator cannot be trusted any more (MPI_Finalize, or a new init on it, would wait forever)."""
 
 _DTYPES = {"bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
            "float16", "float32", "float64"}
@@ -63,6 +66,11 @@ def init(comm=None) -> None:
             return
         if _engine is not None:  # stopped because a peer shut the job down: clean up first
             _engine.stop("re-init")
+            _remember_if_broken(_engine)
+            _engine = None
+        if _broken_by is not None and comm is None:
+            raise ShutdownError(f"blinkflow cannot start again on a job whose rank failed ({_broken_by}); restart "
+                                "the job", rank=getattr(_broken_by, "rank", None))
         if comm is None and "mpi4py.MPI" not in sys.modules:
             apply_mpi_defaults()  # before MPI_Init, which importing mpi4py.MPI performs
         engine = Engine(get_config(), comm)
@@ -79,6 +87,13 @@ def shutdown() -> None:
         engine, _engine = _engine, None
     if engine is not None:
         engine.stop("shutdown() was called")
+        _remember_if_broken(engine)
+
+
+def _remember_if_broken(engine: Engine) -> None:
+    global _broken_by
+    if (engine.peer_failed or engine.broken) and _broken_by is None:
+        _broken_by = engine.state.failure or ShutdownError("a peer rank failed")
 
 
 def is_initialized() -> bool:
@@ -123,16 +138,15 @@ def mpi_threads_supported() -> bool:
 
 def _exit_hook() -> None:
     engine = _engine
-    if engine is None:
-        return
-    if engine.peer_failed or engine.broken:
+    if _broken_by is not None or (engine is not None and (engine.peer_failed or engine.broken)):
         # A peer died, or this rank's loop died mid-collective: MPI_Finalize would wait forever
-        # for ranks that cannot arrive. Leave now with a failure status; mpirun (or the peers'
-        # watchdogs) then end the others.
+        # for ranks that cannot arrive (also after the user called shutdown() on the error).
+        # Leave now with a failure status; mpirun (or the peers' watchdogs) then end the others.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
-    shutdown()
+    if engine is not None:
+        shutdown()
 
 
 atexit.register(_exit_hook)  # after mpi4py's own atexit, so it runs before MPI_Finalize
@@ -150,11 +164,19 @@ def _as_array(tensor):
     if array.dtype.name not in _DTYPES:
         raise BlinkflowError(f"dtype {array.dtype} is not supported by blinkflow collectives; use one of "
                              f"{', '.join(sorted(_DTYPES))}")
+    if not array.dtype.isnative:  # '>f4' is named float32 too, but its bytes would travel as they are
+        array = array.astype(array.dtype.newbyteorder("="))
     return array, device
 
 
 def _label(name: Optional[str]) -> str:
     return repr(name) if name is not None else "(unnamed)"
+
+
+def _no_bool_average(array, op, what: str, name: Optional[str]) -> None:
+    if op is Average and array.dtype.kind == "b":
+        raise BlinkflowError(f"{what} {_label(name)}: Average is not defined for bool tensors; use Sum or Max "
+                             "(logical or) or Min or Product (logical and)")
 
 
 def _need_dims(array, op: str, name: Optional[str]) -> None:
@@ -195,6 +217,7 @@ def _allreduce_requests(engine, tensors, op, names, prescale_factor, postscale_f
         compressed, ctx = compression.compress(tensor)
         arrays.append(_as_array(compressed))
         contexts.append(ctx)
+        _no_bool_average(arrays[-1][0], op, "allreduce", names[0])
     if grouped:
         base = names[0] if names and names[0] is not None else auto()
         names = [f"{base}.{i}" for i in range(len(tensors))]
@@ -268,6 +291,7 @@ def reducescatter_async(tensor, op=Average, name=None) -> int:
     op = as_reduce_op(op)
     array, device = _as_array(tensor)
     _need_dims(array, "reducescatter", name)
+    _no_bool_average(array, op, "reducescatter", name)
     name = name if name is not None else _auto_name("reducescatter")
     request = Request(name, Kind.REDUCESCATTER, array.dtype.name, tuple(array.shape), op=int(op), device=device)
     return _submit(engine, [(request, array)], lambda results: results[0])

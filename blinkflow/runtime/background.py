@@ -59,10 +59,11 @@ class Engine:
         self._backends: Dict[str, Any] = {}
         self._timeline: Optional[Timeline] = None
         self.peer_failed = False
+        """A peer died: MPI calls may never return, so nobody waits for this thread."""
         self.negotiator: Optional[Negotiator] = None
+        self._executor: Optional[Executor] = None
         self.broken = False
         """The loop died mid-cycle: this rank's MPI state cannot be trusted (nor MPI_Finalize)."""
-        """A peer died: MPI calls may never return, so nobody waits for this thread."""
 
     # ---- user-thread side ---------------------------------------------------------------------
     def start(self) -> None:
@@ -160,7 +161,7 @@ class Engine:
             negotiator.on_evict(bit)
 
         cache.evict = evict
-        executor = Executor(job.rank, job.size, job.comm, self._backend, state, config.fusion_threshold,
+        executor = self._executor = Executor(job.rank, job.size, job.comm, self._backend, state, config.fusion_threshold,
                             self._timeline, self._batch_timeline)
         cycle_s = config.cycle_time / 1000.0
 
@@ -208,9 +209,11 @@ class Engine:
             if dead:
                 return liveness.dead_peer_error(dead, self.job.hosts, f"MPI reports: {error}")
             return ShutdownError(f"a peer rank failed (MPI reports: {error}); the job cannot continue")
-        logger.exception("the background thread failed")
-        return ShutdownError(f"the blinkflow background thread failed: {error!r}. This is a bug or a broken "
-                             "MPI installation; the traceback is in this rank's log.")
+        running = self._executor.describe_running() if self._executor is not None else ""
+        during = f" while running {running}" if running else ""
+        logger.exception("the background thread failed%s", during)
+        return ShutdownError(f"the blinkflow background thread failed{during}: {error!r}. This is a bug or a "
+                             "broken MPI installation; the traceback is in this rank's log.")
 
     def _teardown(self) -> None:
         for backend in self._backends.values():

@@ -64,6 +64,15 @@ class Executor:
         self.timeline = timeline
         self.batch_timeline = batch_timeline or BatchTimeline()
         self.batch_timeline.timeline = timeline
+        self.running: Optional[tuple] = None
+        """(kind, names) of the batch being executed, for the error if the backend fails in it."""
+
+    def describe_running(self) -> str:
+        if self.running is None:
+            return ""
+        kind, names = self.running
+        more = f" and {len(names) - 8} more" if len(names) > 8 else ""
+        return f"{kind.label} of {', '.join(repr(n) for n in names[:8])}{more}"
 
     def run(self, responses: List[Response], pending: Dict[str, Entry],
             on_done: Callable[[Response], None]) -> None:
@@ -71,6 +80,7 @@ class Executor:
             entries = [pending.pop(r.name, None) for r in batch]
             first = batch[0]
             if first.kind is Kind.ERROR:
+                self._mark([first.name], "E", "NEGOTIATE")  # keep the track's begin/end balanced
                 error = _ERRORS.get(first.error_type, BlinkflowError)
                 for entry in entries:
                     if entry is not None:
@@ -82,7 +92,9 @@ class Executor:
             self._mark(names, "E", "NEGOTIATE")
             self._mark(names, "B", first.kind.name)
             self.batch_timeline.tracks = names
+            self.running = (first.kind, names)
             results = self._execute(first.kind, batch, entries)
+            self.running = None
             self.batch_timeline.tracks = []
             self._mark(names, "E", first.kind.name)
             for response, entry, result in zip(batch, entries, results):
@@ -142,7 +154,10 @@ class Executor:
         self._mark(names, "B", "COPY_OUT")
         private = buf.copy()
         self._mark(names, "E", "COPY_OUT")
-        backend.scale(private, first.postscale / self.size if op is ReduceOp.AVERAGE else first.postscale)
+        if op is ReduceOp.AVERAGE:
+            average(backend, private, self.size, first.postscale)
+        else:
+            backend.scale(private, first.postscale)
         return [private[start:start + n].reshape(shape) for start, n, shape in zip(starts, sizes, shapes)]
 
     def _allgather(self, response: Response, mine: Optional[Request], array):
@@ -183,7 +198,7 @@ class Executor:
         if sum(counts):
             backend.reducescatter(send, recv, counts, op.combiner)
             if op is ReduceOp.AVERAGE:
-                backend.scale(recv, 1.0 / self.size)
+                average(backend, recv, self.size)
         return recv.reshape((rows[self.rank],) + tail)
 
     def _alltoall(self, response: Response, mine: Request, array):
@@ -197,6 +212,29 @@ class Executor:
             self.backend_for(mine.device).alltoall(send, [s * row for s in mine.splits], recv,
                                                    [s * row for s in received])
         return recv.reshape((sum(received),) + tail), np.asarray(received, dtype=np.int32)
+
+
+def average(backend, buf, size: int, postscale: float = 1.0) -> None:
+    """Divide a summed ``buf`` by ``size`` (and scale by ``postscale``) in place.
+
+    Integers are divided, not multiplied by ``1/size``: ``49 * (1/49)`` is ``0.999...``, which
+    truncates to 0, so an exact average would come out one too small. Without a postscale the
+    division is exact integer division truncated toward zero (no float64 rounding of large int64);
+    with one, ``sum * postscale / size`` is computed in float64 and truncated toward zero.
+    """
+    if getattr(buf.dtype, "kind", "f") not in "iu":
+        backend.scale(buf, postscale / size)
+        return
+    if postscale == 1.0:
+        # In 64 bits: ``int8 // 200`` would not even accept the size. Floor division, then
+        # truncation toward zero where a negative sum leaves a remainder.
+        wide = buf.astype("uint64" if buf.dtype.kind == "u" else "int64", copy=False)
+        quotient = wide // size
+        if buf.dtype.kind == "i":
+            quotient += ((wide - quotient * size) != 0) & (wide < 0)
+        buf[...] = quotient
+    else:
+        buf[...] = (buf.astype("float64") * postscale / size).astype(buf.dtype)
 
 
 def split_rows(n: int, size: int) -> List[int]:

@@ -13,6 +13,9 @@ from typing import Any, Callable, Dict, List, Optional
 
 # How often a waiting user thread wakes to re-check; waiting never depends on MPI progress.
 _WAIT_SLICE_S = 0.25
+# One sequence for every table of the process: after shutdown() and init() a stale handle of the
+# old runtime must be unknown to the new one, never the id of someone else's new call.
+_IDS = itertools.count(1)
 
 
 class Slot:
@@ -75,11 +78,10 @@ class HandleTable:
     def __init__(self):
         self._lock = threading.Lock()
         self._handles: Dict[int, Handle] = {}
-        self._ids = itertools.count(1)
 
     def add(self, handle: Handle) -> int:
         with self._lock:
-            hid = next(self._ids)
+            hid = next(_IDS)
             self._handles[hid] = handle
             return hid
 

@@ -6,6 +6,7 @@ numpy. Prints ``OK <case>`` per case; any failure raises and fails the job.
 """
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -40,6 +41,8 @@ def expected_allreduce(shape, dtype, op, size, pre=1.0, post=1.0):
     acc = inputs[0].copy()
     for x in inputs[1:]:
         acc = UFUNC[op.combiner](acc, x).astype(dtype)
+    if op == bf.Average and acc.dtype.kind in "iu":  # divided (truncating toward zero), not times 1/size
+        return np.trunc(acc.astype(np.float64) * post / size).astype(dtype)
     factor = post / size if op == bf.Average else post
     return scale(acc, factor)
 
@@ -89,7 +92,7 @@ def case_allreduce_everything(r, n):
                 handles.append((rt.allreduce_async(x, op=op, name=f"ar.{dtype}.{op.name}.{shape}"), x, before))
                 wants.append((expected_allreduce(shape, dtype, op, n), dtype))
     for (h, x, before), (want, dtype) in zip(handles, wants):
-        got = bf.allreduce if False else rt.synchronize(h)
+        got = rt.synchronize(h)
         close(got, want, dtype)
         assert np.array_equal(x, before), "input was modified"
     # twice more through the same names: the response-cache fast path
@@ -129,6 +132,11 @@ def case_allgather(r, n):
             close(got, want, dtype)
     x = value(r, (4, 6), "int32")[::2, 1::2]
     close(bf.allgather(x), np.concatenate([value(q, (4, 6), "int32")[::2, 1::2] for q in range(n)]), "int32")
+    swapped = value(r, (2, 3), "int32").astype(">i4")  # non-native byte order: values, not bytes, travel
+    close(bf.allgather(swapped, name="ag.swapped"), np.concatenate([value(q, (2, 3), "int32") for q in range(n)]),
+          "int32")
+    close(bf.alltoall(value(r, (n, 2), "float64").astype(">f8"), name="a2a.swapped"),
+          np.concatenate([value(q, (n, 2), "float64")[r:r + 1] for q in range(n)]), "float64")
     outs = bf.grouped_allgather([value(r, (r + 1,), "float32"), value(r, (2, 2), "int8")], name="gag")
     close(outs[0], np.concatenate([value(q, (q + 1,), "float32") for q in range(n)]), "float32")
     close(outs[1], np.concatenate([value(q, (2, 2), "int8") for q in range(n)]), "int8")
@@ -212,7 +220,7 @@ def expect_mismatch(name, fn, r, n):
     try:
         fn()
     except bf.TensorMismatchError as e:
-        assert name in str(e) and e.name == name, str(e)
+        assert name in str(e) and e.name in (name, name + ".1"), str(e)  # grouped: the member that differs
         assert "rank 0" in str(e) and f"rank {n - 1}" in str(e), str(e)
         return str(e)
     raise AssertionError(f"{name}: no TensorMismatchError on rank {r}")
@@ -233,6 +241,8 @@ def case_mismatches(r, n):
         "mm.kind": lambda: (bf.allgather(f32, name="mm.kind") if last else bf.allreduce(f32, name="mm.kind")),
         "mm.tail": lambda: bf.allgather(np.ones((2, 3 if last else 2)), name="mm.tail"),
         "mm.rsop": lambda: bf.reducescatter(np.ones(n), op=bf.Min if last else bf.Max, name="mm.rsop"),
+        "mm.a2a": lambda: bf.alltoall(np.ones((n, 2), np.int32 if last else np.float32), name="mm.a2a"),
+        "mm.grouped": lambda: bf.grouped_allreduce([f32, np.ones(2 if last else 3)], name="mm.grouped"),
     }
     for name, fn in cases.items():
         message = expect_mismatch(name, fn, r, n)
@@ -266,6 +276,8 @@ def case_local_errors(r, n):
         "is not supported": lambda: bf.allreduce(np.ones(2, np.complex64)),
         "reserved": lambda: bf.allreduce(np.ones(2), name="__bf_mine"),
         "unknown reduce op": lambda: bf.allreduce(np.ones(2), op="median"),
+        "Average is not defined for bool": lambda: bf.allreduce(np.ones(2, bool)),
+        "not defined for bool tensors": lambda: bf.reducescatter(np.ones(n, bool), name="rs.bool"),
     }
     if n > 1:
         bad["not divisible"] = lambda: bf.alltoall(np.ones(2 * n + 1))
@@ -292,7 +304,7 @@ def case_local_errors(r, n):
 def case_poll_and_async(r, n):
     h = rt.allreduce_async(np.ones(3), op=bf.Sum, name="polled")
     while not rt.poll(h):
-        pass
+        time.sleep(0.001)  # never blocks; a bare spin would starve the background thread of the GIL
     assert rt.poll(h)
     close(rt.synchronize(h), np.full(3, float(n)), "float64")
     try:
@@ -309,7 +321,7 @@ def case_join(r, n):
         got = bf.allreduce(np.ones(4, np.int32), op=bf.Sum, name=f"join.{i}")
         assert np.array_equal(got, np.full(4, n - i)), (i, got)
     last = bf.join()
-    assert 0 <= last < n
+    assert last == n - 1, last  # join.{n-1} cannot be ready before every other rank has joined
     assert bf.allgather_object(last) == [last] * n
     close(bf.allreduce(np.ones(2), op=bf.Sum, name="after.join"), np.full(2, float(n)), "float64")
 
@@ -357,6 +369,32 @@ def case_threads(r, n):
     for (t, i), got in results.items():
         assert np.array_equal(got, np.full(4, (t + i) * n)), got
     assert len(results) == 30
+
+
+def case_shutdown_in_flight(r, n):
+    """Rank 0 calls shutdown() while the others wait on a tensor it never submits: they raise
+    ShutdownError naming rank 0 (no hang), and init() then starts afresh on every rank."""
+    if n == 1:
+        return
+    bf.barrier()
+    if r == 0:
+        bf.shutdown()
+    else:
+        try:
+            bf.allreduce(np.ones(2), name="never.on.rank0")
+        except bf.ShutdownError as e:
+            assert e.rank == 0 and "shutdown() was called" in str(e), (e.rank, str(e))
+        else:
+            raise AssertionError("an all-reduce rank 0 never submitted returned")
+        try:
+            bf.allreduce(np.ones(2), name="after.stop")
+        except bf.ShutdownError:
+            pass
+        else:
+            raise AssertionError("a call after the job stopped did not raise ShutdownError")
+        bf.shutdown()
+    bf.init()
+    close(bf.allreduce(np.ones(2), op=bf.Sum, name="after.peer.shutdown"), np.full(2, float(n)), "float64")
 
 
 def case_restart(r, n):

@@ -1,7 +1,9 @@
 """Fault scenarios of the runtime, one per launch: ``kill``, ``stall``, ``timeline [abort]``.
 
 kill     the last rank SIGKILLs itself mid-run; every other rank must raise ShutdownError naming it
-         within 30 s (run under mpirun options that keep the job alive after a death).
+         within 30 s (run under mpirun options that keep the job alive after a death). With
+         ``shutdown`` the survivors then call ``bf.shutdown()`` and ``bf.init()`` (which must
+         raise) and must still exit.
 crash    the last rank's background loop fails; it raises and exits, and the others notice.
 stall    the last rank never submits tensor 'stuck': rank 0 warns, then shuts the job down
          (BLINKFLOW_STALL_CHECK_TIME_SECONDS / _SHUTDOWN_TIME_SECONDS set by the test).
@@ -19,7 +21,7 @@ import blinkflow as bf
 from blinkflow.runtime import api as rt
 
 
-def kill():
+def kill(then_shutdown=False):
     r, n = bf.rank(), bf.size()
     victim = n - 1
     for i in range(5):
@@ -40,6 +42,13 @@ def kill():
         bf.allreduce(np.ones(1), name="after")
     except bf.ShutdownError as e:
         print(f"AGAIN rank {r} rank={e.rank}", flush=True)
+    if then_shutdown:  # what a user does after the error: exit must still not wait for the dead rank
+        bf.shutdown()
+        bf.shutdown()
+        try:
+            bf.init()  # on the world communicator with a dead rank: would hang in MPI
+        except bf.ShutdownError as e:
+            print(f"REINIT rank {r} rank={e.rank}", flush=True)
     wait_for_survivors(r, n)
 
 
@@ -95,6 +104,10 @@ def timeline(abort=False):
         rt.synchronize(h)
     bf.broadcast(np.ones(3), 0, name="tl.bcast")
     bf.allgather(np.ones((r + 1, 2)), name="tl.gather")
+    try:  # an error response closes its NEGOTIATE too
+        bf.allreduce(np.ones(2 + r), name="tl.mismatch")
+    except bf.TensorMismatchError:
+        pass
     if abort:
         bf.barrier()
         os.kill(os.getpid(), signal.SIGKILL)
@@ -105,7 +118,7 @@ def main():
     bf.init()
     mode = sys.argv[1]
     if mode == "kill":
-        kill()
+        kill(then_shutdown="shutdown" in sys.argv[2:])
     elif mode == "crash":
         crash()
     elif mode == "stall":

@@ -37,11 +37,25 @@ def test_killed_rank_makes_every_survivor_raise_naming_it(options, tmp_path):
 
 
 @pytest.mark.mpi
+def test_survivors_that_shut_down_after_a_dead_rank_still_exit(tmp_path):
+    """shutdown() after the error used to clear the state the exit hook reads, so the process
+    hung in MPI_Finalize waiting for the dead rank; init() again hung in MPI as well."""
+    n = 3
+    proc = _run_with(["--enable-recovery"], n, ["kill", "shutdown"], {"FAULTS_DIR": str(tmp_path)}, timeout=90)
+    out = proc.stdout
+    assert len(re.findall(r"^REINIT rank \d+ rank=2$", out, re.M)) == n - 1, out + proc.stderr[-3000:]
+    # Reaching here at all means no survivor hung (timeout=90); the first to exit leaves with status 1
+    # and mpirun then ends the other.
+    assert re.search(r"^END rank", out, re.M) and proc.returncode != 0, out
+
+
+@pytest.mark.mpi
 def test_a_rank_whose_background_loop_dies_takes_the_job_down(tmp_path):
     proc = _run_with(["--enable-recovery"], 3, ["crash"], {"FAULTS_DIR": str(tmp_path)}, timeout=90)
     crashed = dict(re.findall(r"^CRASHED rank (\d+) (rank=\S+) after", proc.stdout, re.M))
     assert crashed == {"0": "rank=2", "1": "rank=2", "2": "rank=None"}, proc.stdout + proc.stderr[-3000:]
     assert "injected backend failure" in proc.stdout + proc.stderr
+    assert re.search(r"^CRASHED rank 2 .*failed while running allreduce of 'boom'", proc.stdout, re.M), proc.stdout
 
 
 @pytest.mark.mpi

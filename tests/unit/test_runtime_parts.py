@@ -2,6 +2,7 @@
 cache, fusion batching, row splits, the stall inspector, the timeline file and the plan check."""
 import json
 
+import numpy as np
 import pytest
 
 from blinkflow.errors import PlanError
@@ -261,3 +262,78 @@ def test_a_zombie_counts_as_dead():
         time.sleep(0.05)
     assert not pid_alive(child.pid)
     child.wait()
+
+
+class _SummingBackend:
+    """A stand-in backend: every one of ``size`` ranks holds the same buffer, so the sum is size * x."""
+
+    def __init__(self, size):
+        from blinkflow.backends.base import Backend
+
+        self.size = size
+        self.scale = lambda buf, factor: Backend.scale(self, buf, factor)
+
+    def buffer(self, n, dtype):
+        return np.empty(n, dtype)
+
+    def allreduce(self, buf, op):
+        buf *= buf.dtype.type(self.size)
+
+    def reducescatter(self, send, recv, counts, op):
+        recv[...] = send[:counts[0]] * send.dtype.type(self.size)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "int64", "uint64"])
+def test_integer_average_is_exact_where_times_one_over_size_is_not(dtype):
+    # 49 * (1/49) == 0.9999999999999999: multiplying by 1/size truncated an exact average of 1 to 0.
+    from blinkflow.runtime.executor import Executor
+    from blinkflow.runtime.state import Entry, SharedState
+    from blinkflow.runtime.handles import Slot
+
+    size = 49
+    x = np.array([1, 2, 0, 2] if dtype.startswith("u") else [1, -1, 2, -2], dtype)
+    request = Request("avg", Kind.ALLREDUCE, dtype, x.shape, op=int(ReduceOp.AVERAGE))
+    state = SharedState(None, 0)
+    entry = Entry(request, x, Slot())
+    executor = Executor(0, size, None, lambda device: _SummingBackend(size), state, 1 << 20)
+    executor.run([Response(Kind.ALLREDUCE, "avg", (request,) * size)], {"avg": entry}, lambda response: None)
+    assert entry.slot.result.dtype == np.dtype(dtype)
+    assert np.array_equal(entry.slot.result, x), entry.slot.result
+
+
+def test_average_truncates_toward_zero_without_overflow():
+    from blinkflow.runtime.executor import average
+
+    backend = _SummingBackend(1)
+    big = np.array([np.iinfo(np.int64).max, -7, 7, -128 * 3], np.int64)
+    average(backend, big, 3)
+    assert big.tolist() == [np.iinfo(np.int64).max // 3, -2, 2, -128]  # float64 would round the first
+    small = np.array([-128, -127, 127], np.int8)
+    average(backend, small, 2)
+    assert small.tolist() == [-64, -63, 63]
+    many = np.array([-128, 127, 0], np.int8)
+    average(backend, many, 200)  # more ranks than int8 can count
+    assert many.tolist() == [0, 0, 0]
+    unsigned = np.array([2**64 - 1], np.uint64)
+    average(backend, unsigned, 5)
+    assert unsigned.tolist() == [(2**64 - 1) // 5]
+    scaled = np.array([10, -10], np.int32)
+    average(backend, scaled, 4, postscale=2.0)
+    assert scaled.tolist() == [5, -5]
+    floats = np.array([3.0, -1.5], np.float32)
+    average(backend, floats, 3)
+    assert np.allclose(floats, [1.0, -0.5])
+
+
+def test_handles_of_a_stopped_runtime_never_name_a_new_runtimes_calls():
+    # init(), a call, shutdown(), init(): the first runtime's handle must not synchronize the new
+    # runtime's call that happens to get the same number.
+    from blinkflow.errors import BlinkflowError
+    from blinkflow.runtime.handles import Handle, HandleTable
+
+    old, new = HandleTable(), HandleTable()
+    stale = old.add(Handle([], list))
+    fresh = [new.add(Handle([], list)) for _ in range(3)]
+    assert stale not in fresh
+    with pytest.raises(BlinkflowError, match="unknown handle"):
+        new.get(stale)
