@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Mapping, Optional, Sequence, Tuple
 
+from blinkflow.config import MPI_DEFAULTS
+
 from .hosts import Host, hosts_arg, total_slots
 from .mpi_impl import MPICH, OPEN_MPI, MpiImpl
 
@@ -77,6 +79,9 @@ def _openmpi(impl: MpiImpl, spec: LaunchSpec, environ: Mapping[str, str], is_roo
     for name in INHERITED_VARS:
         if name in environ:
             argv += ["-x", name]
+    for name, value in MPI_DEFAULTS.items():   # blinkflow's Open MPI defaults; the user's value wins
+        if name.startswith("OMPI_MCA_") and name not in environ:
+            argv += ["--mca", name[len("OMPI_MCA_"):], value]
     return argv
 
 

@@ -48,6 +48,9 @@ def _timed(comm, fn: Callable[[], None]) -> float:
 
 
 def _mpi():
+    from ..config import apply_mpi_defaults
+
+    apply_mpi_defaults()  # before MPI_Init: this benchmark may start MPI before blinkflow.init
     from mpi4py import MPI
 
     return MPI

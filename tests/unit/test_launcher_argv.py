@@ -25,7 +25,15 @@ def test_openmpi_local_exact():
     spec = LaunchSpec(np=4, command=CMD, settings={"BLINKFLOW_CYCLE_TIME": "2.0"})
     assert build(OMPI, spec) == [
         "/venv/bin/mpirun", "-np", "4", "--bind-to", "none", "--map-by", "slot",
-        "-x", "BLINKFLOW_CYCLE_TIME=2.0", "-x", "PATH", "-x", "LD_LIBRARY_PATH", *WRAPPED]
+        "-x", "BLINKFLOW_CYCLE_TIME=2.0", "-x", "PATH", "-x", "LD_LIBRARY_PATH", "--mca", "osc", "^ucx", *WRAPPED]
+
+
+def test_openmpi_defaults_yield_to_the_users_setting():
+    spec = LaunchSpec(np=2, command=CMD)
+    argv = build_mpirun_argv(OMPI, spec, python="/venv/bin/python", environ=dict(ENV, OMPI_MCA_osc="ucx"),
+                             is_root=False, local_cores=8)
+    assert "--mca" not in argv
+    assert "--mca" not in build(HYDRA, spec)
 
 
 @pytest.mark.parametrize("is_root", [False, True])
@@ -50,7 +58,7 @@ def test_openmpi_hosts_hostfile_settings_and_mpi_args():
     argv = build(OMPI, spec)
     assert pairs(argv, "--host") == ["a:4,b:4"] and "--hostfile" not in argv
     assert pairs(argv, "-x") == ["BLINKFLOW_BACKEND=cpu", "BLINKFLOW_TOPOLOGY=dgx1-v100", "PATH", "LD_LIBRARY_PATH"]
-    tail = argv[argv.index("--mca"):]
+    tail = argv[argv.index("btl_tcp_if_include") - 1:]  # the user's --mpi-args come after blinkflow's defaults
     assert tail == ["--mca", "btl_tcp_if_include", "eth0", "/venv/bin/python", "-m", "blinkflow.launcher.rank_exec",
                     "--output-dir", "/logs", "--", *CMD]
     spec = LaunchSpec(np=8, command=CMD, hosts=(Host("a", 4), Host("b", 4)), hostfile="hosts.txt")
