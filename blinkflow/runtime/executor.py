@@ -16,6 +16,7 @@ from ..errors import BlinkflowError, ShutdownError, TensorMismatchError
 from ..ops import ReduceOp
 from .fusion import make_batches, offsets
 from .messages import Kind, Request, Response
+from .result_pool import ResultPool
 from .state import Entry, SharedState
 
 _ERRORS = {"TensorMismatchError": TensorMismatchError, "ShutdownError": ShutdownError}
@@ -64,6 +65,8 @@ class Executor:
         self.timeline = timeline
         self.batch_timeline = batch_timeline or BatchTimeline()
         self.batch_timeline.timeline = timeline
+        self.results = ResultPool(capacity=max(4 * fusion_threshold, 256 << 20))
+        """Recycled host memory for all-reduce results (fresh pages cost more than the reduction)."""
         self.running: Optional[tuple] = None
         """(kind, names) of the batch being executed, for the error if the backend fails in it."""
 
@@ -152,12 +155,21 @@ class Executor:
         # rank's part of a shared buffer (the cpu backend has no exit barrier), so the postscale
         # runs on the private copy, which every result is a slice of.
         self._mark(names, "B", "COPY_OUT")
-        private = buf.copy()
+        scale = first.postscale / self.size if op is ReduceOp.AVERAGE else first.postscale
+        if first.device == "cpu":
+            private = self.results.empty_like(buf)
+            if dtype.kind in "fc" and scale != 1.0:
+                np.multiply(buf, dtype.type(scale), out=private)  # copy and scale in one pass
+                scale = 1.0
+            else:
+                private[...] = buf
+        else:
+            private = buf.copy()
         self._mark(names, "E", "COPY_OUT")
-        if op is ReduceOp.AVERAGE:
+        if op is ReduceOp.AVERAGE and dtype.kind in "iu":
             average(backend, private, self.size, first.postscale)
         else:
-            backend.scale(private, first.postscale)
+            backend.scale(private, scale)
         return [private[start:start + n].reshape(shape) for start, n, shape in zip(starts, sizes, shapes)]
 
     def _allgather(self, response: Response, mine: Optional[Request], array):

@@ -1,0 +1,46 @@
+"""The result pool recycles a block only when no array or view of it is alive."""
+import numpy as np
+
+from blinkflow.runtime.result_pool import MIN_POOLED_BYTES, ResultPool
+
+MB = 1 << 20
+
+
+def test_small_results_are_plain_numpy():
+    pool = ResultPool(64 * MB)
+    assert pool.empty(MIN_POOLED_BYTES - 1).base is None
+    assert pool.held_bytes == 0
+
+
+def test_block_is_reused_only_after_every_view_dies():
+    pool = ResultPool(64 * MB)
+    a = pool.empty_like(np.empty((1024, 1024), np.float32))
+    a[...] = 7.0
+    view = a[10:20].T
+    del a
+    b = pool.empty(4 * MB)          # `view` still uses the first block: a second one is made
+    assert len(pool._blocks) == 2
+    b[...] = 0
+    assert np.all(view == 7.0)      # the live view was not overwritten
+    del view, b
+    pool.empty(4 * MB)
+    assert len(pool._blocks) == 2   # recycled, not grown
+
+
+def test_capacity_bounds_growth_and_falls_back_to_numpy():
+    pool = ResultPool(8 * MB)
+    held = [pool.empty(4 * MB), pool.empty(4 * MB)]
+    extra = pool.empty(4 * MB)      # both blocks are in use and the pool is full
+    assert pool.held_bytes == 8 * MB and extra.base is None
+    held.clear()
+    big = pool.empty(8 * MB)        # idle blocks are dropped to make room
+    assert pool.held_bytes == 8 * MB and big.nbytes == 8 * MB
+
+
+def test_a_large_idle_block_does_not_serve_much_smaller_results():
+    pool = ResultPool(64 * MB)
+    pool.empty(16 * MB)             # idle at once
+    pool.empty(2 * MB)              # 16 MiB > 2 x 2 MiB: gets a block of its own size
+    assert sorted(len(b) for b in pool._blocks) == [2 * MB, 16 * MB]
+    pool.empty(10 * MB)             # 16 MiB <= 2 x 10 MiB: the idle large block serves it
+    assert len(pool._blocks) == 2
