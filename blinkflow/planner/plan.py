@@ -68,16 +68,22 @@ class Route:
     src: int
     dst: int
     path: Tuple[NodeId, ...]
+    channel: str = "main"
+    """The channel of the trees that use this route (a hybrid plan may route one pair of
+    devices directly over NVLink on "main" and through PCIe switches on "pcie")."""
 
     def hops(self) -> List[Tuple[NodeId, NodeId]]:
         return list(zip(self.path[:-1], self.path[1:]))
 
     def to_dict(self) -> dict:
-        return {"src": self.src, "dst": self.dst, "path": list(self.path)}
+        out = {"src": self.src, "dst": self.dst, "path": list(self.path)}
+        if self.channel != "main":
+            out["channel"] = self.channel
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> "Route":
-        return cls(src=d["src"], dst=d["dst"], path=tuple(d["path"]))
+        return cls(src=d["src"], dst=d["dst"], path=tuple(d["path"]), channel=d.get("channel", "main"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,9 +134,10 @@ class Plan:
     def is_three_phase(self) -> bool:
         return bool(self.intra)
 
-    def route(self, src: int, dst: int) -> Optional[Route]:
+    def route(self, src: int, dst: int, channel: str = "main") -> Optional[Route]:
+        """The route of edge ``src -> dst`` on ``channel``; None when the edge is a direct link."""
         for route in self.routes:
-            if route.src == src and route.dst == dst:
+            if route.src == src and route.dst == dst and route.channel == channel:
                 return route
         return None
 

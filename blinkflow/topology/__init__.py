@@ -1,11 +1,18 @@
 """The hardware graph: model, presets, parsers, JSON, live discovery (DESIGN §2).
 
-Imports only the standard library, numpy and networkx — never MPI, CuPy or TensorFlow.
+Imports only the standard library, numpy and networkx — never MPI, CuPy or TensorFlow
+(``discover.py`` receives an mpi4py communicator from its caller and imports nothing of MPI).
 """
 from .io import load_topology, save_topology, topology_from_dict
 from .model import COMPUTE_KINDS, LINK_KINDS, NODE_KINDS, Link, Node, Topology, bidirectional
+from .nccl_xml import load_nccl_xml, topology_from_nccl_xml
+from .nvidia_smi import load_nvidia_smi, topology_from_nvidia_smi
+from .presets import get_preset, preset_names
+from .resolve import load_any, resolve_topology
 
 __all__ = [
     "COMPUTE_KINDS", "LINK_KINDS", "NODE_KINDS", "Link", "Node", "Topology", "bidirectional",
     "load_topology", "save_topology", "topology_from_dict",
+    "load_nccl_xml", "topology_from_nccl_xml", "load_nvidia_smi", "topology_from_nvidia_smi",
+    "get_preset", "preset_names", "load_any", "resolve_topology",
 ]

@@ -1,0 +1,141 @@
+"""The NCCL-style ring baseline (``ring_gbps`` of ``blinkrun plan --json``).
+
+NCCL runs rings only inside a machine (DESIGN §4). Over point-to-point NVLink it packs
+Hamiltonian cycles of the allocated GPUs; we give it the best *fractional* packing of directed
+Hamiltonian cycles (a small LP over the enumerated cycles, GLOP), an upper bound on what NCCL's
+own search finds. On a switch fabric (NVSwitch, or a CPU host's shared memory) a ring runs at
+the slowest device's link. When the GPUs have no NVLink Hamiltonian cycle, NCCL falls back to
+PCIe / shared memory: 12 GB/s for PCIe Gen3 x16, 10 GB/s when the ring crosses CPU sockets.
+
+Ring algorithm bandwidth from ring bandwidth ``B`` over ``N`` devices: broadcast and reduce
+``B`` (pipelined chain); all-gather and reduce-scatter ``B · N / (N − 1)``; all-reduce
+``B · N / (2 (N − 1))``.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Dict, Hashable, List, Sequence, Tuple
+
+from ortools.linear_solver import pywraplp
+
+from ..topology.model import Topology
+from ..topology.presets import PCIE_GBPS, QPI_GBPS
+from .network import PRIMARY_KINDS, fabric
+
+MAX_CYCLES = 2000
+
+
+def ring_bandwidth(topology: Topology, devices: Sequence[int]) -> float:
+    """GB/s one NCCL-style ring packing moves per device (0 for a single device)."""
+    return _ring_bandwidth(topology, tuple(devices))
+
+
+@functools.lru_cache(maxsize=256)  # topologies are frozen; every collective of an allocation shares it
+def _ring_bandwidth(topology: Topology, devices: Tuple[int, ...]) -> float:
+    devices = list(devices)
+    if len(devices) < 2:
+        return 0.0
+    hosts = {topology.node(d).host for d in devices}
+    if len(hosts) > 1:
+        return _multi_host(topology, devices, hosts)
+    net = fabric(topology, devices, PRIMARY_KINDS)
+    if net.capacity and net.strongly_connected():
+        caps = {a: float(c) for a, c in net.capacity.items()}
+        if net.forwarding:  # a switch fabric: every device talks to every other at its link rate
+            return min(min(_sum(caps, d, 0), _sum(caps, d, 1)) for d in devices)
+        cycles = _hamiltonian_cycles(caps, devices)
+        if cycles is None:  # too many to list: the per-device bound (exact on symmetric meshes)
+            return min(min(_sum(caps, d, 0), _sum(caps, d, 1)) for d in devices)
+        if cycles:
+            return _pack_cycles(caps, cycles)
+    return _pcie_fallback(topology, devices)
+
+
+def ring_gbps(topology: Topology, devices: Sequence[int], collective: str) -> float:
+    """Ring algorithm bandwidth of ``collective`` (see the module docstring)."""
+    n = len(devices)
+    bw = ring_bandwidth(topology, devices)
+    if n < 2:
+        return 0.0
+    if collective in ("allgather", "reducescatter"):
+        return bw * n / (n - 1)
+    if collective == "allreduce":
+        return bw * n / (2 * (n - 1))
+    return bw
+
+
+def _sum(caps: Dict[Tuple[Hashable, Hashable], float], node, side: int) -> float:
+    return sum(c for a, c in caps.items() if a[side] == node)
+
+
+def _hamiltonian_cycles(caps, devices: List[int]):
+    adj: Dict[int, List[int]] = {}
+    for (a, b) in caps:
+        adj.setdefault(a, []).append(b)
+    start = devices[0]
+    out: List[Tuple[int, ...]] = []
+
+    def walk(path, seen):
+        if len(out) > MAX_CYCLES:
+            return
+        if len(path) == len(devices):
+            if start in adj.get(path[-1], ()):
+                out.append(tuple(path))
+            return
+        for nxt in sorted(adj.get(path[-1], ())):
+            if nxt not in seen:
+                seen.add(nxt)
+                path.append(nxt)
+                walk(path, seen)
+                path.pop()
+                seen.discard(nxt)
+
+    walk([start], {start})
+    return None if len(out) > MAX_CYCLES else out
+
+
+def _pack_cycles(caps, cycles) -> float:
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    ys = [solver.NumVar(0, solver.infinity(), "") for _ in cycles]
+    uses: Dict[Tuple[int, int], list] = {}
+    for y, cyc in zip(ys, cycles):
+        for a, b in zip(cyc, cyc[1:] + cyc[:1]):
+            uses.setdefault((a, b), []).append(y)
+    for arc, vars_ in uses.items():
+        solver.Add(sum(vars_) <= caps[arc])
+    solver.Maximize(sum(ys))
+    solver.Solve()
+    return solver.Objective().Value()
+
+
+def _socket_of(topology: Topology, device: int):
+    """The CPU socket a device's PCIe path leads to (None if it has no PCIe)."""
+    seen = {device}
+    frontier = [device]
+    while frontier:
+        nxt = []
+        for n in frontier:
+            for link in topology.out_links(n):
+                if link.kind != "pcie" or link.dst in seen:
+                    continue
+                node = topology.node(link.dst)
+                if node.kind == "socket":
+                    return node.id
+                if not node.is_compute:
+                    seen.add(link.dst)
+                    nxt.append(link.dst)
+        frontier = nxt
+    return None
+
+
+def _pcie_fallback(topology: Topology, devices: List[int]) -> float:
+    sockets = {_socket_of(topology, d) for d in devices}
+    return PCIE_GBPS[3] if len(sockets) <= 1 else QPI_GBPS
+
+
+def _multi_host(topology: Topology, devices: List[int], hosts) -> float:
+    intra = min(ring_bandwidth(topology, [d for d in devices if topology.node(d).host == h]) or float("inf")
+                for h in hosts)
+    nic = min(sum(l.gbps for l in topology.links if l.kind == "net" and l.dst != l.src
+                  and topology.node(l.src).host == h) for h in hosts)
+    return min(intra, nic) if nic > 0 else intra

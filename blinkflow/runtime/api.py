@@ -1,0 +1,373 @@
+"""The framework-neutral runtime API (DESIGN §3.1) on numpy (and cupy) arrays.
+
+``blinkflow.allreduce`` & co. dispatch numpy/cupy arrays here; ``blinkflow.init`` and the other
+names of ``blinkflow._RUNTIME_NAMES`` are served from this module.
+
+Asynchronous interface (the TensorFlow bindings build on it; it is stable):
+
+* ``allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+  compression=Compression.none) -> int``, and likewise ``grouped_allreduce_async(tensors, ...)``,
+  ``allgather_async(tensor, name=None)``, ``grouped_allgather_async(tensors, name=None)``,
+  ``broadcast_async(tensor, root_rank, name=None)``, ``reducescatter_async(tensor, op=Average,
+  name=None)``, ``alltoall_async(tensor, splits=None, name=None)``: submit and return a handle
+  (a positive int) at once. The input must not be modified until the handle completes.
+* ``poll(handle) -> bool``: whether ``synchronize`` would return without waiting. Never blocks.
+* ``synchronize(handle)``: wait, forget the handle, and return what the synchronous call returns
+  (a new array; a list for grouped calls; ``(output, received_splits)`` for ``alltoall`` with
+  splits) or raise its error (TensorMismatchError, ShutdownError, ...). Safe from any thread.
+
+Collectives are matched across ranks by name; unnamed calls are named ``<op>.noname.<n>`` with a
+per-op counter (Horovod's rule), so ranks must issue unnamed calls in the same order. Results are
+new arrays; inputs are never written and may be non-contiguous.
+"""
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import pickle
+import sys
+import threading
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from ..compression import Compression
+from ..config import get_config
+from ..errors import BlinkflowError, NotInitializedError
+from ..ops import Average, ReduceOp, as_reduce_op
+from .background import Engine
+from .handles import Handle, Slot
+from .messages import JOIN_NAME, Kind, Request
+from .state import Entry
+
+_lock = threading.Lock()
+_engine: Optional[Engine] = None
+_counters: Dict[str, "itertools.count"] = {}
+
+_DTYPES = {"bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
+           "float16", "float32", "float64"}
+
+
+# ---- lifecycle -----------------------------------------------------------------------------------
+def init(comm=None) -> None:
+    """Start the runtime on ``comm`` (default ``MPI.COMM_WORLD``); collective over it.
+
+    Discovers the hosts and topology, makes the all-reduce plan, checks that every rank made the
+    same one (PlanError naming the ranks otherwise) and starts the background thread. Calling it
+    again while running does nothing; after ``shutdown()`` it starts afresh.
+    """
+    global _engine
+    with _lock:
+        if _engine is not None and _engine.alive:
+            return
+        if _engine is not None:  # stopped because a peer shut the job down: clean up first
+            _engine.stop("re-init")
+        engine = Engine(get_config(), comm)
+        engine.start()
+        _engine = engine
+        _counters.clear()
+
+
+def shutdown() -> None:
+    """Stop the runtime on every rank (any rank calling it stops the job's collectives; calls still
+    in flight elsewhere raise ShutdownError). Safe to call twice or before ``init``."""
+    global _engine
+    with _lock:
+        engine, _engine = _engine, None
+    if engine is not None:
+        engine.stop("shutdown() was called")
+
+
+def is_initialized() -> bool:
+    return _engine is not None
+
+
+def _running(what: str) -> Engine:
+    engine = _engine
+    if engine is None:
+        raise NotInitializedError(what)
+    return engine
+
+
+def size() -> int:
+    return _running("blinkflow.size()").job.size
+
+
+def rank() -> int:
+    return _running("blinkflow.rank()").job.rank
+
+
+def local_size() -> int:
+    return _running("blinkflow.local_size()").job.local_size
+
+
+def local_rank() -> int:
+    return _running("blinkflow.local_rank()").job.local_rank
+
+
+def cross_size() -> int:
+    return _running("blinkflow.cross_size()").job.cross_size
+
+
+def cross_rank() -> int:
+    return _running("blinkflow.cross_rank()").job.cross_rank
+
+
+def mpi_threads_supported() -> bool:
+    """Whether MPI runs with ``MPI_THREAD_MULTIPLE`` (the user may call MPI from any thread)."""
+    return _running("blinkflow.mpi_threads_supported()").mpi_threads_supported
+
+
+def _exit_hook() -> None:
+    engine = _engine
+    if engine is None:
+        return
+    if engine.peer_failed:
+        # A peer died: MPI_Finalize would wait for it forever. Leave now, with a failure status.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    shutdown()
+
+
+atexit.register(_exit_hook)  # after mpi4py's own atexit, so it runs before MPI_Finalize
+
+
+# ---- submission ----------------------------------------------------------------------------------
+def _auto_name(op: str) -> str:
+    counter = _counters.setdefault(op, itertools.count())
+    return f"{op}.noname.{next(counter)}"
+
+
+def _as_array(tensor):
+    module = type(tensor).__module__
+    if module.startswith("cupy"):
+        return tensor, "cuda"
+    array = np.asarray(tensor)
+    if array.dtype.name not in _DTYPES:
+        raise BlinkflowError(f"dtype {array.dtype} is not supported by blinkflow collectives; use one of "
+                             f"{', '.join(sorted(_DTYPES))}")
+    return array, "cpu"
+
+
+def _need_dims(array, op: str, name: str) -> None:
+    if array.ndim == 0:
+        raise BlinkflowError(f"{op} {name!r}: a 0-d tensor has no first dimension to split or concatenate; "
+                             "reshape it to (1,)")
+
+
+def _submit(engine: Engine, requests_arrays, finish) -> int:
+    slots = [Slot() for _ in requests_arrays]
+    entries = [Entry(request, array, slot) for (request, array), slot in zip(requests_arrays, slots)]
+    timeline = engine._timeline
+    if timeline is not None:
+        for entry in entries:
+            timeline.start(entry.name, "QUEUED")  # before submit: the background may drain at once
+    try:
+        engine.state.submit(entries)
+    except BlinkflowError:
+        if timeline is not None:
+            for entry in entries:
+                timeline.end(entry.name, "QUEUED")
+        raise
+    return engine.state.handles.add(Handle(slots, finish))
+
+
+def _check_user_name(name: Optional[str]) -> None:
+    if name is not None and str(name).startswith("__bf"):
+        raise BlinkflowError(f"tensor name {name!r}: names starting with '__bf' are reserved for blinkflow")
+
+
+def _allreduce_requests(engine, tensors, op, names, prescale_factor, postscale_factor, compression):
+    op = as_reduce_op(op)
+    out, contexts = [], []
+    for tensor, name in zip(tensors, names):
+        compressed, ctx = compression.compress(tensor)
+        array, device = _as_array(compressed)
+        out.append((Request(name, Kind.ALLREDUCE, array.dtype.name, tuple(array.shape), int(op), -1,
+                            float(prescale_factor), float(postscale_factor), None, device), array))
+        contexts.append(ctx)
+    return out, contexts
+
+
+def allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                    compression=Compression.none) -> int:
+    """Submit an all-reduce; returns a handle for :func:`synchronize`."""
+    engine = _running("blinkflow.allreduce")
+    _check_user_name(name)
+    name = name if name is not None else _auto_name("allreduce")
+    reqs, ctxs = _allreduce_requests(engine, [tensor], op, [name], prescale_factor, postscale_factor, compression)
+    return _submit(engine, reqs, lambda results: compression.decompress(results[0], ctxs[0]))
+
+
+def grouped_allreduce_async(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                            compression=Compression.none) -> int:
+    """Submit all-reduces of ``tensors`` negotiated together (fused where they fit); the handle
+    returns a list. Member ``i`` travels as ``<name>.<i>``."""
+    engine = _running("blinkflow.grouped_allreduce")
+    _check_user_name(name)
+    tensors = list(tensors)
+    base = name if name is not None else _auto_name("grouped_allreduce")
+    names = [f"{base}.{i}" for i in range(len(tensors))]
+    reqs, ctxs = _allreduce_requests(engine, tensors, op, names, prescale_factor, postscale_factor, compression)
+    return _submit(engine, reqs, lambda results: [compression.decompress(r, c) for r, c in zip(results, ctxs)])
+
+
+def allgather_async(tensor, name=None) -> int:
+    engine = _running("blinkflow.allgather")
+    _check_user_name(name)
+    name = name if name is not None else _auto_name("allgather")
+    array, device = _as_array(tensor)
+    _need_dims(array, "allgather", name)
+    request = Request(name, Kind.ALLGATHER, array.dtype.name, tuple(array.shape), device=device)
+    return _submit(engine, [(request, array)], lambda results: results[0])
+
+
+def grouped_allgather_async(tensors, name=None) -> int:
+    engine = _running("blinkflow.grouped_allgather")
+    _check_user_name(name)
+    base = name if name is not None else _auto_name("grouped_allgather")
+    reqs = []
+    for i, tensor in enumerate(tensors):
+        array, device = _as_array(tensor)
+        _need_dims(array, "allgather", f"{base}.{i}")
+        reqs.append((Request(f"{base}.{i}", Kind.ALLGATHER, array.dtype.name, tuple(array.shape), device=device),
+                     array))
+    return _submit(engine, reqs, list)
+
+
+def broadcast_async(tensor, root_rank, name=None) -> int:
+    engine = _running("blinkflow.broadcast")
+    _check_user_name(name)
+    root_rank = int(root_rank)
+    if not 0 <= root_rank < engine.job.size:
+        raise BlinkflowError(f"broadcast root_rank {root_rank} is not a rank of this job (size {engine.job.size})")
+    name = name if name is not None else _auto_name("broadcast")
+    array, device = _as_array(tensor)
+    request = Request(name, Kind.BROADCAST, array.dtype.name, tuple(array.shape), root=root_rank, device=device)
+    return _submit(engine, [(request, array)], lambda results: results[0])
+
+
+def reducescatter_async(tensor, op=Average, name=None) -> int:
+    engine = _running("blinkflow.reducescatter")
+    _check_user_name(name)
+    op = as_reduce_op(op)
+    name = name if name is not None else _auto_name("reducescatter")
+    array, device = _as_array(tensor)
+    _need_dims(array, "reducescatter", name)
+    request = Request(name, Kind.REDUCESCATTER, array.dtype.name, tuple(array.shape), op=int(op), device=device)
+    return _submit(engine, [(request, array)], lambda results: results[0])
+
+
+def alltoall_async(tensor, splits=None, name=None) -> int:
+    """With ``splits`` the handle returns ``(output, received_splits)``, else the output."""
+    engine = _running("blinkflow.alltoall")
+    _check_user_name(name)
+    name = name if name is not None else _auto_name("alltoall")
+    array, device = _as_array(tensor)
+    _need_dims(array, "alltoall", name)
+    n, world = array.shape[0], engine.job.size
+    if splits is None:
+        if n % world:
+            raise BlinkflowError(f"alltoall {name!r}: first dimension {n} is not divisible by the number of "
+                                 f"ranks {world}; pass splits= to send uneven slices")
+        parts = (n // world,) * world
+    else:
+        parts = tuple(int(s) for s in np.asarray(splits).reshape(-1))
+        if len(parts) != world or any(s < 0 for s in parts) or sum(parts) != n:
+            raise BlinkflowError(f"alltoall {name!r}: splits {list(parts)} must be {world} non-negative numbers "
+                                 f"summing to the first dimension {n}")
+    request = Request(name, Kind.ALLTOALL, array.dtype.name, tuple(array.shape), splits=parts, device=device)
+    with_splits = splits is not None
+    return _submit(engine, [(request, array)], lambda results: results[0] if with_splits else results[0][0])
+
+
+def poll(handle: int) -> bool:
+    """True when ``synchronize(handle)`` would not block."""
+    return _running("blinkflow.poll").state.handles.get(handle).done()
+
+
+def synchronize(handle: int):
+    """Wait for ``handle`` and return its result (or raise its error); the handle is then spent."""
+    engine = _running("blinkflow.synchronize")
+    table = engine.state.handles
+    h = table.get(handle)
+    try:
+        return h.wait(engine.state.abort_check)
+    finally:
+        table.pop(handle)
+
+
+# ---- synchronous API -----------------------------------------------------------------------------
+def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+              compression=Compression.none):
+    return synchronize(allreduce_async(tensor, op, name, prescale_factor, postscale_factor, compression))
+
+
+def grouped_allreduce(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                      compression=Compression.none):
+    return synchronize(grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor, compression))
+
+
+def allgather(tensor, name=None):
+    return synchronize(allgather_async(tensor, name))
+
+
+def grouped_allgather(tensors, name=None):
+    return synchronize(grouped_allgather_async(tensors, name))
+
+
+def broadcast(tensor, root_rank, name=None):
+    return synchronize(broadcast_async(tensor, root_rank, name))
+
+
+def reducescatter(tensor, op=Average, name=None):
+    return synchronize(reducescatter_async(tensor, op, name))
+
+
+def alltoall(tensor, splits=None, name=None):
+    return synchronize(alltoall_async(tensor, splits, name))
+
+
+def barrier() -> None:
+    """Wait until every rank has called ``barrier()``."""
+    engine = _running("blinkflow.barrier")
+    request = Request(_auto_name("barrier"), Kind.BARRIER, "uint8", ())
+    synchronize(_submit(engine, [(request, None)], lambda results: None))
+
+
+def join() -> int:
+    """Declare that this rank has no more collectives; wait until every rank has joined.
+
+    Meanwhile this rank takes part in the others' all-reduces with zeros (Sum and Average only;
+    Average still divides by the full size) and in their all-gathers with no rows. Returns the
+    rank that joined last.
+    """
+    engine = _running("blinkflow.join")
+    request = Request(JOIN_NAME, Kind.JOIN, "uint8", ())
+    return synchronize(_submit(engine, [(request, None)], lambda results: results[0]))
+
+
+def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -> Any:
+    """``root_rank``'s ``obj`` (pickled) on every rank."""
+    engine = _running("blinkflow.broadcast_object")
+    base = name if name is not None else _auto_name("broadcast_object")
+    payload = np.frombuffer(pickle.dumps(obj), np.uint8) if engine.job.rank == root_rank else None
+    length = broadcast(np.array([0 if payload is None else payload.size], np.int64), root_rank, f"{base}.size")
+    data = broadcast(payload if payload is not None else np.empty(int(length[0]), np.uint8), root_rank, f"{base}.data")
+    return pickle.loads(data.tobytes())
+
+
+def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
+    """Every rank's ``obj`` (pickled), in rank order."""
+    _running("blinkflow.allgather_object")
+    base = name if name is not None else _auto_name("allgather_object")
+    payload = np.frombuffer(pickle.dumps(obj), np.uint8)
+    lengths = allgather(np.array([payload.size], np.int64), f"{base}.size")
+    data = allgather(payload, f"{base}.data")
+    out, at = [], 0
+    for n in lengths:
+        out.append(pickle.loads(data[at:at + int(n)].tobytes()))
+        at += int(n)
+    return out

@@ -1,0 +1,220 @@
+"""The background thread: every MPI call of the runtime happens here.
+
+``init`` starts it and waits until it has set the job up (:func:`job.discover`, the backend);
+then it cycles every ``BLINKFLOW_CYCLE_TIME`` ms: negotiate, execute, inspect stalls. It stops
+when any rank asks to shut down (all ranks leave the loop in the same cycle, so collective
+teardown such as freeing shared-memory windows stays matched), or when MPI reports a failed peer.
+"""
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+from typing import Any, Dict, Optional
+
+from ..backends.base import BackendContext
+from ..config import Config
+from ..errors import BackendError, BlinkflowError, ShutdownError
+from . import liveness
+from .executor import BatchTimeline, Executor
+from .job import Job, discover
+from .log import configure, logger
+from .messages import Response
+from .negotiation import Negotiator
+from .response_cache import ResponseCache
+from .stall import StallInspector
+from .state import SharedState
+from .timeline import Timeline
+
+
+def make_backend(device: str, config: Config, ctx: BackendContext):
+    """The executor for arrays on ``device``: cpu (numpy) or cuda (cupy)."""
+    if device == "cuda":
+        if config.backend == "cpu":
+            raise BackendError("a CuPy array was given but BLINKFLOW_BACKEND=cpu; pass numpy arrays or set "
+                               "BLINKFLOW_BACKEND=auto")
+        try:
+            from ..backends.cuda import CudaBackend
+        except ImportError as e:
+            raise BackendError(f"the cuda backend cannot load ({e}); install cupy for your CUDA version") from None
+        return CudaBackend(ctx)
+    if importlib.util.find_spec("blinkflow.backends.cpu") is not None:
+        from ..backends.cpu import CpuBackend
+
+        return CpuBackend(ctx)
+    from ..backends.reference import ReferenceBackend
+
+    logger.info("blinkflow.backends.cpu is not installed; using the reference MPI backend")
+    return ReferenceBackend(ctx)
+
+
+class Engine:
+    """Owns the background thread and everything only it touches."""
+
+    def __init__(self, config: Config, comm):
+        self.config = config
+        self._user_comm = comm
+        self.state: Optional[SharedState] = None
+        self.job: Optional[Job] = None
+        self.mpi_threads_supported = False
+        self.init_error: Optional[BaseException] = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="blinkflow-background", daemon=True)
+        self._watchdog: Optional[liveness.Watchdog] = None
+        self._backends: Dict[str, Any] = {}
+        self._timeline: Optional[Timeline] = None
+        self.peer_failed = False
+        self.negotiator: Optional[Negotiator] = None
+        """A peer died: MPI calls may never return, so nobody waits for this thread."""
+
+    # ---- user-thread side ---------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+        self._ready.wait()
+        if self.init_error is not None:
+            self._thread.join()
+            raise self.init_error
+
+    def stop(self, reason: str) -> None:
+        """Ask the job to stop and wait for this rank's thread (not if a peer died: MPI may never
+        return, and the thread is a daemon)."""
+        self.state.request_shutdown(reason)
+        while self._thread.is_alive():
+            self._thread.join(0.25)
+            if self.peer_failed:
+                break
+        if self._watchdog is not None:
+            self._watchdog.stop()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    # ---- background thread --------------------------------------------------------------------
+    def _main(self) -> None:
+        try:
+            self._setup()
+        except BaseException as e:  # noqa: BLE001 - handed to init() on the user thread
+            self.init_error = e
+            self._ready.set()
+            return
+        self._ready.set()
+        clean = False
+        try:
+            self._loop()
+            clean = True
+        except BaseException as e:  # noqa: BLE001 - every failure must reach the waiting users
+            self.state.fail(self._as_shutdown_error(e))
+        finally:
+            if clean:
+                self._teardown()
+            elif self._timeline is not None:
+                self._timeline.close()
+
+    def _setup(self) -> None:
+        from mpi4py import MPI
+
+        base = self._user_comm if self._user_comm is not None else MPI.COMM_WORLD
+        comm = base.Dup()  # a private communicator: our traffic never matches the user's
+        comm.Set_errhandler(MPI.ERRORS_RETURN)  # ULFM reports a dead peer as an error, not an abort
+        configure(self.config.log_level, comm.Get_rank())
+        self.mpi_threads_supported = MPI.Query_thread() == MPI.THREAD_MULTIPLE
+        if MPI.Query_thread() < MPI.THREAD_SERIALIZED:
+            raise BackendError("MPI was initialised without thread support; blinkflow calls MPI from its "
+                               "background thread. Leave mpi4py.rc.thread_level at its default ('multiple').")
+        job = discover(comm, self.config)
+        self.job = job
+        self.state = SharedState(self.config, job.rank)
+        if job.rank == 0:
+            logger.info("configuration:\n" + self.config.describe())
+        if self.config.timeline:
+            self._timeline = Timeline(self.config.timeline, job.rank)
+        self._batch_timeline = BatchTimeline()
+        self._ctx = BackendContext(comm=job.comm, local_comm=job.local_comm, cross_comm=job.cross_comm,
+                                   topology=job.topology, devices=job.devices, plan_for=job.plan_for,
+                                   config=self.config, timeline=self._batch_timeline if self._timeline else None)
+        self._backend("cpu")
+        self._watchdog = liveness.Watchdog(job.rank, job.machines, job.pids, self._on_peer_failure)
+        self._watchdog.start()
+
+    def _on_peer_failure(self, error: ShutdownError) -> None:
+        self.peer_failed = True
+        self.state.fail(error)
+
+    def _backend(self, device: str):
+        backend = self._backends.get(device)
+        if backend is None:
+            backend = self._backends[device] = make_backend(device, self.config, self._ctx)
+        return backend
+
+    def _loop(self) -> None:
+        job, state, config = self.job, self.state, self.config
+        stall = StallInspector(config.stall_check_time_seconds, config.stall_shutdown_time_seconds)
+        cache = ResponseCache(config.cache_capacity, job.rank)
+        negotiator = self.negotiator = Negotiator(job.comm, job.rank, job.size, cache, stall.report_after_s())
+        cache_evict = cache.evict
+
+        def evict(bit: int) -> None:
+            cache_evict(bit)
+            negotiator.on_evict(bit)
+
+        cache.evict = evict
+        executor = Executor(job.rank, job.size, job.comm, self._backend, state, config.fusion_threshold,
+                            self._timeline, self._batch_timeline)
+        cycle_s = config.cycle_time / 1000.0
+
+        def done(response: Response) -> None:
+            cache.put(response)
+
+        while True:
+            started = time.monotonic()
+            new = state.drain()
+            if self._timeline is not None:
+                for entry in new:
+                    self._timeline.end(entry.name, "QUEUED")
+                    self._timeline.start(entry.name, "NEGOTIATE")
+            responses, reasons = negotiator.cycle(new, state.shutdown_reason)
+            executor.run(responses, negotiator.pending, done)
+            if reasons is not None:
+                state.fail(self._shutdown_error(reasons))
+                return
+            if state.failure is not None:  # the watchdog saw a dead peer: MPI may hang from now on
+                raise state.failure
+            if negotiator.table is not None:
+                reason = stall.inspect(negotiator.table)
+                if reason is not None:
+                    state.request_shutdown(reason)
+            elapsed = time.monotonic() - started
+            if elapsed < cycle_s:
+                time.sleep(cycle_s - elapsed)
+
+    def _shutdown_error(self, reasons) -> ShutdownError:
+        who = [(r, why) for r, why in enumerate(reasons) if why is not None]
+        text = "; ".join(f"rank {r}: {why}" for r, why in who)
+        return ShutdownError(f"blinkflow was shut down ({text}); call blinkflow.init() again to run more "
+                             "collectives", rank=None if who[0][0] == self.job.rank else who[0][0])
+
+    def _as_shutdown_error(self, error: BaseException) -> BlinkflowError:
+        if isinstance(error, ShutdownError):
+            return error
+        if self.peer_failed and self.state.failure is not None:
+            return self.state.failure
+        if liveness.is_process_failure(error):
+            self.peer_failed = True
+            dead = liveness.failed_ranks(self.job.comm) or (self._watchdog.dead() if self._watchdog else [])
+            if dead:
+                return liveness.dead_peer_error(dead, self.job.hosts, f"MPI reports: {error}")
+            return ShutdownError(f"a peer rank failed (MPI reports: {error}); the job cannot continue")
+        logger.exception("the background thread failed")
+        return ShutdownError(f"the blinkflow background thread failed: {error!r}. This is a bug or a broken "
+                             "MPI installation; the traceback is in this rank's log.")
+
+    def _teardown(self) -> None:
+        for backend in self._backends.values():
+            try:
+                backend.close()
+            except Exception:  # noqa: BLE001 - teardown must go on; report and continue
+                logger.exception("closing backend %s failed", getattr(backend, "name", "?"))
+        self.job.free()
+        if self._timeline is not None:
+            self._timeline.close()

@@ -1,0 +1,114 @@
+"""Rank 0's message table: who has submitted what, and what is ready on every rank.
+
+The coordinator receives requests from every rank (gathered each cycle they have any), and a name
+becomes *ready* when every rank that has not joined has submitted it. Ready names are validated
+(Horovod's rules: kind, dtype, shape, op, root and scale factors must agree; all-gather and
+all-to-all may differ in the first dimension) and turned into responses, in the order they became
+ready, which is the order every rank executes them.
+"""
+from __future__ import annotations
+
+import time
+from typing import Dict, List, Optional, Set, Tuple
+
+from ..ops import ReduceOp
+from .messages import JOIN_NAME, Kind, Request, Response
+
+
+class MessageTable:
+    def __init__(self, size: int):
+        self.size = size
+        self.table: Dict[str, Dict[int, Request]] = {}
+        self.first_seen: Dict[str, float] = {}
+        self.joined: List[int] = []  # in the order the ranks joined
+        self._ready: List[str] = []
+
+    # ---- input --------------------------------------------------------------------------------
+    def add(self, rank: int, requests: List[Request], now: Optional[float] = None) -> None:
+        now = time.monotonic() if now is None else now
+        for request in requests:
+            if request.kind is Kind.JOIN:
+                if rank not in self.joined:
+                    self.joined.append(rank)
+                    # Names waiting only for this rank may be ready now.
+                    for name in list(self.table):
+                        self._check_ready(name)
+                continue
+            entry = self.table.setdefault(request.name, {})
+            if rank in entry:
+                continue  # a stall report of something already here
+            entry[rank] = request
+            self.first_seen.setdefault(request.name, now)
+            self._check_ready(request.name)
+
+    def forget(self, name: str) -> None:
+        """The name was executed through the cache: drop what its stall reports left here."""
+        self.table.pop(name, None)
+        self.first_seen.pop(name, None)
+        if name in self._ready:
+            self._ready.remove(name)
+
+    def _check_ready(self, name: str) -> None:
+        entry = self.table.get(name)
+        if entry is None or name in self._ready:
+            return
+        if all(r in entry or r in self.joined for r in range(self.size)):
+            self._ready.append(name)
+
+    # ---- output -------------------------------------------------------------------------------
+    def pop_ready(self) -> List[Response]:
+        """Responses for every ready name (validated), then a join response if all joined."""
+        out = []
+        for name in self._ready:
+            entry = self.table.pop(name)
+            self.first_seen.pop(name, None)
+            out.append(self._respond(name, entry))
+        self._ready = []
+        if len(self.joined) == self.size:
+            out.append(Response(Kind.JOIN, JOIN_NAME, last_joined=self.joined[-1]))
+            self.joined = []
+        return out
+
+    def _respond(self, name: str, entry: Dict[int, Request]) -> Response:
+        requests = tuple(entry.get(r) for r in range(self.size))
+        error = validate(name, requests, self.joined)
+        if error:
+            return Response(Kind.ERROR, name, requests, error=error, error_type="TensorMismatchError")
+        return Response(requests[min(entry)].kind, name, requests)
+
+    def missing(self) -> List[Tuple[str, float, List[int], List[int]]]:
+        """(name, first seen, ranks that submitted, ranks that did not) for every waiting name."""
+        out = []
+        for name, entry in self.table.items():
+            absent = [r for r in range(self.size) if r not in entry and r not in self.joined]
+            out.append((name, self.first_seen[name], sorted(entry), absent))
+        return out
+
+
+def validate(name: str, requests: Tuple[Optional[Request], ...], joined: List[int]) -> str:
+    """An error message if the ranks' requests for ``name`` disagree, else ''."""
+    present = [(r, q) for r, q in enumerate(requests) if q is not None]
+    signatures = {q.signature() for _, q in present}
+    if len(signatures) > 1:
+        what = _what_differs([q for _, q in present])
+        sent = "; ".join(f"rank {r}: {q.describe()}" for r, q in present)
+        return (f"ranks disagree on the {what} of tensor {name!r}: {sent}. Every rank must submit the "
+                f"same collective under one name (give distinct names to different tensors).")
+    first = present[0][1]
+    if joined and any(requests[r] is None for r in joined):
+        if first.kind is Kind.ALLREDUCE and ReduceOp(first.op) not in (ReduceOp.SUM, ReduceOp.AVERAGE):
+            return (f"allreduce {name!r} with op {ReduceOp(first.op).name.title()} cannot run while ranks "
+                    f"{sorted(joined)} have joined (a joined rank contributes zeros): use Sum or Average")
+        if first.kind not in (Kind.ALLREDUCE, Kind.ALLGATHER, Kind.BROADCAST, Kind.BARRIER):
+            return f"{first.kind.label} {name!r} cannot run while ranks {sorted(joined)} have joined"
+        if first.kind is Kind.BROADCAST and first.root in joined:
+            return f"broadcast {name!r}: its root rank {first.root} has already joined"
+    return ""
+
+
+def _what_differs(requests: List[Request]) -> str:
+    fields = [("collective", lambda q: q.kind), ("dtype", lambda q: q.dtype),
+              ("shape", lambda q: q.signature()[2]), ("reduce op", lambda q: q.op), ("root rank", lambda q: q.root),
+              ("scale factors", lambda q: (q.prescale, q.postscale)), ("device", lambda q: q.device)]
+    names = [label for label, get in fields if len({get(q) for q in requests}) > 1]
+    return ", ".join(names) or "parameters"

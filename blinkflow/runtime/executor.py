@@ -1,0 +1,203 @@
+"""Runs the responses of a cycle on the backend and completes the entries they answer.
+
+Called on the background thread with the cycle's responses (identical on every rank). All-reduces
+are fused (see :mod:`fusion`): packed into ``backend.buffer``, scaled, reduced, scaled, unpacked
+into new arrays. Other collectives run one by one on fresh arrays. A rank that has *joined*
+takes part in collectives it did not submit with zeros (all-reduce) or nothing (all-gather).
+Results are always new arrays; inputs are never written.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+
+from ..errors import BlinkflowError, ShutdownError, TensorMismatchError
+from ..ops import ReduceOp
+from .fusion import make_batches, offsets
+from .messages import Kind, Request, Response
+from .state import Entry, SharedState
+
+_ERRORS = {"TensorMismatchError": TensorMismatchError, "ShutdownError": ShutdownError}
+
+
+def _xp(device: str):
+    if device == "cuda":
+        import cupy  # only a cupy tensor brings us here
+
+        return cupy
+    return np
+
+
+def _count(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+class BatchTimeline:
+    """What ``BackendContext.timeline`` points at: a backend's phase lands on the track of every
+    tensor of the batch being run (the backend does not know their names)."""
+
+    def __init__(self):
+        self.timeline = None
+        self.tracks: List[str] = []
+
+    def start(self, name: str, phase: str) -> None:
+        if self.timeline is not None:
+            for track in self.tracks:
+                self.timeline.start(track, phase, {"step": name})
+
+    def end(self, name: str, phase: str) -> None:
+        if self.timeline is not None:
+            for track in self.tracks:
+                self.timeline.end(track, phase)
+
+
+class Executor:
+    def __init__(self, rank: int, size: int, comm, backend_for: Callable[[str], Any], state: SharedState,
+                 fusion_threshold: int, timeline=None, batch_timeline: Optional[BatchTimeline] = None):
+        self.rank = rank
+        self.size = size
+        self.comm = comm
+        self.backend_for = backend_for
+        self.state = state
+        self.fusion_threshold = fusion_threshold
+        self.timeline = timeline
+        self.batch_timeline = batch_timeline or BatchTimeline()
+        self.batch_timeline.timeline = timeline
+
+    def run(self, responses: List[Response], pending: Dict[str, Entry],
+            on_done: Callable[[Response], None]) -> None:
+        for batch in make_batches(responses, self.fusion_threshold):
+            entries = [pending.pop(r.name, None) for r in batch]
+            first = batch[0]
+            if first.kind is Kind.ERROR:
+                error = _ERRORS.get(first.error_type, BlinkflowError)
+                for entry in entries:
+                    if entry is not None:
+                        self.state.complete(entry, error=error(first.error, first.name) if error is TensorMismatchError
+                                            else error(first.error))
+                on_done(first)
+                continue
+            names = [r.name for r in batch]
+            self._mark(names, "E", "NEGOTIATE")
+            self._mark(names, "B", first.kind.name)
+            self.batch_timeline.tracks = names
+            results = self._execute(first.kind, batch, entries)
+            self.batch_timeline.tracks = []
+            self._mark(names, "E", first.kind.name)
+            for response, entry, result in zip(batch, entries, results):
+                if entry is not None:
+                    self.state.complete(entry, result)
+                on_done(response)
+
+    # ---- timeline -----------------------------------------------------------------------------
+    def _mark(self, names: List[str], ph: str, what: str) -> None:
+        if self.timeline is None:
+            return
+        for name in names:
+            (self.timeline.start if ph == "B" else self.timeline.end)(name, what)
+
+    # ---- one batch ----------------------------------------------------------------------------
+    def _execute(self, kind: Kind, batch: List[Response], entries: List[Optional[Entry]]) -> List[Any]:
+        if kind is Kind.ALLREDUCE:
+            return self._allreduce(batch, entries)
+        response, entry = batch[0], entries[0]
+        if kind is Kind.BARRIER:
+            self.comm.Barrier()
+            return [None]
+        if kind is Kind.JOIN:
+            return [response.last_joined]
+        mine = response.requests[self.rank]
+        array = entry.array if entry is not None else None
+        run = {Kind.ALLGATHER: self._allgather, Kind.BROADCAST: self._broadcast,
+               Kind.REDUCESCATTER: self._reducescatter, Kind.ALLTOALL: self._alltoall}[kind]
+        return [run(response, mine, array)]
+
+    def _allreduce(self, batch: List[Response], entries: List[Optional[Entry]]) -> List[Any]:
+        first = batch[0].first()
+        dtype = np.dtype(first.dtype)
+        shapes = [r.first().shape for r in batch]
+        sizes = [_count(s) for s in shapes]
+        starts = offsets(sizes)
+        total = sum(sizes)
+        xp = _xp(first.device)
+        if total == 0:
+            return [xp.empty(s, dtype) for s in shapes]
+        backend = self.backend_for(first.device)
+        buf = backend.buffer(total, dtype)
+        names = [r.name for r in batch]
+        self._mark(names, "B", "COPY_IN")
+        for entry, start, n, shape in zip(entries, starts, sizes, shapes):
+            if entry is None:
+                buf[start:start + n] = 0  # a joined rank adds nothing
+            else:
+                buf[start:start + n].reshape(shape)[...] = entry.array
+        self._mark(names, "E", "COPY_IN")
+        op = ReduceOp(first.op)
+        backend.scale(buf, first.prescale)
+        backend.allreduce(buf, op.combiner)
+        post = first.postscale / self.size if op is ReduceOp.AVERAGE else first.postscale
+        backend.scale(buf, post)
+        self._mark(names, "B", "COPY_OUT")
+        out = [buf[start:start + n].reshape(shape).copy() for start, n, shape in zip(starts, sizes, shapes)]
+        self._mark(names, "E", "COPY_OUT")
+        return out
+
+    def _allgather(self, response: Response, mine: Optional[Request], array):
+        first = response.first()
+        tail = tuple(first.shape[1:])
+        row = _count(tail)
+        dtype = np.dtype(first.dtype)
+        xp = _xp(first.device)
+        rows = [q.shape[0] if q is not None else 0 for q in response.requests]
+        counts = [n * row for n in rows]
+        send = xp.ascontiguousarray(array).reshape(-1) if array is not None else xp.empty(0, dtype)
+        recv = xp.empty(sum(counts), dtype)
+        if sum(counts):
+            self.backend_for(first.device).allgather(send, recv, counts)
+        return recv.reshape((sum(rows),) + tail)
+
+    def _broadcast(self, response: Response, mine: Optional[Request], array):
+        first = response.first()
+        xp = _xp(first.device)
+        if self.rank == first.root:
+            buf = xp.array(array, dtype=np.dtype(first.dtype), order="C", copy=True).reshape(-1)
+        else:
+            buf = xp.empty(_count(first.shape), np.dtype(first.dtype))
+        if buf.size:
+            self.backend_for(first.device).broadcast(buf, first.root)
+        return buf.reshape(first.shape)
+
+    def _reducescatter(self, response: Response, mine: Request, array):
+        xp = _xp(mine.device)
+        tail = tuple(mine.shape[1:])
+        row = _count(tail)
+        rows = split_rows(mine.shape[0], self.size)
+        counts = [n * row for n in rows]
+        send = xp.ascontiguousarray(array).reshape(-1)
+        recv = xp.empty(counts[self.rank], np.dtype(mine.dtype))
+        backend = self.backend_for(mine.device)
+        op = ReduceOp(mine.op)
+        if sum(counts):
+            backend.reducescatter(send, recv, counts, op.combiner)
+            if op is ReduceOp.AVERAGE:
+                backend.scale(recv, 1.0 / self.size)
+        return recv.reshape((rows[self.rank],) + tail)
+
+    def _alltoall(self, response: Response, mine: Request, array):
+        xp = _xp(mine.device)
+        tail = tuple(mine.shape[1:])
+        row = _count(tail)
+        received = [q.splits[self.rank] for q in response.requests]
+        send = xp.ascontiguousarray(array).reshape(-1)
+        recv = xp.empty(sum(received) * row, np.dtype(mine.dtype))
+        if any(sum(q.splits) for q in response.requests):  # a global condition: all ranks agree
+            self.backend_for(mine.device).alltoall(send, [s * row for s in mine.splits], recv,
+                                                   [s * row for s in received])
+        return recv.reshape((sum(received),) + tail), np.asarray(received, dtype=np.int32)
+
+
+def split_rows(n: int, size: int) -> List[int]:
+    """Rows of a reduce-scatter per rank: the first ``n % size`` ranks get one extra."""
+    base, extra = divmod(n, size)
+    return [base + (1 if r < extra else 0) for r in range(size)]

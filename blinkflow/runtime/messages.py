@@ -1,0 +1,89 @@
+"""The small control messages the background threads exchange (pickled by mpi4py).
+
+A :class:`Request` is what one rank says about one tensor it wants to run a collective on; a
+:class:`Response` is rank 0's decision, which every rank executes in the same order. Both are
+plain data so they pickle small and compare cheaply.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Optional, Tuple
+
+#: The name a join travels under (not a legal tensor name: user names cannot start with "__bf").
+JOIN_NAME = "__bf_join__"
+
+
+class Kind(enum.IntEnum):
+    ALLREDUCE = 0
+    ALLGATHER = 1
+    BROADCAST = 2
+    REDUCESCATTER = 3
+    ALLTOALL = 4
+    BARRIER = 5
+    JOIN = 6
+    ERROR = 7
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One rank's description of a tensor submitted under ``name``.
+
+    ``signature`` is everything that must agree across ranks (Horovod's validation), except for
+    the first dimension of an all-gather / all-to-all and the splits, which may differ per rank.
+    """
+
+    name: str
+    kind: Kind
+    dtype: str
+    shape: Tuple[int, ...]
+    op: int = 0
+    root: int = -1
+    prescale: float = 1.0
+    postscale: float = 1.0
+    splits: Optional[Tuple[int, ...]] = None
+    device: str = "cpu"
+
+    def signature(self) -> tuple:
+        """What must be identical on every rank for the request to be valid."""
+        shape = self.shape[1:] if self.kind in (Kind.ALLGATHER, Kind.ALLTOALL) else self.shape
+        return (self.kind, self.dtype, shape, self.op, self.root, self.prescale, self.postscale, self.device)
+
+    def describe(self) -> str:
+        """Human-readable, for mismatch messages."""
+        parts = [self.kind.label, f"dtype={self.dtype}", f"shape={list(self.shape)}"]
+        if self.kind in (Kind.ALLREDUCE, Kind.REDUCESCATTER):
+            from ..ops import ReduceOp
+
+            parts.append(f"op={ReduceOp(self.op).name.title()}")
+        if self.kind is Kind.ALLREDUCE and (self.prescale != 1.0 or self.postscale != 1.0):
+            parts.append(f"prescale={self.prescale:g} postscale={self.postscale:g}")
+        if self.kind is Kind.BROADCAST:
+            parts.append(f"root={self.root}")
+        if self.device != "cpu":
+            parts.append(f"device={self.device}")
+        return " ".join(parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class Response:
+    """A collective every rank runs now, in broadcast order.
+
+    ``requests[r]`` is rank r's request (first dims and splits differ per rank for all-gather
+    and all-to-all, and a joined rank needs the shape it did not submit). ``error`` is set for
+    :data:`Kind.ERROR`; ``error_type`` names the exception class the handle raises.
+    """
+
+    kind: Kind
+    name: str
+    requests: Tuple[Optional[Request], ...] = ()
+    error: str = ""
+    error_type: str = ""
+    last_joined: int = -1
+
+    def first(self) -> Request:
+        return next(r for r in self.requests if r is not None)

@@ -1,0 +1,131 @@
+"""One negotiation cycle: which tensors are ready on every rank, in one order for all.
+
+Steady state costs one ``Allreduce(BAND)`` of a small packed bit vector::
+
+    [flags (8 bits) | cache-hit bits (capacity) | invalid bits (capacity)]
+
+Cache-hit bits are AND-ed (ready everywhere); flags and invalid bits need OR, so they travel
+inverted and come back through the same AND (not(OR(x)) == AND(not x)). Flags: some rank has
+requests the coordinator must see; some rank asks to shut down; some rank has joined.
+
+Only when some rank has such requests does the slow path run: ranks gather their requests to
+rank 0, whose :class:`MessageTable` decides what is ready, validates it, and broadcasts the
+responses. Every rank then runs the cache hits (in bit order) followed by the broadcast
+responses: the same list, in the same order, everywhere.
+"""
+from __future__ import annotations
+
+import time
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from .coordinator import MessageTable
+from .messages import JOIN_NAME, Kind, Response
+from .response_cache import HIT, INVALID, ResponseCache
+from .state import Entry
+
+_FLAGS = 8
+_NO_REQUESTS, _NO_SHUTDOWN, _NO_JOIN = 0, 1, 2
+
+
+class Negotiator:
+    def __init__(self, comm, rank: int, size: int, cache: ResponseCache, report_after_s: Optional[float]):
+        self.comm = comm
+        self.rank = rank
+        self.size = size
+        self.cache = cache
+        self.table = MessageTable(size) if rank == 0 else None
+        self.pending: Dict[str, Entry] = {}
+        # A cache hit that waits this long is also reported to the coordinator, so the stall
+        # inspector can see who has it (hits are otherwise invisible to rank 0).
+        self.report_after_s = report_after_s
+        self._nbits = _FLAGS + 2 * cache.capacity
+        self.stats = {"cycles": 0, "slow_paths": 0, "cache_hits": 0}
+        """Counters for tests and debugging: the fast path shows as cycles without slow paths."""
+
+    def add(self, entries: List[Entry]) -> List[int]:
+        """Take newly submitted entries; returns the cache bits they found invalid."""
+        invalid = []
+        for entry in entries:
+            self.pending[entry.name] = entry
+            if entry.request.kind in (Kind.JOIN, Kind.BARRIER):
+                continue
+            status, bit = self.cache.lookup(entry.request)
+            if status == HIT:
+                entry.bit = bit
+            elif status == INVALID:
+                invalid.append(bit)
+        return invalid
+
+    def on_evict(self, bit: int) -> None:
+        """A cache entry was dropped on every rank: its waiting hits must negotiate in full."""
+        for entry in self.pending.values():
+            if entry.bit == bit:
+                entry.bit = None
+
+    def cycle(self, new_entries: List[Entry], shutdown_reason: Optional[str]
+              ) -> Tuple[List[Response], Optional[List[Optional[str]]]]:
+        """Run one cycle; returns (responses to execute, every rank's shutdown reason or None)."""
+        from mpi4py import MPI
+
+        invalid = self.add(new_entries)
+        now = time.monotonic()
+        joined = JOIN_NAME in self.pending
+        to_send = [e for e in self.pending.values() if not e.sent and self._must_send(e, now)]
+
+        bits = np.zeros(self._nbits, np.bool_)
+        bits[_NO_REQUESTS] = not to_send
+        bits[_NO_SHUTDOWN] = shutdown_reason is None
+        bits[_NO_JOIN] = not joined
+        cap = self.cache.capacity
+        if not joined:
+            for e in self.pending.values():
+                if e.bit is not None:
+                    bits[_FLAGS + e.bit] = True
+        bits[_FLAGS + cap:] = True
+        for bit in invalid:
+            bits[_FLAGS + cap + bit] = False
+        packed = np.packbits(bits)
+        agreed = np.empty_like(packed)
+        self.comm.Allreduce(packed, agreed, op=MPI.BAND)
+        agreed_bits = np.unpackbits(agreed, count=self._nbits).astype(np.bool_)
+
+        invalid_any = np.flatnonzero(~agreed_bits[_FLAGS + cap:])
+        hit_all = np.flatnonzero(agreed_bits[_FLAGS:_FLAGS + cap])
+        invalid_set = set(int(b) for b in invalid_any)
+        responses = [self.cache.get(int(b)) for b in hit_all
+                     if int(b) not in invalid_set and self.cache.has_bit(int(b))]
+        for bit in invalid_set:
+            self.cache.evict(bit)  # calls on_evict: their entries negotiate in full next cycle
+
+        self.stats["cycles"] += 1
+        self.stats["cache_hits"] += len(responses)
+        reasons = None
+        if not agreed_bits[_NO_SHUTDOWN]:
+            reasons = self.comm.allgather(shutdown_reason)
+        if not agreed_bits[_NO_JOIN]:
+            # Someone joined: it cannot vote on cache bits, so everything goes to the coordinator.
+            to_send = [e for e in self.pending.values() if not e.sent]
+        if not agreed_bits[_NO_REQUESTS] or (not agreed_bits[_NO_JOIN] and reasons is None):
+            responses += self._slow_path(to_send, [r.name for r in responses])
+        return responses, reasons
+
+    def _must_send(self, entry: Entry, now: float) -> bool:
+        if entry.bit is None:
+            return True
+        return self.report_after_s is not None and now - entry.submitted > self.report_after_s
+
+    def _slow_path(self, to_send: List[Entry], hit_names: List[str]) -> List[Response]:
+        self.stats["slow_paths"] += 1
+        gathered = self.comm.gather([e.request for e in to_send], root=0)
+        for e in to_send:
+            e.sent = True
+        ready = None
+        if self.table is not None:
+            for r, requests in enumerate(gathered):
+                self.table.add(r, requests)
+            for name in hit_names:
+                self.table.forget(name)
+            ready = self.table.pop_ready()
+        return self.comm.bcast(ready, root=0)

@@ -1,0 +1,60 @@
+"""The stall inspector (rank 0): names the ranks that keep everyone else waiting.
+
+A tensor some ranks submitted and others did not stalls the job silently, the classic
+data-parallel bug (a rank took another branch, or skipped a step). After
+``BLINKFLOW_STALL_CHECK_TIME_SECONDS`` rank 0 logs which ranks have not submitted which tensors,
+repeating every such interval; after ``BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS`` (0 = never) it
+asks the job to shut down, and every rank's waiting calls raise ShutdownError with that message.
+
+Rank 0 learns of a tensor when a rank's request reaches it. Cache hits normally never do, so
+ranks also report hits that wait longer than half the check time (see ``Negotiator``).
+"""
+from __future__ import annotations
+
+import time
+from typing import Dict, List, Optional, Tuple
+
+from .coordinator import MessageTable
+from .log import logger
+
+
+class StallInspector:
+    def __init__(self, check_s: float, shutdown_s: float):
+        self.check_s = check_s
+        self.shutdown_s = shutdown_s
+        self._warned: Dict[str, float] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.check_s > 0 or self.shutdown_s > 0
+
+    def report_after_s(self) -> Optional[float]:
+        times = [t for t in (self.check_s, self.shutdown_s) if t > 0]
+        return min(times) / 2 if times else None
+
+    def inspect(self, table: MessageTable, now: Optional[float] = None) -> Optional[str]:
+        """Log stalls; return a shutdown reason once a stall outlasts the shutdown time."""
+        if not self.enabled:
+            return None
+        now = time.monotonic() if now is None else now
+        stalled: List[Tuple[str, float, List[int], List[int]]] = []
+        fatal: List[str] = []
+        for name, since, present, absent in table.missing():
+            waited = now - since
+            if self.check_s > 0 and waited >= self.check_s and now - self._warned.get(name, -1e18) >= self.check_s:
+                self._warned[name] = now
+                stalled.append((name, waited, present, absent))
+            if self.shutdown_s > 0 and waited >= self.shutdown_s:
+                fatal.append(f"{name!r} missing on ranks {absent} (ready on ranks {present})")
+        if fatal:
+            return (f"stall: tensors not submitted by every rank within {self.shutdown_s:g} s "
+                    f"(BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS): " + "; ".join(fatal))
+        if stalled:
+            lines = [f"  {name!r}: missing on ranks {absent} (ready on ranks {present}, waiting {waited:.0f} s)"
+                     for name, waited, present, absent in stalled]
+            logger.warning("stalled collectives: some ranks did not submit these tensors. Every rank must "
+                           "run the same collectives under the same names.\n" + "\n".join(lines))
+        for name in list(self._warned):
+            if name not in table.table:
+                del self._warned[name]
+        return None

@@ -1,0 +1,144 @@
+"""Reading this machine's GPUs: NVML through ``pynvml`` when importable, else ``nvidia-smi``.
+
+Both sources produce the text of ``nvidia-smi topo -m`` (NVML's answers are written in that
+table's vocabulary), so a single parser (:mod:`.nvidia_smi`) interprets them and a probe can be
+replayed offline from its text. Nothing here parses; nothing elsewhere runs ``nvidia-smi``
+(STYLE habit 2).
+
+NVML calls used (NVML API reference, "Device Queries" and "NvLink Methods"):
+``nvmlDeviceGetCount``, ``nvmlDeviceGetHandleByIndex``, ``nvmlDeviceGetPciInfo``,
+``nvmlDeviceGetNvLinkState`` / ``nvmlDeviceGetNvLinkRemotePciInfo`` per link, and
+``nvmlDeviceGetTopologyCommonAncestor`` whose levels map onto nvidia-smi's words (SINGLE → PIX,
+MULTIPLE → PXB, HOSTBRIDGE → PHB, NODE → NODE, SYSTEM → SYS).
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import subprocess
+from typing import Callable, Dict, List, Mapping, Optional
+
+from ..errors import TopologyError
+from .model import Topology
+from .nvidia_smi import topology_from_nvidia_smi
+
+#: NVML_TOPOLOGY_* levels -> the cell nvidia-smi prints for them.
+NVML_LEVEL_CELLS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+#: NVML_NVLINK_MAX_LINKS of recent drivers (H100 has 18 links).
+NVML_MAX_LINKS = 18
+
+
+def visible_gpus(environ: Optional[Mapping[str, str]] = None) -> Optional[List[int]]:
+    """GPU indices listed by ``CUDA_VISIBLE_DEVICES`` (None when it is unset).
+
+    CUDA's own variable, not a blinkflow setting, so it is read here rather than by the config
+    object. Only indices are understood: ``GPU-<uuid>`` and MIG names raise TopologyError.
+    """
+    environ = os.environ if environ is None else environ
+    raw = environ.get("CUDA_VISIBLE_DEVICES")
+    if raw is None:
+        return None
+    out = []
+    for token in (t.strip() for t in raw.split(",")):
+        if not token:
+            continue
+        if not token.lstrip("-").isdigit():
+            raise TopologyError(f"entry {token!r} is not a GPU index; blinkflow maps ranks to GPUs by "
+                                "index, so list indices (e.g. 0,1,2,3)", "CUDA_VISIBLE_DEVICES")
+        if int(token) < 0:
+            break  # CUDA stops at the first invalid index
+        out.append(int(token))
+    return out
+
+
+def host_gpu_text(run: Callable = subprocess.run) -> Optional[str]:
+    """``nvidia-smi topo -m`` text for this machine, or None when it has no NVIDIA GPU."""
+    try:
+        nvml = importlib.import_module("pynvml")
+    except ImportError:
+        nvml = None
+    if nvml is not None:
+        text = nvml_topology_text(nvml)
+        if text is not None:
+            return text
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        done = run([exe, "topo", "-m"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    # nvidia-smi without a working driver exits non-zero: treat the machine as GPU-less.
+    return done.stdout if done.returncode == 0 and "GPU0" in done.stdout else None
+
+
+def nvml_topology_text(nvml) -> Optional[str]:
+    """Write NVML's view of the GPUs as an ``nvidia-smi topo -m`` table (GPU rows only).
+
+    Like nvidia-smi, a GPU pair joined through NVSwitches shows ``NV#`` with # the links each
+    GPU has to the switches. Returns None when NVML fails or finds no GPU.
+    """
+    try:
+        nvml.nvmlInit()
+    except Exception:  # NVMLError_LibraryNotFound, driver missing: fall back to nvidia-smi
+        return None
+    try:
+        count = nvml.nvmlDeviceGetCount()
+        if count == 0:
+            return None
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        bus = [_bus_id(nvml.nvmlDeviceGetPciInfo(h).busId) for h in handles]
+        peers = [_nvlink_peers(nvml, h) for h in handles]
+        to_switch = [sum(n for b, n in p.items() if b not in bus) for p in peers]
+        lines = ["\t" + "\t".join(f"GPU{i}" for i in range(count))]
+        for i in range(count):
+            cells = []
+            for j in range(count):
+                if i == j:
+                    cells.append("X")
+                elif peers[i].get(bus[j]):
+                    cells.append(f"NV{peers[i][bus[j]]}")
+                elif to_switch[i] and to_switch[j]:
+                    cells.append(f"NV{min(to_switch[i], to_switch[j])}")
+                else:
+                    level = nvml.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j])
+                    cells.append(NVML_LEVEL_CELLS.get(int(level), "SYS"))
+            lines.append(f"GPU{i}\t" + "\t".join(cells))
+        return "\n".join(lines) + "\n"
+    except Exception:  # any NVMLError: let nvidia-smi have a go
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _nvlink_peers(nvml, handle) -> Dict[str, int]:
+    """Remote PCI bus id -> number of active NVLinks from this GPU to it."""
+    peers: Dict[str, int] = {}
+    for link in range(NVML_MAX_LINKS):
+        try:
+            if nvml.nvmlDeviceGetNvLinkState(handle, link) != nvml.NVML_FEATURE_ENABLED:
+                continue
+            remote = _bus_id(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
+        except Exception:  # NVML_ERROR_INVALID_ARGUMENT past the GPU's last link
+            continue
+        peers[remote] = peers.get(remote, 0) + 1
+    return peers
+
+
+def _bus_id(raw) -> str:
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    domain, _, rest = text.lower().partition(":")
+    return f"{int(domain, 16):08x}:{rest}" if rest else text.lower()
+
+
+def probe_host_topology(host: str = "localhost", text_source: Callable[[], Optional[str]] = host_gpu_text
+                        ) -> Optional[Topology]:
+    """This machine's GPU topology (GPU ids = nvidia-smi indices), or None without GPUs."""
+    text = text_source()
+    if text is None:
+        return None
+    return topology_from_nvidia_smi(text, where="nvidia-smi topo -m", name=host, host=host)

@@ -1,0 +1,84 @@
+"""``blinkrun topo``: show a topology — this machine's, a preset's or a file's (DESIGN §3.2).
+
+    blinkrun topo                               # probe this machine (honours CUDA_VISIBLE_DEVICES)
+    blinkrun topo --preset dgx1-v100 --gpus 0,1,4
+    blinkrun topo --nvidia-smi-file topo.txt    # saved `nvidia-smi topo -m` output
+    blinkrun topo --nccl-xml dump.xml           # NCCL_TOPO_DUMP_FILE output
+    blinkrun topo --file topo.json --json       # blinkflow's JSON, printed back as JSON
+
+Bad input exits 2 with one line naming the file, line or field (launcher/one_line.py).
+"""
+from __future__ import annotations
+
+import json
+from typing import List, Optional
+
+import click
+
+from blinkflow.errors import TopologyError
+from blinkflow.topology import Topology, get_preset, load_any, load_nccl_xml, load_nvidia_smi, preset_names
+from blinkflow.topology.probe import probe_host_topology, visible_gpus
+from blinkflow.topology.table import format_table
+
+from .one_line import OneLineErrorCommand
+
+SOURCES = ("preset", "nvidia_smi_file", "nccl_xml", "file")
+
+
+@click.command(cls=OneLineErrorCommand, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--preset", metavar="NAME", help=f"A preset: {', '.join(preset_names())} (cpu-host:N; Nx<preset> for N hosts).")
+@click.option("--nvidia-smi-file", metavar="FILE", help="A file holding `nvidia-smi topo -m` output.")
+@click.option("--nccl-xml", metavar="FILE", help="An NCCL topology dump (NCCL_TOPO_DUMP_FILE).")
+@click.option("--file", "file_", metavar="FILE", help="A topology file of any format (JSON, NCCL XML, nvidia-smi text).")
+@click.option("--gpus", metavar="LIST", help="Keep only these devices, e.g. 0,1,4.")
+@click.option("--json", "as_json", is_flag=True, help="Print the topology as JSON (the schema of `topo --json`).")
+def command(preset, nvidia_smi_file, nccl_xml, file_, gpus, as_json):
+    """Show the interconnect of a machine as a device x device table, or as JSON."""
+    devices = parse_gpus(gpus)
+    topology = load_source(preset, nvidia_smi_file, nccl_xml, file_)
+    if devices is not None:
+        topology = topology.subset(devices, where="--gpus")
+    click.echo(json.dumps(topology.to_dict(), indent=2) if as_json else format_table(topology))
+
+
+def load_source(preset: Optional[str], nvidia_smi_file: Optional[str], nccl_xml: Optional[str],
+                file_: Optional[str]) -> Topology:
+    given = [(name, value) for name, value in zip(SOURCES, (preset, nvidia_smi_file, nccl_xml, file_)) if value]
+    if len(given) > 1:
+        names = " and ".join("--" + name.replace("_", "-") for name, _ in given)
+        raise click.UsageError(f"{names} both name a topology; give at most one")
+    if preset:
+        return get_preset(preset)
+    if nvidia_smi_file:
+        return load_nvidia_smi(nvidia_smi_file)
+    if nccl_xml:
+        return load_nccl_xml(nccl_xml)
+    if file_:
+        return load_any(file_)
+    return probe_this_machine()
+
+
+def probe_this_machine() -> Topology:
+    """The GPUs of this machine, cut down to CUDA_VISIBLE_DEVICES when it is set."""
+    topology = probe_host_topology()
+    if topology is None:
+        raise TopologyError("no NVIDIA GPU found on this machine (no NVML, no nvidia-smi); show a preset "
+                            "instead, e.g. --preset cpu-host:4 or --preset dgx1-v100", "this machine")
+    visible = visible_gpus()
+    if visible is not None:
+        if not visible:
+            raise TopologyError("CUDA_VISIBLE_DEVICES hides every GPU", "this machine")
+        topology = topology.subset(visible, where="CUDA_VISIBLE_DEVICES")
+    return topology
+
+
+def parse_gpus(text: Optional[str]) -> Optional[List[int]]:
+    if text is None:
+        return None
+    out = []
+    for token in text.split(","):
+        token = token.strip()
+        if not token.isdigit():
+            raise click.UsageError(f"--gpus {text!r}: {token!r} is not a device index; write e.g. --gpus 0,1,4")
+        out.append(int(token))
+    return out

@@ -1,0 +1,349 @@
+"""Every collective, op, dtype and shape of the runtime, checked on every rank in one launch.
+
+Run by ``test_runtime.py`` under mpirun at 1, 2, 3 and 4 ranks. Each rank can compute every
+other rank's input (inputs are functions of the rank), so each checks its results against
+numpy. Prints ``OK <case>`` per case; any failure raises and fails the job.
+"""
+import sys
+
+import numpy as np
+
+import blinkflow as bf
+from blinkflow.runtime import api as rt
+
+DTYPES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"]
+SHAPES = [(), (5,), (2, 3, 4), (0,), (3, 0, 2)]
+OPS = [bf.Sum, bf.Average, bf.Min, bf.Max, bf.Product]
+UFUNC = {bf.Sum: np.add, bf.Min: np.minimum, bf.Max: np.maximum, bf.Product: np.multiply}
+
+
+def value(r, shape, dtype, op=None):
+    """Rank r's input: small values so Product and Sum stay in range for every dtype."""
+    n = int(np.prod(shape))
+    base = np.arange(n).reshape(shape) if shape else np.array(3)
+    if dtype == "bool":
+        return ((base + r) % 2 == 0).astype(bool)
+    if op == bf.Product:
+        return ((base + r) % 2 + 1).astype(dtype)
+    signed = np.dtype(dtype).kind in "if"
+    out = (base % 5) + r + 1
+    if signed:
+        out = out * np.where(base % 2 == 0, 1, -1) if shape else out
+    return out.astype(dtype)
+
+
+def expected_allreduce(shape, dtype, op, size, pre=1.0, post=1.0):
+    inputs = [value(r, shape, dtype, op) for r in range(size)]
+    if pre != 1.0:
+        inputs = [scale(x, pre) for x in inputs]
+    acc = inputs[0].copy()
+    for x in inputs[1:]:
+        acc = UFUNC[op.combiner](acc, x).astype(dtype)
+    factor = post / size if op == bf.Average else post
+    return scale(acc, factor)
+
+
+def scale(x, factor):
+    if factor == 1.0:
+        return x
+    if x.dtype.kind in "iub":
+        return (x * factor).astype(x.dtype)
+    return x * x.dtype.type(factor)
+
+
+def close(got, want, dtype):
+    assert got.shape == want.shape, (got.shape, want.shape)
+    assert got.dtype == np.dtype(dtype), (got.dtype, dtype)
+    if np.dtype(dtype).kind == "f":
+        tol = 1e-2 if dtype == "float16" else 1e-5
+        assert np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol), (got, want)
+    else:
+        assert np.array_equal(got, want), (got, want)
+
+
+def case_basics(r, n):
+    assert bf.is_initialized() and bf.size() == n and bf.rank() == r
+    bf.init()  # twice is harmless
+    assert 0 <= bf.local_rank() < bf.local_size() and 0 <= bf.cross_rank() < bf.cross_size()
+    assert bf.local_size() * bf.cross_size() == n  # one machine, evenly split
+    assert isinstance(bf.mpi_threads_supported(), bool)
+
+
+def case_allreduce_everything(r, n):
+    """Every dtype x op x shape, all in flight at once (fused where they fit)."""
+    handles, wants = [], []
+    for dtype in DTYPES:
+        for op in OPS:
+            if dtype == "bool" and op == bf.Average:
+                continue
+            for shape in SHAPES:
+                x = value(r, shape, dtype, op)
+                before = x.copy()
+                handles.append((rt.allreduce_async(x, op=op, name=f"ar.{dtype}.{op.name}.{shape}"), x, before))
+                wants.append((expected_allreduce(shape, dtype, op, n), dtype))
+    for (h, x, before), (want, dtype) in zip(handles, wants):
+        got = bf.allreduce if False else rt.synchronize(h)
+        close(got, want, dtype)
+        assert np.array_equal(x, before), "input was modified"
+    # twice more through the same names: the response-cache fast path
+    for _ in range(2):
+        hs = [rt.allreduce_async(value(r, (5,), "float32"), op=bf.Sum, name="ar.float32.SUM.(5,)")]
+        close(rt.synchronize(hs[0]), expected_allreduce((5,), "float32", bf.Sum, n), "float32")
+
+
+def case_allreduce_scaling_and_layout(r, n):
+    x = value(r, (4, 6), "float32")
+    got = bf.allreduce(x[:, ::2], op=bf.Sum, name="nc")  # non-contiguous input
+    want = sum(value(q, (4, 6), "float32")[:, ::2] for q in range(n))
+    close(got, want.astype("float32"), "float32")
+    got = bf.allreduce(x.T, op=bf.Average, prescale_factor=2.0, postscale_factor=0.5, name="nc.T")
+    close(got, (sum(value(q, (4, 6), "float32") for q in range(n)) / n).T.astype("float32"), "float32")
+    got = bf.allreduce(value(r, (7,), "int32"), op=bf.Average, prescale_factor=3.0, name="int.pre")
+    close(got, expected_allreduce((7,), "int32", bf.Average, n, pre=3.0), "int32")
+    got = bf.allreduce(value(r, (7,), "float64"), op=bf.Max, postscale_factor=-1.0, name="max.post")
+    close(got, expected_allreduce((7,), "float64", bf.Max, n, post=-1.0), "float64")
+    got = bf.allreduce(value(r, (3, 5), "float32"), op=bf.Sum, compression=bf.Compression.fp16, name="fp16")
+    close(got, expected_allreduce((3, 5), "float32", bf.Sum, n), "float32")
+    outs = bf.grouped_allreduce([value(r, s, d) for s, d in [((3,), "float32"), ((2, 2), "int64"), ((), "float16")]],
+                                op=bf.Sum, name="group")
+    for got, (s, d) in zip(outs, [((3,), "float32"), ((2, 2), "int64"), ((), "float16")]):
+        close(got, expected_allreduce(s, d, bf.Sum, n), d)
+    assert bf.grouped_allreduce([]) == []
+    got = bf.allreduce(np.float64(r), op=bf.Sum)  # a numpy scalar, unnamed
+    assert got.shape == () and got == sum(range(n))
+
+
+def case_allgather(r, n):
+    for dtype in DTYPES:
+        for tail in [(), (3, 2)]:
+            x = value(r, (r % 3,) + tail, dtype)  # rank r sends r % 3 rows (0 rows on some ranks)
+            got = bf.allgather(x, name=f"ag.{dtype}.{tail}")
+            want = np.concatenate([value(q, (q % 3,) + tail, dtype) for q in range(n)])
+            close(got, want, dtype)
+    x = value(r, (4, 6), "int32")[::2, 1::2]
+    close(bf.allgather(x), np.concatenate([value(q, (4, 6), "int32")[::2, 1::2] for q in range(n)]), "int32")
+    outs = bf.grouped_allgather([value(r, (r + 1,), "float32"), value(r, (2, 2), "int8")], name="gag")
+    close(outs[0], np.concatenate([value(q, (q + 1,), "float32") for q in range(n)]), "float32")
+    close(outs[1], np.concatenate([value(q, (2, 2), "int8") for q in range(n)]), "int8")
+
+
+def case_broadcast(r, n):
+    for root in range(n):
+        for dtype in DTYPES:
+            for shape in [(), (3,), (2, 3, 4), (0,)]:
+                x = value(r, shape, dtype)
+                got = bf.broadcast(x, root, name=f"bc.{root}.{dtype}.{shape}")
+                close(got, value(root, shape, dtype), dtype)
+        got = bf.broadcast(value(r, (6, 4), "float64").T, root)  # non-contiguous, unnamed
+        close(got, value(root, (6, 4), "float64").T.copy(), "float64")
+
+
+def case_reducescatter(r, n):
+    for op in [bf.Sum, bf.Average, bf.Min, bf.Max]:
+        for dtype in ["int32", "float32", "float64", "int8"]:
+            rows = 2 * n + 1
+            for tail in [(), (2, 3)]:
+                x = value(r, (rows,) + tail, dtype)
+                got = bf.reducescatter(x, op=op, name=f"rs.{op.name}.{dtype}.{tail}")
+                full = expected_allreduce((rows,) + tail, dtype, op, n)
+                counts = [rows // n + (1 if q < rows % n else 0) for q in range(n)]
+                start = sum(counts[:r])
+                close(got, full[start:start + counts[r]], dtype)
+    got = bf.reducescatter(value(r, (1,), "float32"), op=bf.Sum, name="rs.tiny")  # fewer rows than ranks
+    assert got.shape == ((1,) if r == 0 else (0,))
+
+
+def case_alltoall(r, n):
+    x = np.repeat(np.arange(n, dtype=np.int64) * 10 + r, 2)  # rows 2q, 2q+1 go to rank q
+    got = bf.alltoall(x, name="a2a.even")
+    assert np.array_equal(got, np.repeat(np.arange(n) + 10 * r, 2)), got
+    splits = [(q + r) % 3 for q in range(n)]  # uneven, some empty
+    rows = sum(splits)
+    x = (np.arange(rows * 2).reshape(rows, 2) + 100 * r).astype(np.float32)
+    out, received = bf.alltoall(x, splits=splits, name="a2a.splits")
+    want_splits = [(r + q) % 3 for q in range(n)]
+    assert list(received) == want_splits, (received, want_splits)
+    pieces = []
+    for q in range(n):
+        their = [(p + q) % 3 for p in range(n)]
+        start = sum(their[:r])
+        src = (np.arange(sum(their) * 2).reshape(-1, 2) + 100 * q).astype(np.float32)
+        pieces.append(src[start:start + their[r]])
+    assert np.array_equal(out, np.concatenate(pieces)), (out, pieces)
+
+
+def case_objects_and_barrier(r, n):
+    for root in range(n):
+        assert bf.broadcast_object({"from": r, "list": list(range(r))}, root_rank=root) == {"from": root, "list": list(range(root))}
+    assert bf.allgather_object(("rank", r)) == [("rank", q) for q in range(n)]
+    bf.barrier()
+
+
+def case_large_and_many(r, n):
+    """Tensors larger than the fusion buffer (BLINKFLOW_FUSION_THRESHOLD=65536 in this launch) and
+    many small ones in flight at once."""
+    big = value(r, (50_000,), "float32")  # 200 kB > 64 kB
+    hs = [rt.allreduce_async(big, op=bf.Sum, name="big")]
+    hs += [rt.allreduce_async(value(r, (100,), "float64"), op=bf.Sum, name=f"many.{i}") for i in range(200)]
+    close(rt.synchronize(hs[0]), expected_allreduce((50_000,), "float32", bf.Sum, n), "float32")
+    for h in hs[1:]:
+        close(rt.synchronize(h), expected_allreduce((100,), "float64", bf.Sum, n), "float64")
+    close(bf.broadcast(value(r, (40_000,), "float64"), n - 1, name="bigbc"), value(n - 1, (40_000,), "float64"), "float64")
+
+
+def expect_mismatch(name, fn, r, n):
+    try:
+        fn()
+    except bf.TensorMismatchError as e:
+        assert name in str(e) and e.name == name, str(e)
+        assert "rank 0" in str(e) and f"rank {n - 1}" in str(e), str(e)
+        return str(e)
+    raise AssertionError(f"{name}: no TensorMismatchError on rank {r}")
+
+
+def case_mismatches(r, n):
+    if n == 1:
+        return
+    last = r == n - 1
+    f32 = np.ones(3, np.float32)
+    cases = {
+        "mm.shape": lambda: bf.allreduce(np.ones(4 if last else 3, np.float32), name="mm.shape"),
+        "mm.dtype": lambda: bf.allreduce(np.ones(3, np.float64 if last else np.float32), name="mm.dtype"),
+        "mm.op": lambda: bf.allreduce(f32, op=bf.Max if last else bf.Sum, name="mm.op"),
+        "mm.root": lambda: bf.broadcast(f32, 1 if last else 0, name="mm.root"),
+        "mm.prescale": lambda: bf.allreduce(f32, prescale_factor=2.0 if last else 1.0, name="mm.prescale"),
+        "mm.postscale": lambda: bf.allreduce(f32, postscale_factor=2.0 if last else 1.0, name="mm.postscale"),
+        "mm.kind": lambda: (bf.allgather(f32, name="mm.kind") if last else bf.allreduce(f32, name="mm.kind")),
+        "mm.tail": lambda: bf.allgather(np.ones((2, 3 if last else 2)), name="mm.tail"),
+        "mm.rsop": lambda: bf.reducescatter(np.ones(n), op=bf.Min if last else bf.Max, name="mm.rsop"),
+    }
+    for name, fn in cases.items():
+        message = expect_mismatch(name, fn, r, n)
+        close(bf.allreduce(np.ones(2, np.float32), op=bf.Sum, name="after." + name), np.full(2, n, np.float32), "float32")
+    assert "shape" in expect_mismatch("mm.shape", cases["mm.shape"], r, n)
+    # A name that is cached (negotiated before) and then mismatches: the invalidation path.
+    for _ in range(2):
+        bf.allreduce(np.ones(3, np.float32), name="mm.cached")
+    expect_mismatch("mm.cached", lambda: bf.allreduce(np.ones(5 if last else 3, np.float32), name="mm.cached"), r, n)
+    close(bf.allreduce(np.ones(3, np.float32), op=bf.Sum, name="mm.cached"), np.full(3, n, np.float32), "float32")
+
+
+def case_duplicate_name(r, n):
+    h = rt.allreduce_async(np.ones(2), name="dup")
+    try:
+        rt.allreduce_async(np.ones(2), name="dup")
+    except bf.DuplicateNameError as e:
+        assert "dup" in str(e)
+    else:
+        raise AssertionError("no DuplicateNameError")
+    close(rt.synchronize(h), np.ones(2), "float64")
+    close(bf.allreduce(np.ones(2), name="dup"), np.ones(2), "float64")  # free again
+
+
+def case_poll_and_async(r, n):
+    h = rt.allreduce_async(np.ones(3), op=bf.Sum, name="polled")
+    while not rt.poll(h):
+        pass
+    assert rt.poll(h)
+    close(rt.synchronize(h), np.full(3, float(n)), "float64")
+    try:
+        rt.synchronize(h)
+    except bf.BlinkflowError as e:
+        assert "unknown handle" in str(e)
+    else:
+        raise AssertionError("a spent handle synchronized twice")
+
+
+def case_join(r, n):
+    """Rank r runs r + 1 all-reduces, then joins: the others go on with its zeros."""
+    for i in range(r + 1):
+        got = bf.allreduce(np.ones(4, np.int32), op=bf.Sum, name=f"join.{i}")
+        assert np.array_equal(got, np.full(4, n - i)), (i, got)
+    last = bf.join()
+    assert 0 <= last < n
+    assert bf.allgather_object(last) == [last] * n
+    close(bf.allreduce(np.ones(2), op=bf.Sum, name="after.join"), np.full(2, float(n)), "float64")
+
+
+def case_cache_fast_path(r, n):
+    """Steady state: names negotiated before complete through the bit-vector all-reduce alone."""
+    bf.grouped_allreduce([np.ones(3)] * 5, op=bf.Sum, name="steady")  # first time: full negotiation
+    stats = rt._engine.negotiator.stats
+    before = dict(stats)
+    for _ in range(10):
+        outs = bf.grouped_allreduce([np.full(3, float(r))] * 5, op=bf.Sum, name="steady")
+        close(outs[4], np.full(3, float(sum(range(n)))), "float64")
+    assert stats["slow_paths"] == before["slow_paths"], (before, stats)
+    assert stats["cache_hits"] - before["cache_hits"] == 50, (before, stats)
+
+
+def case_threads(r, n):
+    """Many user threads submitting at once (as TensorFlow's executor does)."""
+    import threading
+
+    results, errors = {}, []
+
+    def work(t):
+        try:
+            for i in range(5):
+                results[(t, i)] = bf.allreduce(np.full(4, t + i, np.int64), op=bf.Sum, name=f"thread.{t}.{i}")
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for (t, i), got in results.items():
+        assert np.array_equal(got, np.full(4, (t + i) * n)), got
+    assert len(results) == 30
+
+
+def case_restart(r, n):
+    bf.shutdown()
+    assert not bf.is_initialized()
+    try:
+        bf.allreduce(np.ones(1))
+    except bf.NotInitializedError:
+        pass
+    else:
+        raise AssertionError("no NotInitializedError after shutdown")
+    bf.shutdown()  # twice is harmless
+    bf.init()
+    close(bf.allreduce(np.ones(2), op=bf.Sum, name="after.restart"), np.full(2, float(n)), "float64")
+    if n >= 2:  # init on a sub-communicator: the even and the odd ranks form two jobs
+        from mpi4py import MPI
+
+        bf.shutdown()
+        half = MPI.COMM_WORLD.Split(r % 2, r)
+        bf.init(comm=half)
+        assert bf.size() == half.Get_size() and bf.rank() == r // 2
+        got = bf.allreduce(np.array([r]), op=bf.Sum, name="half")
+        assert got[0] == sum(q for q in range(n) if q % 2 == r % 2), got
+        bf.shutdown()
+        half.Free()
+        bf.init()
+        assert bf.size() == n
+
+
+def main():
+    try:
+        bf.rank()
+    except bf.NotInitializedError as e:
+        assert "init" in str(e)
+    else:
+        raise AssertionError("rank() before init did not raise")
+    bf.init()
+    r, n = bf.rank(), bf.size()
+    only = sys.argv[1:]
+    for name, fn in list(globals().items()):
+        if name.startswith("case_") and (not only or name[5:] in only):
+            fn(r, n)
+            print(f"OK {name[5:]} rank {r}", flush=True)
+    bf.shutdown()
+
+
+if __name__ == "__main__":
+    main()

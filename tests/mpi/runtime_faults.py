@@ -1,0 +1,91 @@
+"""Fault scenarios of the runtime, one per launch: ``kill``, ``stall``, ``timeline [abort]``.
+
+kill     the last rank SIGKILLs itself mid-run; every other rank must raise ShutdownError naming it
+         within 30 s (run under mpirun options that keep the job alive after a death).
+stall    the last rank never submits tensor 'stuck': rank 0 warns, then shuts the job down
+         (BLINKFLOW_STALL_CHECK_TIME_SECONDS / _SHUTDOWN_TIME_SECONDS set by the test).
+timeline runs a few collectives with BLINKFLOW_TIMELINE set; with ``abort`` every rank then
+         SIGKILLs itself, leaving the trace without its closing bracket.
+"""
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+import blinkflow as bf
+from blinkflow.runtime import api as rt
+
+
+def kill():
+    r, n = bf.rank(), bf.size()
+    victim = n - 1
+    for i in range(5):
+        bf.allreduce(np.ones(8), name=f"warm.{i}")
+    if r == victim:
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    died = time.monotonic() + 0.5
+    try:
+        i = 0
+        while True:
+            bf.allreduce(np.ones(8), name=f"step.{i % 3}")
+            i += 1
+    except bf.ShutdownError as e:
+        print(f"SURVIVOR rank {r} ShutdownError rank={e.rank} after {time.monotonic() - died:.1f}s: {e}", flush=True)
+    # A later call fails at once with the same error instead of hanging.
+    try:
+        bf.allreduce(np.ones(1), name="after")
+    except bf.ShutdownError as e:
+        print(f"AGAIN rank {r} rank={e.rank}", flush=True)
+    # mpirun ends the job when the first survivor exits: wait (on files, MPI is broken) until
+    # every survivor has reported.
+    rendezvous = os.environ["FAULTS_DIR"]
+    open(os.path.join(rendezvous, f"survivor.{r}"), "w").close()
+    deadline = time.monotonic() + 30
+    while len([f for f in os.listdir(rendezvous) if f.startswith("survivor.")]) < n - 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def stall():
+    r, n = bf.rank(), bf.size()
+    for _ in range(2):  # cached: the stall must be seen through the ranks' reports of cache hits
+        bf.allreduce(np.ones(4), name="stuck")
+        bf.allreduce(np.ones(4), name="only.mine")
+    name = "only.mine" if r == n - 1 else "stuck"
+    try:
+        bf.allreduce(np.ones(4), name=name)
+    except bf.ShutdownError as e:
+        print(f"STALLED rank {r}: {e}", flush=True)
+        return
+    raise AssertionError("the stalled allreduce returned")
+
+
+def timeline(abort=False):
+    r, n = bf.rank(), bf.size()
+    hs = [rt.allreduce_async(np.ones(1000, np.float32), name=f"tl.{i}") for i in range(4)]
+    for h in hs:
+        rt.synchronize(h)
+    bf.broadcast(np.ones(3), 0, name="tl.bcast")
+    bf.allgather(np.ones((r + 1, 2)), name="tl.gather")
+    if abort:
+        bf.barrier()
+        os.kill(os.getpid(), signal.SIGKILL)
+    bf.shutdown()
+
+
+def main():
+    bf.init()
+    mode = sys.argv[1]
+    if mode == "kill":
+        kill()
+    elif mode == "stall":
+        stall()
+    elif mode == "timeline":
+        timeline(abort="abort" in sys.argv[2:])
+    print(f"END rank {bf.rank() if bf.is_initialized() else '?'}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""The runtime's multi-process tests: one mpirun launch per world size runs every case."""
+import os
+import re
+
+import pytest
+
+from mpi_launch import run_mpi
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CASES = os.path.join(HERE, "runtime_cases.py")
+
+
+def _case_names():
+    with open(CASES) as f:
+        return re.findall(r"^def case_(\w+)\(", f.read(), re.M)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_every_collective(n):
+    # A small fusion buffer, so "larger than the fusion buffer" and multi-batch fusion both happen.
+    out = run_mpi(n, ["python", CASES], timeout=240, env={"BLINKFLOW_FUSION_THRESHOLD": "65536"}).stdout
+    for case in _case_names():
+        ranks = sorted(int(r) for r in re.findall(rf"^OK {case} rank (\d+)$", out, re.M))
+        assert ranks == list(range(n)), f"case {case} did not pass on every rank:\n{out[-3000:]}"
+
+
+@pytest.mark.mpi
+def test_split_hosts_layout():
+    """BLINKFLOW_SPLIT_HOSTS=2 at 4 ranks: two hosts of two ranks, a multi-host topology."""
+    out = run_mpi(4, ["python", CASES, "basics", "allreduce_scaling_and_layout", "broadcast"], timeout=120,
+                  env={"BLINKFLOW_SPLIT_HOSTS": "2"}).stdout
+    assert len(re.findall(r"^OK ", out, re.M)) == 12, out

@@ -1,0 +1,81 @@
+"""Fault tolerance, stall inspection and the timeline, each in its own small mpirun launch."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from mpi_launch import mpirun_argv, run_mpi
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FAULTS = os.path.join(HERE, "runtime_faults.py")
+
+
+def _run_with(options, nprocs, args, env, timeout):
+    cmd = mpirun_argv(nprocs, [sys.executable, FAULTS] + args, env)
+    cmd[1:1] = options
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **env)
+    return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("options", [["--with-ft", "ulfm"], ["--enable-recovery"]], ids=["ulfm", "recovery"])
+def test_killed_rank_makes_every_survivor_raise_naming_it(options, tmp_path):
+    """ULFM: MPI returns MPI_ERR_PROC_FAILED. --enable-recovery without ULFM: MPI would block
+    forever, the pid watchdog notices. Either way every survivor raises within 30 s."""
+    n = 3
+    proc = _run_with(options, n, ["kill"], {"FAULTS_DIR": str(tmp_path)}, timeout=90)
+    out = proc.stdout
+    survivors = re.findall(r"^SURVIVOR rank (\d+) ShutdownError rank=(\d+) after ([\d.]+)s: (.*)$", out, re.M)
+    assert sorted(int(r) for r, *_ in survivors) == list(range(n - 1)), out + proc.stderr[-3000:]
+    for _, named, seconds, message in survivors:
+        assert int(named) == n - 1 and f"rank {n - 1}" in message
+        assert float(seconds) < 30
+    assert len(re.findall(r"^AGAIN rank \d+ rank=2$", out, re.M)) == n - 1, out
+
+
+@pytest.mark.mpi
+def test_stall_warns_then_shuts_down():
+    env = {"BLINKFLOW_STALL_CHECK_TIME_SECONDS": "1", "BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS": "3"}
+    proc = run_mpi(3, ["python", FAULTS, "stall"], timeout=90, env=env)
+    assert re.search(r"'stuck': missing on ranks \[2\] \(ready on ranks \[0, 1\]", proc.stderr), proc.stderr
+    # Whichever of the two stalled tensors outlasts the shutdown time first is named.
+    stalled = re.findall(r"^STALLED rank (\d+): .*('stuck' missing on ranks \[2\]|'only.mine' missing on "
+                         r"ranks \[0, 1\])", proc.stdout, re.M)
+    stalled = [r for r, _ in stalled]
+    assert sorted(map(int, stalled)) == [0, 1, 2], proc.stdout
+
+
+def _events(path, complete):
+    with open(path) as f:
+        text = f.read()
+    assert text.rstrip().endswith("]") == complete, text[-200:]
+    return json.loads(text if complete else text + "]")  # the format allows the missing bracket
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("abort", [False, True], ids=["clean", "killed"])
+def test_timeline_is_valid_chrome_trace(abort, tmp_path):
+    path = str(tmp_path / "trace.json")
+    args = ["timeline"] + (["abort"] if abort else [])
+    proc = _run_with([], 2, args, {"BLINKFLOW_TIMELINE": path}, timeout=90)
+    if not abort:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    for p, rank in [(path, 0), (str(tmp_path / "trace.rank1.json"), 1)]:
+        events = _events(p, complete=not abort)
+        names = {(e["name"], e["ph"]) for e in events}
+        for phase in ["QUEUED", "NEGOTIATE", "ALLREDUCE", "COPY_IN", "COPY_OUT", "BROADCAST", "ALLGATHER"]:
+            assert (phase, "B") in names and (phase, "E") in names, (phase, sorted(names))
+        assert all(e["pid"] == rank for e in events)
+        tracks = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+        assert {"tl.0", "tl.3", "tl.bcast", "tl.gather"} <= tracks
+        # Begin/end pairs balance on every track of a clean run.
+        if not abort:
+            depth = {}
+            for e in events:
+                if e["ph"] in "BE":
+                    depth[e["tid"]] = depth.get(e["tid"], 0) + (1 if e["ph"] == "B" else -1)
+                    assert depth[e["tid"]] >= 0
+            assert set(depth.values()) == {0}

@@ -1,0 +1,142 @@
+"""Sanity figures and every preset: NVSwitch boxes, PCIe, CPU hosts, hybrid and multi-host."""
+import json
+
+import pytest
+
+from blinkflow.errors import PlanError, TopologyError
+from blinkflow.planner import Plan, link_loads, make_plan, verify_plan
+from blinkflow.topology import Link, Node, Topology, bidirectional
+from blinkflow.topology.presets import get_preset
+
+
+@pytest.fixture(scope="module")
+def dgx1v():
+    return get_preset("dgx1-v100")
+
+
+def test_full_dgx1v_sanity_figures(dgx1v):
+    bc = make_plan(dgx1v, "broadcast")
+    assert bc.rate_gbps == pytest.approx(150.0) and len(bc.trees) == 6
+    assert make_plan(dgx1v, "allgather").rate_gbps == pytest.approx(1200 / 7)
+    ar = make_plan(dgx1v, "allreduce")
+    assert ar.rate_gbps == pytest.approx(600 / 7)
+
+
+def test_subset_014_allreduce(dgx1v):
+    # GPU 1 has one 25 GB/s NVLink into {0, 4}: it must receive the whole reduced buffer through
+    # it, so 25 GB/s is optimal; the §3.2 load model overlaps reduce-scatter and all-gather, so
+    # ForestColl's trees reach it too (2·T*(AG), run back to back, would be 18.75).
+    ag = make_plan(dgx1v, "allgather", [0, 1, 4])
+    assert ag.rate_gbps == pytest.approx(37.5)
+    ar = make_plan(dgx1v, "allreduce", [0, 1, 4])
+    assert ar.rate_gbps == pytest.approx(25.0)
+
+
+def test_plan_json_round_trip_and_fields(dgx1v):
+    plan = make_plan(dgx1v, "broadcast", [0, 1, 2, 3, 4, 5], root=2)
+    d = json.loads(plan.to_json())
+    for key in ("topology", "gpus", "collective", "root", "rate_gbps", "optimal_gbps", "ring_gbps",
+                "plan_seconds", "trees"):
+        assert key in d
+    assert d["root"] == 2 and sum(t["fraction"] for t in d["trees"]) == pytest.approx(1.0)
+    assert Plan.from_dict(d).digest() == plan.digest()
+
+
+def test_deterministic(dgx1v):
+    assert make_plan(dgx1v, "allreduce", [0, 2, 5, 7]).digest() == make_plan(dgx1v, "allreduce", [0, 2, 5, 7]).digest()
+
+
+@pytest.mark.parametrize("name", ["dgx2", "dgx-a100", "hgx-h100", "pcie-8gpu"])
+@pytest.mark.parametrize("collective", ["broadcast", "allgather", "allreduce"])
+def test_switch_presets_plan_and_verify(name, collective):
+    topo = get_preset(name)
+    plan = make_plan(topo, collective)
+    verify_plan(plan, topo)
+    assert plan.rate_gbps > 0 and plan.optimal_gbps >= plan.rate_gbps * (1 - 1e-9)
+    if topo.node("nvswitch" if name != "pcie-8gpu" else "pcie0"):
+        assert plan.routes  # every GPU pair talks through a switch
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_single_switch_allreduce_bound(n):
+    nodes = [Node(i, "gpu") for i in range(n)] + [Node("sw", "switch", detail="nvswitch")]
+    links = [l for i in range(n) for l in bidirectional(i, "sw", "nvswitch", 4, 25.0)]
+    topo = Topology.build("star", nodes, links)
+    plan = make_plan(topo, "allreduce")
+    assert plan.rate_gbps == pytest.approx(n * 100.0 / (2 * (n - 1)))
+    assert make_plan(topo, "allgather").rate_gbps == pytest.approx(n * 100.0 / (n - 1))
+    assert make_plan(topo, "broadcast").rate_gbps == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+def test_cpu_host_allreduce_is_one_hop_stars(n):
+    topo = get_preset(f"cpu-host:{n}")
+    plan = make_plan(topo, "allreduce")
+    assert sorted(t.root for t in plan.trees) == list(range(n))
+    for tree in plan.trees:
+        assert tree.fraction == pytest.approx(1 / n)
+        assert sorted(tree.edges) == sorted((tree.root, d) for d in range(n) if d != tree.root)
+
+
+def test_hybrid_adds_pcie_channel(dgx1v):
+    main = make_plan(dgx1v, "allreduce", [0, 1, 4])
+    hyb = make_plan(dgx1v, "allreduce", [0, 1, 4], hybrid=True)
+    assert hyb.rate_gbps > main.rate_gbps
+    assert {t.channel for t in hyb.trees} == {"main", "pcie"}
+    pcie_links = {(l.src, l.dst) for l in dgx1v.links if l.kind in ("pcie", "qpi")}
+    for tree in hyb.trees:
+        for a, b in tree.edges:
+            route = hyb.route(a, b, tree.channel)
+            hops = route.hops() if route else [(a, b)]
+            assert all((h in pcie_links) == (tree.channel == "pcie") for h in hops)
+    assert make_plan(dgx1v, "broadcast", hybrid=True).rate_gbps > 150.0
+
+
+def test_nvlink_disconnected_subset_falls_back_to_pcie(dgx1v):
+    plan = make_plan(dgx1v, "allreduce", [0, 5])
+    assert plan.routes and all("pcie0" in r.path or "cpu0" in r.path for r in plan.routes)
+
+
+@pytest.mark.parametrize("name", ["2xdgx1-v100", "2xcpu-host:4", "3xdgx-a100"])
+def test_multi_host_three_phase(name):
+    topo = get_preset(name)
+    plan = make_plan(topo, "allreduce")
+    assert plan.is_three_phase and len(plan.intra) == len(topo.hosts)
+    assert plan.cross[0].start == 0.0 and plan.cross[-1].stop == pytest.approx(1.0)
+    hosts = sorted(topo.hosts)
+    for group in plan.cross:
+        assert sorted(topo.node(d).host for d in group.devices) == hosts
+        lo = group.start + 1e-12
+        for intra in plan.intra:  # the group member of each host holds this slice after phase 1
+            acc = 0.0
+            for tree in intra.trees:
+                if acc <= lo < acc + tree.fraction:
+                    assert tree.root in group.devices
+                acc += tree.fraction
+    assert plan.rate_gbps <= plan.optimal_gbps * (1 + 1e-9)
+    nics = {r.path[i] for g in plan.cross for r in g.plan.routes for i in range(len(r.path)) if "nic" in str(r.path[i])}
+    if name != "2xcpu-host:4":
+        assert len(nics) > len(topo.hosts)  # several NICs per host in parallel
+    assert Plan.from_dict(json.loads(plan.to_json())).digest() == plan.digest()
+
+
+def test_link_loads_allreduce_counts_both_directions(dgx1v):
+    plan = make_plan(dgx1v, "allreduce", [0, 1])
+    loads = link_loads(plan, dgx1v)
+    assert loads[(0, 1)] == pytest.approx(1.0) and loads[(1, 0)] == pytest.approx(1.0)
+
+
+def test_bad_inputs_raise_typed_errors(dgx1v):
+    with pytest.raises(TopologyError):
+        make_plan(dgx1v, "allreduce", [0, 9])
+    with pytest.raises(PlanError):
+        make_plan(dgx1v, "broadcast", [0, 1], root=3)
+    with pytest.raises(PlanError):
+        make_plan(dgx1v, "alltoall")
+    with pytest.raises(PlanError):
+        make_plan(dgx1v, "allgather", root=1)
+
+
+def test_single_device_plan(dgx1v):
+    plan = make_plan(dgx1v, "allreduce", [3])
+    assert plan.rate_gbps == 0.0 and plan.trees[0].edges == ()

@@ -1,0 +1,179 @@
+"""The runtime's pure parts, without MPI: validation, the coordinator's table, the response
+cache, fusion batching, row splits, the stall inspector, the timeline file and the plan check."""
+import json
+
+import numpy as np
+import pytest
+
+from blinkflow.errors import PlanError
+from blinkflow.ops import ReduceOp
+from blinkflow.runtime.coordinator import MessageTable, validate
+from blinkflow.runtime.executor import split_rows
+from blinkflow.runtime.fusion import make_batches
+from blinkflow.runtime.job import _check_agreement, layout
+from blinkflow.runtime.messages import JOIN_NAME, Kind, Request, Response
+from blinkflow.runtime.response_cache import HIT, INVALID, MISS, ResponseCache
+from blinkflow.runtime.stall import StallInspector
+from blinkflow.runtime.timeline import Timeline, rank_path
+
+
+def ar(name, shape=(4,), dtype="float32", op=ReduceOp.SUM, **kw):
+    return Request(name, Kind.ALLREDUCE, dtype, shape, int(op), **kw)
+
+
+def test_ready_only_when_every_rank_submitted_in_arrival_order():
+    table = MessageTable(3)
+    table.add(0, [ar("a"), ar("b")])
+    table.add(1, [ar("b"), ar("a")])
+    assert table.pop_ready() == []
+    table.add(2, [ar("b")])
+    table.add(2, [ar("a")])
+    assert [r.name for r in table.pop_ready()] == ["b", "a"]
+    assert table.table == {}
+
+
+@pytest.mark.parametrize("other,what", [
+    (ar("t", shape=(5,)), "shape"), (ar("t", dtype="float64"), "dtype"), (ar("t", op=ReduceOp.MAX), "reduce op"),
+    (ar("t", prescale=2.0), "scale factors"), (ar("t", postscale=0.5), "scale factors"),
+    (Request("t", Kind.ALLGATHER, "float32", (4,)), "collective"),
+])
+def test_mismatch_names_the_tensor_and_what_each_rank_sent(other, what):
+    message = validate("t", (ar("t"), other), [])
+    assert what in message and "'t'" in message
+    assert "rank 0: allreduce" in message and "rank 1:" in message
+
+
+def test_broadcast_root_mismatch_and_allgather_first_dims():
+    b = lambda root: Request("t", Kind.BROADCAST, "int32", (2,), root=root)
+    assert "root rank" in validate("t", (b(0), b(1)), [])
+    g = lambda shape: Request("g", Kind.ALLGATHER, "int32", shape)
+    assert validate("g", (g((1, 3)), g((7, 3))), []) == ""  # first dimension may differ
+    assert "shape" in validate("g", (g((1, 3)), g((1, 4))), [])
+
+
+def test_mismatch_becomes_an_error_response_and_the_table_moves_on():
+    table = MessageTable(2)
+    table.add(0, [ar("x")])
+    table.add(1, [ar("x", shape=(9,))])
+    (response,) = table.pop_ready()
+    assert response.kind is Kind.ERROR and response.error_type == "TensorMismatchError"
+    table.add(0, [ar("y")])
+    table.add(1, [ar("y")])
+    assert [r.kind for r in table.pop_ready()] == [Kind.ALLREDUCE]
+
+
+def test_join_releases_waiting_tensors_and_reports_the_last_rank():
+    table = MessageTable(3)
+    table.add(0, [ar("x")])
+    table.add(2, [Request(JOIN_NAME, Kind.JOIN, "uint8", ())])
+    table.add(1, [ar("x")])
+    (x,) = table.pop_ready()
+    assert x.requests[2] is None and x.kind is Kind.ALLREDUCE
+    table.add(0, [ar("m", op=ReduceOp.MAX)])
+    table.add(1, [ar("m", op=ReduceOp.MAX)])
+    (m,) = table.pop_ready()
+    assert m.kind is Kind.ERROR and "joined" in m.error  # a joined rank's zeros would change Max
+    table.add(1, [Request(JOIN_NAME, Kind.JOIN, "uint8", ())])
+    table.add(0, [Request(JOIN_NAME, Kind.JOIN, "uint8", ())])
+    (join,) = table.pop_ready()
+    assert join.kind is Kind.JOIN and join.last_joined == 0
+
+
+def test_cache_hit_invalid_miss_and_lru_eviction():
+    cache = ResponseCache(2, rank=1)
+    evicted = []
+    original = cache.evict
+    cache.evict = lambda bit: (evicted.append(bit), original(bit))
+    for name in ["a", "b"]:
+        cache.put(Response(Kind.ALLREDUCE, name, (ar(name), ar(name))))
+    assert cache.lookup(ar("a"))[0] == HIT
+    assert cache.lookup(ar("a", shape=(2,)))[0] == INVALID
+    assert cache.lookup(ar("zz")) == (MISS, None)
+    cache.touch(cache.lookup(ar("a"))[1])  # b is now least recently used
+    cache.put(Response(Kind.ALLREDUCE, "c", (ar("c"), ar("c"))))
+    assert cache.lookup(ar("b"))[0] == MISS and cache.lookup(ar("a"))[0] == HIT and len(cache) == 2
+    assert len(evicted) == 1
+    cache.put(Response(Kind.ERROR, "e", (ar("e"), ar("e"))))  # errors are never cached
+    assert cache.lookup(ar("e"))[0] == MISS
+    assert ResponseCache(0, 0).put(Response(Kind.ALLREDUCE, "a", (ar("a"),))) is None
+
+
+def test_fusion_groups_by_dtype_and_op_within_the_threshold():
+    def resp(name, n, dtype="float32", op=ReduceOp.SUM):
+        return Response(Kind.ALLREDUCE, name, (ar(name, (n,), dtype, op),))
+
+    responses = [resp("a", 10), resp("b", 10, "float64"), resp("c", 10), resp("big", 1000),
+                 Response(Kind.BROADCAST, "bc", (Request("bc", Kind.BROADCAST, "int8", (1,), root=0),)),
+                 resp("d", 5), resp("e", 5, op=ReduceOp.MAX)]
+    batches = [[r.name for r in b] for b in make_batches(responses, threshold=100)]
+    assert batches == [["a", "c", "d"], ["b"], ["big"], ["bc"], ["e"]]
+    assert [[r.name for r in b] for b in make_batches(responses[:3], threshold=0)] == [["a"], ["b"], ["c"]]
+
+
+@pytest.mark.parametrize("n,size", [(0, 3), (1, 4), (7, 3), (8, 4), (5, 1)])
+def test_reducescatter_rows_first_ranks_get_the_extra_row(n, size):
+    rows = split_rows(n, size)
+    assert sum(rows) == n and rows == sorted(rows, reverse=True) and max(rows) - min(rows) <= 1
+
+
+def test_layout_local_and_cross_ranks():
+    assert layout(["b", "a", "b", "a"]) == ([0, 1, 0, 1], [0, 0, 1, 1], [2, 2, 2, 2])
+
+
+class FakeComm:
+    def __init__(self, every):
+        self.every = every
+
+    def allgather(self, mine):
+        return self.every
+
+
+class FakePlan:
+    def __init__(self, d):
+        self.d = d
+
+    def digest(self):
+        return self.d
+
+
+class FakeTopology(FakePlan):
+    pass
+
+
+def test_plan_digests_that_differ_raise_naming_the_ranks():
+    _check_agreement(FakeComm([("t", "p")] * 3), FakeTopology("t"), FakePlan("p"))
+    with pytest.raises(PlanError) as e:
+        _check_agreement(FakeComm([("t", "p"), ("t", "q"), ("t", "p")]), FakeTopology("t"), FakePlan("p"))
+    assert "ranks [0, 2]" in str(e.value) and "ranks [1]" in str(e.value) and "BLINKFLOW_TOPOLOGY" in str(e.value)
+
+
+def test_stall_inspector_warns_then_asks_for_shutdown(caplog):
+    table = MessageTable(3)
+    table.add(0, [ar("late")], now=0.0)
+    table.add(1, [ar("late")], now=0.0)
+    inspector = StallInspector(check_s=10, shutdown_s=30)
+    assert inspector.report_after_s() == 5
+    with caplog.at_level("WARNING", logger="blinkflow"):
+        assert inspector.inspect(table, now=5) is None and not caplog.records
+        assert inspector.inspect(table, now=11) is None
+        assert "'late': missing on ranks [2]" in caplog.text
+    reason = inspector.inspect(table, now=31)
+    assert "'late' missing on ranks [2] (ready on ranks [0, 1])" in reason
+    assert StallInspector(0, 0).inspect(table, now=1e9) is None
+
+
+def test_timeline_is_a_json_array_at_every_moment(tmp_path):
+    path = str(tmp_path / "t.json")
+    assert rank_path(path, 0) == path and rank_path(path, 3) == str(tmp_path / "t.rank3.json")
+    tl = Timeline(path, 0)
+    tl.start("x", "NEGOTIATE")
+    with open(path) as f:
+        partial = f.read()
+    assert json.loads(partial + "]")[-1]["name"] == "NEGOTIATE"  # killed now: valid minus ']'
+    tl.end("x", "NEGOTIATE")
+    tl.instant("x", "MARK", {"k": 1})
+    tl.close()
+    tl.close()
+    with open(path) as f:
+        events = json.load(f)
+    assert [e["ph"] for e in events] == ["M", "M", "B", "E", "i"]
