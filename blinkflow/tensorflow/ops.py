@@ -106,8 +106,7 @@ def _allreduce_indexed_slices(slices: tf.IndexedSlices, op, name) -> tf.IndexedS
 def _grouped_allgather_raw(tensors, name):
     def run(arrays):
         rt = _bridge.runtime()
-        handles = [rt.allgather_async(a, name=f"{name}.{i}") for i, a in enumerate(arrays)]
-        return [rt.synchronize(h) for h in handles]
+        return rt.synchronize(rt.grouped_allgather_async(arrays, name=name))
 
     shapes = [tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else t.shape for t in tensors]
     return _bridge.call(run, tensors, [t.dtype for t in tensors], shapes, name)
