@@ -20,3 +20,7 @@ def __getattr__(name):
 
 
 __all__ = list(_tf_all)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_RUNTIME_NAMES))
