@@ -34,8 +34,12 @@ digits = load_digits()
 x = (digits.images / 16.0).astype("float32")[..., np.newaxis]
 x_train, x_test, y_train, y_test = train_test_split(x, digits.target, test_size=0.2, random_state=0,
                                                     stratify=digits.target)
-# blinkflow: each rank trains on its own shard of the data
-x_train, y_train = x_train[hvd.rank()::hvd.size()], y_train[hvd.rank()::hvd.size()]
+# blinkflow: each rank trains on its own shard; equal shards, so every rank takes the same number
+# of steps (a rank that stepped once more would wait forever for the others' gradients)
+shard = len(x_train) // hvd.size()
+x_train = x_train[hvd.rank() * shard:(hvd.rank() + 1) * shard]
+y_train = y_train[hvd.rank() * shard:(hvd.rank() + 1) * shard]
+steps_per_epoch = math.ceil(shard / args.batch_size)
 
 keras.utils.set_random_seed(hvd.rank())  # ranks start differently; the broadcast below aligns them
 model = keras.Sequential([
@@ -68,7 +72,7 @@ if hvd.rank() == 0:  # blinkflow: checkpoints on rank 0 only, so ranks do not ov
     callbacks.append(keras.callbacks.ModelCheckpoint(os.path.join(args.checkpoint_dir, "checkpoint-{epoch}.keras")))
 
 model.fit(x_train, y_train, batch_size=args.batch_size, epochs=args.epochs, callbacks=callbacks,
-          steps_per_epoch=math.ceil(len(x_train) / args.batch_size),
+          steps_per_epoch=steps_per_epoch,
           validation_data=(x_test, y_test),
           verbose=1 if hvd.rank() == 0 else 0)  # blinkflow: progress bar on rank 0 only
 
