@@ -48,7 +48,10 @@ class Backend(abc.ABC):
     def buffer(self, nelems: int, dtype) -> Any:
         """A working buffer of ``nelems`` elements of ``dtype`` on which the collectives below run
         fastest (a shared-memory window, device memory). Valid until the next ``buffer`` call with
-        a larger size; the runtime packs the fusion buffer into it to avoid an extra copy."""
+        a larger size; the runtime packs the fusion buffer into it to avoid an extra copy. The
+        runtime writes it only before a collective on it (packing, prescale); afterwards it only
+        reads it (copy-out; the postscale runs on the copy), so peers may still read a rank's
+        buffer after that rank's collective returned."""
 
     @abc.abstractmethod
     def allreduce(self, buf, op: ReduceOp) -> None:

@@ -65,10 +65,12 @@ def _grow(graph: FlowGraph, caps: Dict[Arc, int], root, nodes, k: int) -> Tuple[
     depth = {root: 0}
     tree: List[Arc] = []
     order = {n: i for i, n in enumerate(nodes)}
+    out: Dict[Hashable, List[Arc]] = {}
+    for arc in caps:
+        out.setdefault(arc[0], []).append(arc)
     while len(depth) < len(nodes):
-        candidates = sorted(
-            ((a, b) for (a, b), c in caps.items() if c > 0 and a in depth and b not in depth),
-            key=lambda arc: (depth[arc[0]], -caps[arc], order[arc[0]], order[arc[1]]))
+        candidates = [arc for a in depth for arc in out.get(a, ()) if caps[arc] > 0 and arc[1] not in depth]
+        candidates.sort(key=lambda arc: (depth[arc[0]], -caps[arc], order[arc[0]], order[arc[1]]))
         for arc in candidates:
             graph.set_capacity(arc, caps[arc] - 1)
             if _feasible(graph, root, nodes, k - 1):

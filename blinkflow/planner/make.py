@@ -48,12 +48,12 @@ def make_plan(topology: Topology, collective: str, devices: Optional[Sequence[in
     hosts = {topology.node(d).host for d in devices}
     if len(devices) == 1:
         plan = _single_device(topology, collective, devices, root)
-    elif len(hosts) > 1:
-        if collective != "allreduce":
-            raise PlanError(f"{collective} across hosts is not planned yet; multi-host plans are all-reduce "
-                            "(three phases). Pass the devices of one host.")
+    elif len(hosts) > 1 and collective == "allreduce":
         from .multihost import three_phase
         plan = three_phase(topology, devices)
+    elif len(hosts) > 1:
+        from .crosshost import cross_host_plan
+        plan = cross_host_plan(topology, collective, devices, root)
     else:
         plan = _one_host(topology, collective, devices, root, hybrid)
     plan = dataclasses.replace(plan, ring_gbps=ring_gbps(topology, devices, collective),

@@ -42,14 +42,19 @@ def integer_scale(values: Iterable[Fraction]) -> int:
     return scale
 
 
+#: Float capacities are read to this resolution (1 KB/s when capacities are GB/s): exact for
+#: decimals such as 12.5 and for thirds written as 8.333333333333334, and keeps scales small.
+MAX_DENOMINATOR = 10 ** 6
+
+
 def to_fraction(x) -> Fraction:
-    """An exact Fraction of a capacity given as int, Fraction or float (floats via their shortest
-    decimal form, so 12.5 -> 25/2 and 0.1 -> 1/10 rather than the binary expansion)."""
+    """An exact Fraction of a capacity given as int, Fraction or float (floats as the simplest
+    fraction within 1e-6, so 12.5 -> 25/2, 0.1 -> 1/10, 8.333333333333334 -> 25/3)."""
     if isinstance(x, Fraction):
         return x
     if isinstance(x, int):
         return Fraction(x)
-    return Fraction(repr(float(x)))
+    return Fraction(repr(float(x))).limit_denominator(MAX_DENOMINATOR)
 
 
 class FlowGraph:

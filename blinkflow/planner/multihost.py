@@ -23,6 +23,7 @@ from typing import Dict, Hashable, List, Sequence, Tuple
 from ..errors import PlanError
 from ..topology.model import Topology
 from .loads import plan_rate
+from .maxflow import FlowGraph, integer_scale, scaled, to_fraction
 from .network import Network, main_network
 from .plan import CrossGroup, Plan, Tree
 from .single import PackedPlan, allreduce
@@ -69,7 +70,7 @@ def _cross_groups(topology: Topology, hosts: List[str], shards) -> List[CrossGro
         members = tuple(_holder(shards[h], (start + stop) / 2) for h in hosts)
         for d in members:
             if d not in paths_of:
-                paths_of[d] = _nic_paths(topology, d, nic_use)
+                paths_of[d] = nic_paths(topology, d, nic_use)
         packed = _group_plan(topology, members, paths_of)
         plan = to_plan(topology, "allreduce", members, None, [packed])
         groups.append(CrossGroup(start=float(start), stop=float(stop), devices=members, plan=plan))
@@ -93,7 +94,7 @@ def _holder(shard: List[Tuple[Fraction, int]], point: Fraction) -> int:
     return shard[-1][1]
 
 
-def _nic_paths(topology: Topology, device: int, nic_use: Dict[Hashable, int]):
+def nic_paths(topology: Topology, device: int, nic_use: Dict[Hashable, int]):
     """Paths device -> nearest NIC -> network switch and back; ties go to the least used NIC."""
     frontier = {device: (device,)}
     seen = {device}
@@ -129,8 +130,8 @@ def _group_plan(topology: Topology, members, paths_of) -> PackedPlan:
     caps: Dict[Tuple[Hashable, Hashable], Fraction] = {}
     for d in members:
         up, down = paths_of[d]
-        caps[(d, up[-1])] = min(Fraction(repr(topology.capacity(a, b))) for a, b in zip(up[:-1], up[1:]))
-        caps[(down[0], d)] = min(Fraction(repr(topology.capacity(a, b))) for a, b in zip(down[:-1], down[1:]))
+        caps[(d, up[-1])] = min(to_fraction(topology.capacity(a, b)) for a, b in zip(up[:-1], up[1:]))
+        caps[(down[0], d)] = min(to_fraction(topology.capacity(a, b)) for a, b in zip(down[:-1], down[1:]))
     packed = allreduce(Network(tuple(members), caps, "main"), forestcoll_only=True)
     physical = {}
     for arc, path in packed.paths.items():
@@ -142,11 +143,29 @@ def _group_plan(topology: Topology, members, paths_of) -> PackedPlan:
 
 def _bound(topology: Topology, intra: List[Plan], hosts: List[str]) -> float:
     """An upper bound for the class: no host beats its own all-reduce optimum, and every host
-    must send and receive ``2 (H − 1) / H`` of the buffer through its NICs."""
+    must send and receive ``2 (H − 1) / H`` of the buffer through the cut between it and the
+    network, whose capacity is a max-flow from the host's devices to the network switch."""
     bounds = [p.optimal_gbps for p in intra if p.optimal_gbps > 0]
     count = len(hosts)
     for h in hosts:
-        nic = sum(l.gbps for l in topology.links if l.kind == "net" and topology.node(l.src).host == h)
-        if nic > 0:
-            bounds.append(nic * count / (2 * (count - 1)))
+        out = _host_uplink(topology, h)
+        if out > 0:
+            bounds.append(out * count / (2 * (count - 1)))
     return min(bounds) if bounds else float("inf")
+
+
+def _host_uplink(topology: Topology, host: str) -> float:
+    inside = {n.id for n in topology.nodes if n.host == host}
+    caps = {(l.src, l.dst): to_fraction(l.gbps) for l in topology.links
+            if l.src in inside and (l.dst in inside or l.kind == "net")}
+    if not caps:
+        return 0.0
+    source = ("uplink", "source")
+    for d in topology.compute_on_host(host):
+        caps[(source, d)] = sum(c for (a, _), c in caps.items() if a == d)
+    sinks = {b for (a, b) in caps if b not in inside and a != source}
+    sink = ("uplink", "sink")
+    for b in sinks:
+        caps[(b, sink)] = sum(c for (_, x), c in caps.items() if x == b)
+    scale = integer_scale(caps.values())
+    return FlowGraph(scaled(caps, scale)).max_flow(source, sink) / scale

@@ -18,7 +18,23 @@ Model
 * ``round`` is the step's synchronous round (ASAP level over all devices): an executor may run
   round by round with a barrier between rounds (the shared-memory CPU executor) or follow
   ``deps`` and transfer matching (the GPU executor, the simulator). Both orders are valid.
+  Precisely (what :mod:`.builder` produces and :mod:`.symbolic` checks):
+
+  - a step's round is greater than the rounds of its ``deps``;
+  - a receive's round is greater than its matching send's round: data sent in round ``r`` can
+    be consumed from round ``r + 1`` on, so steps of one round never wait for each other and
+    may run in any order or in parallel;
+  - a range a device has sent is not overwritten on that device before the round of the
+    matching receive has passed, so a receiver may read the sender's buffer directly (pull)
+    during its receive round instead of going through a mailbox;
+  - rounds never decrease along one ``(src, dst, channel)`` queue, and programs are sorted by
+    round, so walking a program in order is walking it round by round.
+* ``deps`` name every hazard: two steps of a device that touch overlapping elements, one of
+  them writing, are connected by a chain of ``deps``. Sends must not block (buffered or
+  asynchronous), a send is complete once its data has left the range.
 * ``channel`` is the tree index, so each tree can run on its own stream and link.
+  ``fabrics[channel]`` says which fabric that tree rides ("main", or "pcie" for Blink's hybrid
+  PCIe trees); empty means all "main".
 
 Step ops
 --------
@@ -103,6 +119,11 @@ class Schedule:
     shards: Tuple[Tuple[int, int, int], ...] = ()
     """(device, offset, count): the slice each device owns (all-gather input, reduce-scatter
     output); empty for broadcast, reduce and all-reduce."""
+    fabrics: Tuple[str, ...] = ()
+    """Per channel, the plan tree's fabric ("main" or "pcie"); empty = all "main"."""
+
+    def fabric(self, channel: int) -> str:
+        return self.fabrics[channel] if channel < len(self.fabrics) else "main"
 
     def program(self, device: int) -> Tuple[Step, ...]:
         for d, steps in self.programs:
@@ -173,7 +194,7 @@ class Schedule:
         return {
             "schema": SCHEDULE_SCHEMA, "collective": self.collective, "devices": list(self.devices),
             "nelems": self.nelems, "chunk_elems": self.chunk_elems, "root": self.root,
-            "nchannels": self.nchannels, "shards": [list(s) for s in self.shards],
+            "nchannels": self.nchannels, "shards": [list(s) for s in self.shards], "fabrics": list(self.fabrics),
             "programs": [{"device": d, "steps": [s.to_dict() for s in steps]} for d, steps in self.programs],
         }
 
@@ -186,7 +207,7 @@ class Schedule:
             return cls(
                 collective=d["collective"], devices=tuple(d["devices"]), nelems=int(d["nelems"]),
                 chunk_elems=int(d["chunk_elems"]), root=d.get("root"), nchannels=int(d.get("nchannels", 1)),
-                shards=tuple(tuple(s) for s in d.get("shards", ())),
+                shards=tuple(tuple(s) for s in d.get("shards", ())), fabrics=tuple(d.get("fabrics", ())),
                 programs=tuple((p["device"], tuple(Step.from_dict(s) for s in p["steps"])) for p in d["programs"]),
             )
         except (KeyError, TypeError, ValueError) as e:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from fractions import Fraction
-from typing import Dict, Hashable, List, Optional, Tuple
+from typing import Dict, Hashable, List, Tuple
 
 from ..errors import PlanError
 from .edmonds import edmonds_bound, pack_arborescences
@@ -99,11 +99,14 @@ def allreduce(net: Network, forestcoll_only: bool = False) -> PackedPlan:
     if fc_rate >= _simple_bound(pairs, devices):  # already optimal: skip the LP
         return PackedPlan(fc_trees, fc_paths, fc_rate, fc_rate, "forestcoll", net.channel)
     root = _best_root(pairs, devices)
-    rb_rate, bound, rb_arcs = reduce_broadcast(pairs, root, devices)
-    optimal = max(bound, fc_rate)
+    _, bound, rb_arcs = reduce_broadcast(pairs, root, devices)
+    trees = [(f, root, arcs) for f, arcs in rb_arcs]
+    # The logical pair capacities are conservative through switches: rate the trees on the
+    # physical links, as the verifier will.
+    rb_rate = allreduce_rate(trees, fc_paths, net.capacity)
+    optimal = max(bound, fc_rate, rb_rate)
     if fc_rate >= rb_rate:
         return PackedPlan(fc_trees, fc_paths, fc_rate, optimal, "forestcoll", net.channel)
-    trees = [(f, root, arcs) for f, arcs in rb_arcs]
     return PackedPlan(trees, fc_paths, rb_rate, optimal, "reduce-broadcast", net.channel)
 
 

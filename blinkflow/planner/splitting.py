@@ -35,8 +35,10 @@ def split_switches(capacity: Dict[Arc, int], root: Hashable, terminals: Sequence
 
     ``capacity`` holds integer capacities with ``λ(root, t) ≥ k`` for every terminal ``t``;
     the result keeps that and contains only root and terminal nodes. Raises PlanError when a
-    switch's in- and out-capacity differ (the theorem needs them equal) or when no complete
-    splitting keeps the connectivity (cannot happen for balanced switches).
+    switch's in- and out-capacity differ (the theorem needs them equal) or when the splitting
+    loses connectivity — impossible when the switches form a forest (every pair then has one
+    route); with cycles through switches, pairs with two routes are left unsplit and the result
+    is checked.
     """
     caps = {a: c for a, c in capacity.items() if c > 0}
     paths: Dict[Arc, Path] = {a: a for a in caps}
@@ -52,15 +54,13 @@ def _split_node(caps: Dict[Arc, int], paths: Dict[Arc, Path], w: Hashable, root:
     outs = sorted((v for (x, v) in caps if x == w), key=str)
     total_in = sum(caps[(u, w)] for u in ins)
     total_out = sum(caps[(w, v)] for v in outs)
-    if total_in != total_out:
-        raise PlanError(f"switch {w!r} has in-capacity {total_in} and out-capacity {total_out} (scaled); "
-                        "edge splitting needs them equal — describe both directions of every switch link")
-    pairs = [(u, v) for u in ins for v in outs]
-    for (u, v) in pairs:
-        existing = paths.get((u, v))
-        if u != v and existing is not None and existing != _joined(paths[(u, w)], paths[(w, v)]):
-            raise PlanError(f"nodes {u!r} and {v!r} are joined by two different routes (through {w!r} and "
-                            f"{existing}); the planner needs switches that form a forest")
+    # Mader's theorem needs in = out at w; an unbalanced switch (or one unbalanced by pairs
+    # left unsplit before it) is still split greedily, and the final check decides.
+    # A pair already joined another way (a direct NVLink beside a PCIe switch, a second NIC)
+    # is not split: one logical arc must have one route. What stays at w is dropped below and
+    # the connectivity check at the end says whether that was affordable.
+    pairs = [(u, v) for u in ins for v in outs
+             if u == v or paths.get((u, v)) in (None, _joined(paths[(u, w)], paths[(w, v)]))]
     graph = _graph(caps, pairs, w)
     start_in = {u: caps[(u, w)] for u in ins}
     start_out = {v: caps[(w, v)] for v in outs}

@@ -1,1 +1,21 @@
-"""blinkflow.runtime"""
+"""blinkflow.runtime: the per-process engine a training step waits on (DESIGN §1).
+
+One module per job, in the order a tensor meets them:
+
+* ``api``          public functions (init, allreduce, ..., *_async, poll, synchronize)
+* ``state``        what user threads share with the background thread: queue, names in flight
+* ``handles``      slots and the integer handles ``synchronize`` waits on
+* ``background``   the background thread: every MPI call of the runtime happens there
+* ``job``          init-time discovery: hosts, local/cross communicators, topology, plan check
+* ``negotiation``  one cycle: the bit-vector fast path, else gather to rank 0 and broadcast
+* ``coordinator``  rank 0's table of requests: readiness, validation (mismatch errors), join
+* ``response_cache`` responses negotiated before, addressed by bit
+* ``fusion``       grouping ready all-reduces into one buffer
+* ``executor``     running responses on the backend, completing handles
+* ``stall``        naming the ranks that keep the others waiting
+* ``liveness``     noticing dead peers (ULFM errors, a pid watchdog)
+* ``timeline``     the Chrome-trace file
+* ``messages``, ``log``  the small shared types and the logger
+
+Importing this package imports nothing heavy; ``api`` (and with it mpi4py) loads on first use.
+"""

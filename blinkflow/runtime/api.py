@@ -28,14 +28,14 @@ import os
 import pickle
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
 from ..compression import Compression
 from ..config import get_config
 from ..errors import BlinkflowError, NotInitializedError
-from ..ops import Average, ReduceOp, as_reduce_op
+from ..ops import Average, as_reduce_op
 from .background import Engine
 from .handles import Handle, Slot
 from .messages import JOIN_NAME, Kind, Request
@@ -55,7 +55,7 @@ def init(comm=None) -> None:
 
     Discovers the hosts and topology, makes the all-reduce plan, checks that every rank made the
     same one (PlanError naming the ranks otherwise) and starts the background thread. Calling it
-    again while running does nothing; after ``shutdown()`` it starts afresh.
+    again while running does nothing; after ``shutdown()`` (on every rank) it starts afresh.
     """
     global _engine
     with _lock:
@@ -123,8 +123,10 @@ def _exit_hook() -> None:
     engine = _engine
     if engine is None:
         return
-    if engine.peer_failed:
-        # A peer died: MPI_Finalize would wait for it forever. Leave now, with a failure status.
+    if engine.peer_failed or engine.broken:
+        # A peer died, or this rank's loop died mid-collective: MPI_Finalize would wait forever
+        # for ranks that cannot arrive. Leave now with a failure status; mpirun (or the peers'
+        # watchdogs) then end the others.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
@@ -142,18 +144,20 @@ def _auto_name(op: str) -> str:
 
 def _as_array(tensor):
     module = type(tensor).__module__
-    if module.startswith("cupy"):
-        return tensor, "cuda"
-    array = np.asarray(tensor)
+    array, device = (tensor, "cuda") if module.startswith("cupy") else (np.asarray(tensor), "cpu")
     if array.dtype.name not in _DTYPES:
         raise BlinkflowError(f"dtype {array.dtype} is not supported by blinkflow collectives; use one of "
                              f"{', '.join(sorted(_DTYPES))}")
-    return array, "cpu"
+    return array, device
 
 
-def _need_dims(array, op: str, name: str) -> None:
+def _label(name: Optional[str]) -> str:
+    return repr(name) if name is not None else "(unnamed)"
+
+
+def _need_dims(array, op: str, name: Optional[str]) -> None:
     if array.ndim == 0:
-        raise BlinkflowError(f"{op} {name!r}: a 0-d tensor has no first dimension to split or concatenate; "
+        raise BlinkflowError(f"{op} {_label(name)}: a 0-d tensor has no first dimension to split or concatenate; "
                              "reshape it to (1,)")
 
 
@@ -179,15 +183,24 @@ def _check_user_name(name: Optional[str]) -> None:
         raise BlinkflowError(f"tensor name {name!r}: names starting with '__bf' are reserved for blinkflow")
 
 
-def _allreduce_requests(engine, tensors, op, names, prescale_factor, postscale_factor, compression):
+def _allreduce_requests(engine, tensors, op, names, prescale_factor, postscale_factor, compression, auto,
+                        grouped=False):
+    """Requests for all-reduces of ``tensors``; validates everything before an automatic name is
+    drawn (a call that fails locally must not shift the names of later calls)."""
     op = as_reduce_op(op)
-    out, contexts = [], []
-    for tensor, name in zip(tensors, names):
+    arrays, contexts = [], []
+    for tensor in tensors:
         compressed, ctx = compression.compress(tensor)
-        array, device = _as_array(compressed)
-        out.append((Request(name, Kind.ALLREDUCE, array.dtype.name, tuple(array.shape), int(op), -1,
-                            float(prescale_factor), float(postscale_factor), None, device), array))
+        arrays.append(_as_array(compressed))
         contexts.append(ctx)
+    if grouped:
+        base = names[0] if names and names[0] is not None else auto()
+        names = [f"{base}.{i}" for i in range(len(tensors))]
+    else:
+        names = [n if n is not None else auto() for n in names]
+    out = [(Request(name, Kind.ALLREDUCE, array.dtype.name, tuple(array.shape), int(op), -1, float(prescale_factor),
+                    float(postscale_factor), None, device), array)
+           for name, (array, device) in zip(names, arrays)]
     return out, contexts
 
 
@@ -196,8 +209,8 @@ def allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscal
     """Submit an all-reduce; returns a handle for :func:`synchronize`."""
     engine = _running("blinkflow.allreduce")
     _check_user_name(name)
-    name = name if name is not None else _auto_name("allreduce")
-    reqs, ctxs = _allreduce_requests(engine, [tensor], op, [name], prescale_factor, postscale_factor, compression)
+    reqs, ctxs = _allreduce_requests(engine, [tensor], op, [name], prescale_factor, postscale_factor, compression,
+                                     lambda: _auto_name("allreduce"))
     return _submit(engine, reqs, lambda results: compression.decompress(results[0], ctxs[0]))
 
 
@@ -208,18 +221,17 @@ def grouped_allreduce_async(tensors, op=Average, name=None, prescale_factor=1.0,
     engine = _running("blinkflow.grouped_allreduce")
     _check_user_name(name)
     tensors = list(tensors)
-    base = name if name is not None else _auto_name("grouped_allreduce")
-    names = [f"{base}.{i}" for i in range(len(tensors))]
-    reqs, ctxs = _allreduce_requests(engine, tensors, op, names, prescale_factor, postscale_factor, compression)
+    reqs, ctxs = _allreduce_requests(engine, tensors, op, [name] * len(tensors), prescale_factor, postscale_factor,
+                                     compression, lambda: _auto_name("grouped_allreduce"), grouped=True)
     return _submit(engine, reqs, lambda results: [compression.decompress(r, c) for r, c in zip(results, ctxs)])
 
 
 def allgather_async(tensor, name=None) -> int:
     engine = _running("blinkflow.allgather")
     _check_user_name(name)
-    name = name if name is not None else _auto_name("allgather")
     array, device = _as_array(tensor)
     _need_dims(array, "allgather", name)
+    name = name if name is not None else _auto_name("allgather")
     request = Request(name, Kind.ALLGATHER, array.dtype.name, tuple(array.shape), device=device)
     return _submit(engine, [(request, array)], lambda results: results[0])
 
@@ -227,13 +239,12 @@ def allgather_async(tensor, name=None) -> int:
 def grouped_allgather_async(tensors, name=None) -> int:
     engine = _running("blinkflow.grouped_allgather")
     _check_user_name(name)
+    arrays = [_as_array(tensor) for tensor in tensors]
+    for i, (array, _) in enumerate(arrays):
+        _need_dims(array, "allgather", f"{name}.{i}" if name is not None else None)
     base = name if name is not None else _auto_name("grouped_allgather")
-    reqs = []
-    for i, tensor in enumerate(tensors):
-        array, device = _as_array(tensor)
-        _need_dims(array, "allgather", f"{base}.{i}")
-        reqs.append((Request(f"{base}.{i}", Kind.ALLGATHER, array.dtype.name, tuple(array.shape), device=device),
-                     array))
+    reqs = [(Request(f"{base}.{i}", Kind.ALLGATHER, array.dtype.name, tuple(array.shape), device=device), array)
+            for i, (array, device) in enumerate(arrays)]
     return _submit(engine, reqs, list)
 
 
@@ -243,8 +254,8 @@ def broadcast_async(tensor, root_rank, name=None) -> int:
     root_rank = int(root_rank)
     if not 0 <= root_rank < engine.job.size:
         raise BlinkflowError(f"broadcast root_rank {root_rank} is not a rank of this job (size {engine.job.size})")
-    name = name if name is not None else _auto_name("broadcast")
     array, device = _as_array(tensor)
+    name = name if name is not None else _auto_name("broadcast")
     request = Request(name, Kind.BROADCAST, array.dtype.name, tuple(array.shape), root=root_rank, device=device)
     return _submit(engine, [(request, array)], lambda results: results[0])
 
@@ -253,9 +264,9 @@ def reducescatter_async(tensor, op=Average, name=None) -> int:
     engine = _running("blinkflow.reducescatter")
     _check_user_name(name)
     op = as_reduce_op(op)
-    name = name if name is not None else _auto_name("reducescatter")
     array, device = _as_array(tensor)
     _need_dims(array, "reducescatter", name)
+    name = name if name is not None else _auto_name("reducescatter")
     request = Request(name, Kind.REDUCESCATTER, array.dtype.name, tuple(array.shape), op=int(op), device=device)
     return _submit(engine, [(request, array)], lambda results: results[0])
 
@@ -264,20 +275,20 @@ def alltoall_async(tensor, splits=None, name=None) -> int:
     """With ``splits`` the handle returns ``(output, received_splits)``, else the output."""
     engine = _running("blinkflow.alltoall")
     _check_user_name(name)
-    name = name if name is not None else _auto_name("alltoall")
     array, device = _as_array(tensor)
     _need_dims(array, "alltoall", name)
     n, world = array.shape[0], engine.job.size
     if splits is None:
         if n % world:
-            raise BlinkflowError(f"alltoall {name!r}: first dimension {n} is not divisible by the number of "
+            raise BlinkflowError(f"alltoall {_label(name)}: first dimension {n} is not divisible by the number of "
                                  f"ranks {world}; pass splits= to send uneven slices")
         parts = (n // world,) * world
     else:
         parts = tuple(int(s) for s in np.asarray(splits).reshape(-1))
         if len(parts) != world or any(s < 0 for s in parts) or sum(parts) != n:
-            raise BlinkflowError(f"alltoall {name!r}: splits {list(parts)} must be {world} non-negative numbers "
-                                 f"summing to the first dimension {n}")
+            raise BlinkflowError(f"alltoall {_label(name)}: splits {list(parts)} must be {world} non-negative "
+                                 f"numbers summing to the first dimension {n}")
+    name = name if name is not None else _auto_name("alltoall")
     request = Request(name, Kind.ALLTOALL, array.dtype.name, tuple(array.shape), splits=parts, device=device)
     with_splits = splits is not None
     return _submit(engine, [(request, array)], lambda results: results[0] if with_splits else results[0][0])

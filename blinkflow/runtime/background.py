@@ -7,7 +7,7 @@ teardown such as freeing shared-memory windows stays matched), or when MPI repor
 """
 from __future__ import annotations
 
-import importlib.util
+import logging
 import threading
 import time
 from typing import Any, Dict, Optional
@@ -38,14 +38,9 @@ def make_backend(device: str, config: Config, ctx: BackendContext):
         except ImportError as e:
             raise BackendError(f"the cuda backend cannot load ({e}); install cupy for your CUDA version") from None
         return CudaBackend(ctx)
-    if importlib.util.find_spec("blinkflow.backends.cpu") is not None:
-        from ..backends.cpu import CpuBackend
+    from ..backends.cpu import CpuBackend
 
-        return CpuBackend(ctx)
-    from ..backends.reference import ReferenceBackend
-
-    logger.info("blinkflow.backends.cpu is not installed; using the reference MPI backend")
-    return ReferenceBackend(ctx)
+    return CpuBackend(ctx)
 
 
 class Engine:
@@ -65,6 +60,8 @@ class Engine:
         self._timeline: Optional[Timeline] = None
         self.peer_failed = False
         self.negotiator: Optional[Negotiator] = None
+        self.broken = False
+        """The loop died mid-cycle: this rank's MPI state cannot be trusted (nor MPI_Finalize)."""
         """A peer died: MPI calls may never return, so nobody waits for this thread."""
 
     # ---- user-thread side ---------------------------------------------------------------------
@@ -104,6 +101,7 @@ class Engine:
             self._loop()
             clean = True
         except BaseException as e:  # noqa: BLE001 - every failure must reach the waiting users
+            self.broken = True
             self.state.fail(self._as_shutdown_error(e))
         finally:
             if clean:
@@ -151,7 +149,10 @@ class Engine:
         job, state, config = self.job, self.state, self.config
         stall = StallInspector(config.stall_check_time_seconds, config.stall_shutdown_time_seconds)
         cache = ResponseCache(config.cache_capacity, job.rank)
-        negotiator = self.negotiator = Negotiator(job.comm, job.rank, job.size, cache, stall.report_after_s())
+        from mpi4py import MPI
+
+        negotiator = self.negotiator = Negotiator(job.comm, job.rank, job.size, cache, stall.report_after_s(),
+                                                  MPI.BAND)
         cache_evict = cache.evict
 
         def evict(bit: int) -> None:
@@ -174,6 +175,8 @@ class Engine:
                     self._timeline.end(entry.name, "QUEUED")
                     self._timeline.start(entry.name, "NEGOTIATE")
             responses, reasons = negotiator.cycle(new, state.shutdown_reason)
+            if responses and logger.isEnabledFor(logging.DEBUG):
+                logger.debug("running %s", ", ".join(f"{r.kind.label} {r.name!r}" for r in responses))
             executor.run(responses, negotiator.pending, done)
             if reasons is not None:
                 state.fail(self._shutdown_error(reasons))

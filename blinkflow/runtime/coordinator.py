@@ -9,7 +9,7 @@ ready, which is the order every rank executes them.
 from __future__ import annotations
 
 import time
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..ops import ReduceOp
 from .messages import JOIN_NAME, Kind, Request, Response
@@ -38,7 +38,8 @@ class MessageTable:
             if rank in entry:
                 continue  # a stall report of something already here
             entry[rank] = request
-            self.first_seen.setdefault(request.name, now)
+            submitted = now - request.waited
+            self.first_seen[request.name] = min(self.first_seen.get(request.name, submitted), submitted)
             self._check_ready(request.name)
 
     def forget(self, name: str) -> None:

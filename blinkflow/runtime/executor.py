@@ -136,12 +136,14 @@ class Executor:
         op = ReduceOp(first.op)
         backend.scale(buf, first.prescale)
         backend.allreduce(buf, op.combiner)
-        post = first.postscale / self.size if op is ReduceOp.AVERAGE else first.postscale
-        backend.scale(buf, post)
+        # After the collective the runtime only reads ``buf``: peers may still be reading this
+        # rank's part of a shared buffer (the cpu backend has no exit barrier), so the postscale
+        # runs on the private copy, which every result is a slice of.
         self._mark(names, "B", "COPY_OUT")
-        out = [buf[start:start + n].reshape(shape).copy() for start, n, shape in zip(starts, sizes, shapes)]
+        private = buf.copy()
         self._mark(names, "E", "COPY_OUT")
-        return out
+        backend.scale(private, first.postscale / self.size if op is ReduceOp.AVERAGE else first.postscale)
+        return [private[start:start + n].reshape(shape) for start, n, shape in zip(starts, sizes, shapes)]
 
     def _allgather(self, response: Response, mine: Optional[Request], array):
         first = response.first()

@@ -75,8 +75,11 @@ def discover(comm, config: Config) -> Job:
     local_comm = comm.Split(color=host_index[rank], key=rank)
     cross_comm = comm.Split(color=local_ranks[rank], key=host_index[rank])
     plan_for = _planner(topology, devices)
-    plan = plan_for("allreduce")
-    _check_agreement(comm, topology, plan)
+    try:
+        plan, failure = plan_for("allreduce"), None
+    except Exception as e:  # noqa: BLE001 - every rank must hear of it, or the others hang below
+        plan, failure = None, e
+    _check_agreement(comm, topology, plan, failure)
     return Job(comm=comm, rank=rank, size=size, local_comm=local_comm, local_rank=local_ranks[rank],
                local_size=local_sizes[rank], cross_comm=cross_comm, cross_rank=cross_comm.Get_rank(),
                cross_size=cross_comm.Get_size(), hosts=tuple(hosts), machines=tuple(machines),
@@ -99,14 +102,19 @@ def _planner(topology, devices) -> Callable[..., Any]:
     return plan_for
 
 
-def _check_agreement(comm, topology, plan) -> None:
-    mine = (topology.digest(), plan.digest())
+def _check_agreement(comm, topology, plan, failure: Optional[BaseException] = None) -> None:
+    """Every rank's (topology digest, plan digest) must be equal; a rank whose planning failed
+    sends its error instead, so all ranks raise rather than some waiting forever."""
+    mine = (topology.digest(), plan.digest()) if failure is None else ("failed", f"{type(failure).__name__}: {failure}")
     every = comm.allgather(mine)
-    if len(set(every)) == 1:
+    if len(set(every)) == 1 and every[0][0] != "failed":
         return
     groups: Dict[tuple, List[int]] = {}
     for r, d in enumerate(every):
         groups.setdefault(d, []).append(r)
+    failed = [(ranks, d[1]) for d, ranks in groups.items() if d[0] == "failed"]
+    if failed:
+        raise PlanError("planning the all-reduce failed on " + "; ".join(f"ranks {ranks}: {why}" for ranks, why in failed))
     described = "; ".join(f"ranks {ranks}: topology {d[0]} plan {d[1]}" for d, ranks in groups.items())
     raise PlanError(f"ranks computed different topologies or plans ({described}). Every rank must see the "
                     "same topology: set BLINKFLOW_TOPOLOGY to the same preset or file on every rank.")

@@ -50,7 +50,10 @@ class Watchdog:
     def __init__(self, rank: int, machines: Sequence[str], pids: Sequence[int],
                  on_failure: Callable[[ShutdownError], None]):
         me = machines[rank]
-        self._peers = [(r, pids[r]) for r in range(len(pids)) if r != rank and machines[r] == me]
+        # Only peers whose pid we can see now: ranks in other pid namespaces (containers sharing
+        # a host name) would otherwise look dead from the start.
+        self._peers = [(r, pids[r]) for r in range(len(pids))
+                       if r != rank and machines[r] == me and pid_alive(pids[r])]
         self._machines = list(machines)
         self._on_failure = on_failure
         self._stop = threading.Event()

@@ -47,6 +47,9 @@ class Request:
     postscale: float = 1.0
     splits: Optional[Tuple[int, ...]] = None
     device: str = "cpu"
+    waited: float = dataclasses.field(default=0.0, compare=False)
+    """Seconds the tensor had waited on its rank when this request was sent (a late report of a
+    cache hit); lets the stall inspector date it from its submission. Not part of equality."""
 
     def signature(self) -> tuple:
         """What must be identical on every rank for the request to be valid."""

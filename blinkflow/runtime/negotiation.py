@@ -15,6 +15,7 @@ responses: the same list, in the same order, everywhere.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Dict, List, Optional, Tuple
 
@@ -30,8 +31,10 @@ _NO_REQUESTS, _NO_SHUTDOWN, _NO_JOIN = 0, 1, 2
 
 
 class Negotiator:
-    def __init__(self, comm, rank: int, size: int, cache: ResponseCache, report_after_s: Optional[float]):
+    def __init__(self, comm, rank: int, size: int, cache: ResponseCache, report_after_s: Optional[float], band):
         self.comm = comm
+        self.band = band
+        """``MPI.BAND`` (passed in, so this module runs on a stand-in communicator in tests)."""
         self.rank = rank
         self.size = size
         self.cache = cache
@@ -67,8 +70,6 @@ class Negotiator:
     def cycle(self, new_entries: List[Entry], shutdown_reason: Optional[str]
               ) -> Tuple[List[Response], Optional[List[Optional[str]]]]:
         """Run one cycle; returns (responses to execute, every rank's shutdown reason or None)."""
-        from mpi4py import MPI
-
         invalid = self.add(new_entries)
         now = time.monotonic()
         joined = JOIN_NAME in self.pending
@@ -88,7 +89,7 @@ class Negotiator:
             bits[_FLAGS + cap + bit] = False
         packed = np.packbits(bits)
         agreed = np.empty_like(packed)
-        self.comm.Allreduce(packed, agreed, op=MPI.BAND)
+        self.comm.Allreduce(packed, agreed, op=self.band)
         agreed_bits = np.unpackbits(agreed, count=self._nbits).astype(np.bool_)
 
         invalid_any = np.flatnonzero(~agreed_bits[_FLAGS + cap:])
@@ -107,8 +108,14 @@ class Negotiator:
         if not agreed_bits[_NO_JOIN]:
             # Someone joined: it cannot vote on cache bits, so everything goes to the coordinator.
             to_send = [e for e in self.pending.values() if not e.sent]
+        hit_names = [r.name for r in responses]
         if not agreed_bits[_NO_REQUESTS] or (not agreed_bits[_NO_JOIN] and reasons is None):
-            responses += self._slow_path(to_send, [r.name for r in responses])
+            responses += self._slow_path(to_send, hit_names)
+        elif self.table is not None:
+            # A hit some rank had reported earlier (stall report, join) must not linger on the
+            # coordinator, where a later report of the same name would pair with the stale one.
+            for name in hit_names:
+                self.table.forget(name)
         return responses, reasons
 
     def _must_send(self, entry: Entry, now: float) -> bool:
@@ -118,7 +125,9 @@ class Negotiator:
 
     def _slow_path(self, to_send: List[Entry], hit_names: List[str]) -> List[Response]:
         self.stats["slow_paths"] += 1
-        gathered = self.comm.gather([e.request for e in to_send], root=0)
+        now = time.monotonic()
+        gathered = self.comm.gather([dataclasses.replace(e.request, waited=now - e.submitted) for e in to_send],
+                                    root=0)
         for e in to_send:
             e.sent = True
         ready = None

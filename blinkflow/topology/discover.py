@@ -9,7 +9,8 @@ Contract (used by the runtime)::
 Each rank probes: its host name (``MPI.Get_processor_name()``), its local rank on that host
 (``comm.Split_type(COMM_TYPE_SHARED)``) and, unless ``config.backend == "cpu"``, the host's
 GPUs (:mod:`.probe`: NVML, else ``nvidia-smi topo -m``); its GPU is
-``CUDA_VISIBLE_DEVICES[local_rank]`` (all GPUs when unset). No GPU means a CPU rank.
+``CUDA_VISIBLE_DEVICES[local_rank]`` (all GPUs when unset; the one GPU when a launcher gives each
+rank its own). No GPU means a CPU rank.
 Rank 0 gathers the probes, builds the JobTopology with the pure :func:`.merge.merge_probes`
 and broadcasts it — or broadcasts the error, so every rank raises the same TopologyError
 instead of some ranks waiting forever.
@@ -97,15 +98,20 @@ def _probe_gpu(config: Config, local_rank: int, environ, gpu_text_source):
     if text is None:
         if config.backend == "cuda":
             raise TopologyError("BLINKFLOW_BACKEND=cuda but this host has no NVIDIA GPU (no NVML, no "
-                                "nvidia-smi); use BLINKFLOW_BACKEND=cpu or auto", "probe")
+                                "nvidia-smi); use BLINKFLOW_BACKEND=cpu or auto", "GPU probe")
         return None, None
     visible = visible_gpus(environ)
     if visible is None:
         visible = [int(label[3:]) for label in parse_smi_matrix(text, "nvidia-smi topo -m").gpu_labels]
     if not visible:
         return None, None
+    if len(visible) == 1:
+        # Launchers that give each rank a private GPU (CUDA_VISIBLE_DEVICES=<its GPU>) make the
+        # one visible GPU this rank's, whatever its local rank; two ranks given the same GPU are
+        # caught by the merge.
+        return visible[0], text
     if local_rank >= len(visible):
         raise TopologyError(f"local rank {local_rank} has no GPU: this host shows {len(visible)} "
                             f"(CUDA_VISIBLE_DEVICES / nvidia-smi); launch at most {len(visible)} ranks "
-                            "per host", "probe")
+                            "per host", "GPU probe")
     return visible[local_rank], text

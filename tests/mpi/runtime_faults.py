@@ -2,6 +2,7 @@
 
 kill     the last rank SIGKILLs itself mid-run; every other rank must raise ShutdownError naming it
          within 30 s (run under mpirun options that keep the job alive after a death).
+crash    the last rank's background loop fails; it raises and exits, and the others notice.
 stall    the last rank never submits tensor 'stuck': rank 0 warns, then shuts the job down
          (BLINKFLOW_STALL_CHECK_TIME_SECONDS / _SHUTDOWN_TIME_SECONDS set by the test).
 timeline runs a few collectives with BLINKFLOW_TIMELINE set; with ``abort`` every rank then
@@ -39,13 +40,38 @@ def kill():
         bf.allreduce(np.ones(1), name="after")
     except bf.ShutdownError as e:
         print(f"AGAIN rank {r} rank={e.rank}", flush=True)
-    # mpirun ends the job when the first survivor exits: wait (on files, MPI is broken) until
-    # every survivor has reported.
+    wait_for_survivors(r, n)
+
+
+def wait_for_survivors(r, n):
+    """mpirun ends the job when the first survivor exits (and a survivor that looks later sees
+    two dead ranks): wait, on files since MPI is broken, until every survivor has reported."""
     rendezvous = os.environ["FAULTS_DIR"]
     open(os.path.join(rendezvous, f"survivor.{r}"), "w").close()
     deadline = time.monotonic() + 30
     while len([f for f in os.listdir(rendezvous) if f.startswith("survivor.")]) < n - 1 and time.monotonic() < deadline:
         time.sleep(0.1)
+
+
+def crash():
+    """The last rank's background loop dies mid-run (its backend raises): it gets ShutdownError
+    and exits without hanging in MPI_Finalize; the others then see it gone."""
+    r, n = bf.rank(), bf.size()
+    bf.allreduce(np.ones(8), name="warm")
+    if r == n - 1:
+        backend = rt._engine._backends["cpu"]
+
+        def broken(buf, op):
+            raise RuntimeError("injected backend failure")
+
+        backend.allreduce = broken
+    died = time.monotonic()
+    try:
+        bf.allreduce(np.ones(8), name="boom")
+    except bf.ShutdownError as e:
+        print(f"CRASHED rank {r} rank={e.rank} after {time.monotonic() - died:.1f}s: {e}", flush=True)
+    if r != n - 1:
+        wait_for_survivors(r, n)
 
 
 def stall():
@@ -80,6 +106,8 @@ def main():
     mode = sys.argv[1]
     if mode == "kill":
         kill()
+    elif mode == "crash":
+        crash()
     elif mode == "stall":
         stall()
     elif mode == "timeline":

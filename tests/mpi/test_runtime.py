@@ -31,3 +31,14 @@ def test_split_hosts_layout():
     out = run_mpi(4, ["python", CASES, "basics", "allreduce_scaling_and_layout", "broadcast"], timeout=120,
                   env={"BLINKFLOW_SPLIT_HOSTS": "2"}).stdout
     assert len(re.findall(r"^OK ", out, re.M)) == 12, out
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("capacity", ["0", "4"], ids=["no-cache", "tiny-cache"])
+def test_response_cache_off_and_constantly_evicting(capacity):
+    """Capacity 0: every cycle negotiates in full. Capacity 4: bits are evicted and reused while
+    tensors that hold them wait, the hardest case for keeping every rank's cache identical."""
+    cases = ["allreduce_everything", "allgather", "large_and_many", "mismatches", "join", "threads"]
+    out = run_mpi(3, ["python", CASES] + cases, timeout=240,
+                  env={"BLINKFLOW_CACHE_CAPACITY": capacity, "BLINKFLOW_CYCLE_TIME": "3"}).stdout
+    assert len(re.findall(r"^OK ", out, re.M)) == 3 * len(cases), out

@@ -37,6 +37,14 @@ def test_killed_rank_makes_every_survivor_raise_naming_it(options, tmp_path):
 
 
 @pytest.mark.mpi
+def test_a_rank_whose_background_loop_dies_takes_the_job_down(tmp_path):
+    proc = _run_with(["--enable-recovery"], 3, ["crash"], {"FAULTS_DIR": str(tmp_path)}, timeout=90)
+    crashed = dict(re.findall(r"^CRASHED rank (\d+) (rank=\S+) after", proc.stdout, re.M))
+    assert crashed == {"0": "rank=2", "1": "rank=2", "2": "rank=None"}, proc.stdout + proc.stderr[-3000:]
+    assert "injected backend failure" in proc.stdout + proc.stderr
+
+
+@pytest.mark.mpi
 def test_stall_warns_then_shuts_down():
     env = {"BLINKFLOW_STALL_CHECK_TIME_SECONDS": "1", "BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS": "3"}
     proc = run_mpi(3, ["python", FAULTS, "stall"], timeout=90, env=env)
@@ -69,6 +77,10 @@ def test_timeline_is_valid_chrome_trace(abort, tmp_path):
         for phase in ["QUEUED", "NEGOTIATE", "ALLREDUCE", "COPY_IN", "COPY_OUT", "BROADCAST", "ALLGATHER"]:
             assert (phase, "B") in names and (phase, "E") in names, (phase, sorted(names))
         assert all(e["pid"] == rank for e in events)
+        # The backend's own phases, reported through BackendContext.timeline, land on the tracks
+        # of the fused tensors (the cpu backend: SHM_REDUCE, SHM_BROADCAST).
+        phases = {e["name"] for e in events if e.get("args", {}).get("step") == "allreduce"}
+        assert {"SHM_REDUCE", "SHM_BROADCAST"} <= phases, phases
         tracks = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
         assert {"tl.0", "tl.3", "tl.bcast", "tl.gather"} <= tracks
         # Begin/end pairs balance on every track of a clean run.

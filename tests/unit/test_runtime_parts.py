@@ -2,7 +2,6 @@
 cache, fusion batching, row splits, the stall inspector, the timeline file and the plan check."""
 import json
 
-import numpy as np
 import pytest
 
 from blinkflow.errors import PlanError
@@ -145,6 +144,10 @@ def test_plan_digests_that_differ_raise_naming_the_ranks():
     with pytest.raises(PlanError) as e:
         _check_agreement(FakeComm([("t", "p"), ("t", "q"), ("t", "p")]), FakeTopology("t"), FakePlan("p"))
     assert "ranks [0, 2]" in str(e.value) and "ranks [1]" in str(e.value) and "BLINKFLOW_TOPOLOGY" in str(e.value)
+    with pytest.raises(PlanError) as e:  # one rank's planner failed: everyone raises, naming it
+        _check_agreement(FakeComm([("t", "p"), ("failed", "PlanError: no trees")]), FakeTopology("t"), None,
+                         PlanError("no trees"))
+    assert "failed on ranks [1]: PlanError: no trees" in str(e.value)
 
 
 def test_stall_inspector_warns_then_asks_for_shutdown(caplog):
@@ -158,6 +161,9 @@ def test_stall_inspector_warns_then_asks_for_shutdown(caplog):
         assert inspector.inspect(table, now=11) is None
         assert "'late': missing on ranks [2]" in caplog.text
     reason = inspector.inspect(table, now=31)
+    late = MessageTable(2)  # a cache hit reported after waiting 25 s is dated from its submission
+    late.add(0, [ar("hit", waited=25.0)], now=100.0)
+    assert late.missing() == [("hit", 75.0, [0], [1])]
     assert "'late' missing on ranks [2] (ready on ranks [0, 1])" in reason
     assert StallInspector(0, 0).inspect(table, now=1e9) is None
 
@@ -177,3 +183,81 @@ def test_timeline_is_a_json_array_at_every_moment(tmp_path):
     with open(path) as f:
         events = json.load(f)
     assert [e["ph"] for e in events] == ["M", "M", "B", "E", "i"]
+
+
+def test_runtime_serves_every_lazy_name_with_the_dispatch_signatures():
+    import inspect
+
+    import blinkflow
+    import blinkflow.api as dispatch
+    from blinkflow.runtime import api
+
+    assert [n for n in blinkflow._RUNTIME_NAMES if not hasattr(api, n)] == []
+    for name in ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "reducescatter",
+                 "alltoall"]:
+        want = [(p.name, p.default) for p in inspect.signature(getattr(dispatch, name)).parameters.values()]
+        got = [(p.name, p.default) for p in inspect.signature(getattr(api, name)).parameters.values()]
+        assert got == want, name
+
+
+def test_calls_before_init_raise_not_initialized():
+    import subprocess
+    import sys
+
+    code = ("import numpy as np, sys, blinkflow as bf\n"
+            "from blinkflow.runtime import api\n"
+            "assert 'mpi4py.MPI' not in sys.modules  # importing the runtime does not start MPI\n"
+            "for call in [bf.rank, bf.size, bf.local_rank, bf.barrier, lambda: bf.allreduce(np.ones(1)),\n"
+            "             lambda: api.poll(1), lambda: bf.broadcast_object(1)]:\n"
+            "    try:\n"
+            "        call()\n"
+            "    except bf.NotInitializedError as e:\n"
+            "        assert 'blinkflow.init()' in str(e)\n"
+            "    else:\n"
+            "        raise SystemExit('no error')\n"
+            "assert not bf.is_initialized()\n"
+            "bf.shutdown()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_watchdog_reports_a_dead_peer_and_ignores_invisible_ones():
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    from blinkflow.runtime import liveness
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    invisible = 2 ** 22 + 12345  # beyond pid_max defaults: never a live process
+    seen = threading.Event()
+    errors = []
+    dog = liveness.Watchdog(0, ["m", "m", "m", "other"], [os.getpid(), child.pid, invisible, child.pid],
+                            lambda e: (errors.append(e), seen.set()))
+    assert [r for r, _ in dog._peers] == [1]  # rank 2 invisible from the start, rank 3 elsewhere
+    dog.start()
+    child.kill()
+    child.wait()
+    assert seen.wait(5 * liveness.CHECK_INTERVAL_S)
+    dog.stop()
+    assert errors[0].rank == 1 and "rank 1 on m failed" in str(errors[0])
+
+
+def test_a_zombie_counts_as_dead():
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from blinkflow.runtime.liveness import pid_alive
+
+    assert pid_alive(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    assert pid_alive(child.pid)
+    child.kill()  # not reaped yet: a zombie, which kill(pid, 0) still finds
+    deadline = time.monotonic() + 5
+    while pid_alive(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(child.pid)
+    child.wait()

@@ -1,0 +1,317 @@
+"""The CPU executor: numpy over MPI shared memory inside a host, MPI point-to-point across hosts.
+
+All-reduce follows Blink's three-phase protocol (MLSys 2020, §5):
+
+1. intra-host reduce over the host plan's trees: each tree root ends up owning its shard,
+   reduced over the host (a cpu-host plan is one one-hop star per rank: a reduce-scatter);
+2. cross-host all-reduce of each shard among its owners on every host (``cross_comm``);
+3. intra-host broadcast down the same trees (an all-gather for stars).
+
+Inside a host no data goes through MPI: ranks read each other's segments of a shared window
+(:mod:`.shm`) and synchronise with barriers on ``local_comm`` between levels. Every call is
+collective over ``comm`` and made in the same order on every rank (the runtime's contract).
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ...errors import BackendError
+from ...ops import ReduceOp
+from ..base import Backend, BackendContext
+from . import kernels
+from .cross import CrossAllreduce, Scratch
+from .shm import SharedArena
+from .trees import LocalTrees, local_trees, single_root_star
+
+_NOT_SHARED = -1
+
+
+def _flat(arr) -> np.ndarray:
+    if not isinstance(arr, np.ndarray):
+        raise BackendError(f"the cpu backend works on numpy arrays, got {type(arr).__name__}")
+    if not arr.flags.c_contiguous:
+        raise BackendError("the cpu backend needs C-contiguous buffers")
+    return arr.reshape(-1)
+
+
+def _bytes(arr: np.ndarray):
+    from mpi4py import MPI
+
+    return [arr.view(np.uint8), MPI.BYTE]
+
+
+class CpuBackend(Backend):
+    """Collectives on numpy buffers for ranks that share a host's memory (and MPI across hosts)."""
+
+    name = "cpu"
+
+    def __init__(self, ctx: BackendContext):
+        self.ctx = ctx
+        self.comm = ctx.comm
+        self.local = ctx.local_comm
+        self.cross = ctx.cross_comm
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.lrank, self.lsize = self.local.Get_rank(), self.local.Get_size()
+        self.chunk_bytes = ctx.config.chunk_bytes if ctx.config is not None else 0
+        self.arena = SharedArena(self.local)
+        self.scratch = Scratch()  # receive buffer of the cross-host phase
+        self.aside = Scratch()  # private copies made by the collectives themselves
+        self._trees: Optional[LocalTrees] = None
+        self._levels: Tuple[list, list] = ([], [])
+        self._cross: Optional[CrossAllreduce] = None
+        self._loc = np.zeros(3, dtype=np.int64)  # (window, byte offset, bytes) of our argument
+        self._locs = np.zeros((self.lsize, 3), dtype=np.int64)
+        # Who is where: (local rank, local size, cross rank) of every rank, once.
+        self.places: List[Tuple[int, int, int]] = self.comm.allgather(
+            (self.lrank, self.lsize, self.cross.Get_rank()))
+        self.local_ranks: List[int] = self.local.allgather(self.rank)  # global rank of each local rank
+        self.nhosts = sum(1 for lr, _, _ in self.places if lr == 0)
+        self.even = len({ls for _, ls, _ in self.places}) == 1
+        self._syncs = 0  # full barriers of local_comm so far
+        self._syncs_at_buffer = -1
+        self._closed = False
+
+    # ---- plan --------------------------------------------------------------------------------
+    def _allreduce_trees(self) -> LocalTrees:
+        """The host's all-reduce trees in local ranks, made once. All hosts must run the same
+        shape for phase 2 (shard i owned by local rank root_i everywhere); if they do not (or
+        hosts have different rank counts) every host reduces to local rank 0 instead."""
+        if self._trees is None:
+            plan = None
+            if self.ctx.plan_for is not None:
+                plan = self.ctx.plan_for("allreduce")
+            devices = list(self.ctx.devices) if self.ctx.devices else list(range(self.size))
+            trees = local_trees(plan, [devices[g] for g in self.local_ranks])
+            if self.nhosts > 1:
+                signatures = self.comm.allgather(trees.signature if self.even else None)
+                if any(s is None or s != signatures[0] for s in signatures):
+                    trees, plan = single_root_star(self.lsize), None
+            self._cross = CrossAllreduce(self.cross, plan, devices[self.rank], devices, self.places, self.chunk_bytes)
+            self._trees = trees
+            self._levels = (trees.reduce_levels(), trees.broadcast_levels())
+        return self._trees
+
+    # ---- shared-memory plumbing ----------------------------------------------------------------
+    def buffer(self, nelems: int, dtype):
+        """Collective over the host's ranks, with the same ``nelems`` on each (the runtime's fused
+        batches agree). Slots alternate, so the slot handed out now was last read by peers two
+        calls ago; the barrier below runs only if no collective synchronised the host since
+        the previous ``buffer`` call (the runtime never lets that happen)."""
+        dtype = np.dtype(dtype)
+        nbytes = int(nelems) * dtype.itemsize
+        if self._syncs == self._syncs_at_buffer:
+            self._sync()
+        self._syncs_at_buffer = self._syncs
+        return self.arena.user_slot(nbytes).view(dtype)
+
+    def _sync(self) -> None:
+        """A barrier of the host's ranks (counted: see :meth:`buffer`)."""
+        self.local.Barrier()
+        self._syncs += 1
+
+    def _share(self, arr: np.ndarray, needed: Sequence[bool]) -> np.ndarray:
+        """Make ``arr`` readable by the local peers; returns every local rank's (window, offset).
+
+        One Allgather on ``local_comm`` doubles as the entry barrier (peers finished packing).
+        An argument outside the shared windows is copied into the staging window, only when a
+        peer needs to read it (``needed[local rank]``); the sizes travel in the same Allgather,
+        so every rank sizes the staging window alike without another collective.
+        """
+        win, off = self.arena.locate(arr)
+        self._loc[0], self._loc[1], self._loc[2] = win, off, arr.nbytes
+        if self.lsize == 1:
+            self._locs[0] = self._loc
+            return self._locs
+        self.local.Allgather(self._loc, self._locs)
+        self._syncs += 1
+        missing = [q for q in range(self.lsize) if needed[q] and self._locs[q, 0] == _NOT_SHARED]
+        if missing:
+            staging = self.arena.staging(max(int(self._locs[q, 2]) for q in missing))
+            index = self.arena.windows.index(staging)
+            if self.lrank in missing:
+                np.copyto(staging.mine[:arr.nbytes], arr.view(np.uint8))
+            for q in missing:
+                self._locs[q, :2] = (index, 0)
+            self._sync()  # the staged copies are in place
+        return self._locs
+
+    def _view(self, locs, q: int, offset: int, count: int, dtype) -> np.ndarray:
+        """Elements [offset, offset+count) of local rank q's shared argument."""
+        win, base = int(locs[q, 0]), int(locs[q, 1])
+        return self.arena.peer_view(win, q, base + offset * dtype.itemsize, count, dtype)
+
+    def _own(self, arr: np.ndarray, locs) -> np.ndarray:
+        """This rank's argument as it sits in shared memory (itself, or its staged copy)."""
+        if self.lsize == 1 or self.arena.locate(arr)[0] != _NOT_SHARED:
+            return arr  # alone on the host, nobody reads it: work in place
+        return self._view(locs, self.lrank, 0, arr.shape[0], arr.dtype)
+
+    def _mark(self, what: str, phase: str) -> None:
+        """A phase on the runtime's timeline (Horovod-style activity names), when one is on."""
+        timeline = self.ctx.timeline
+        if timeline is not None:
+            getattr(timeline, what)("allreduce", phase)
+
+    def _chunk(self, dtype) -> int:
+        return kernels.chunk_elems(self.chunk_bytes, dtype.itemsize)
+
+    # ---- collectives ---------------------------------------------------------------------------
+    def allreduce(self, buf, op: ReduceOp) -> None:
+        buf = _flat(buf)
+        ufunc = kernels.combiner(op)
+        n = buf.shape[0]
+        if self.size == 1 or n == 0:
+            return
+        trees = self._allreduce_trees()
+        locs = self._share(buf, [True] * self.lsize)
+        mine = self._own(buf, locs)
+        shards = trees.shards(n)
+        chunk = self._chunk(buf.dtype)
+        me = self.lrank
+
+        reduce_levels, broadcast_levels = self._levels
+        mark = self._mark
+        mark("start", "SHM_REDUCE")
+        # Phase 1: reduce up the trees, deepest level first, a barrier between levels. After the
+        # last level only the owners read their shards (phase 2), so that barrier can go when
+        # there is a phase 2.
+        for i, level in enumerate(reduce_levels):
+            for tree, node, kids in level:
+                if node == me:
+                    off, cnt = shards[tree]
+                    out = mine[off:off + cnt]
+                    inputs = [out] + [self._view(locs, k, off, cnt, buf.dtype) for k in kids]
+                    kernels.reduce_into(out, inputs, ufunc, chunk)
+            if i < len(reduce_levels) - 1 or self.nhosts == 1:
+                self._sync()
+        mark("end", "SHM_REDUCE")
+        # Phase 2: each shard's owner all-reduces it with its counterparts on the other hosts.
+        # Only the owner touches its shard here, so no barrier is needed before this phase.
+        if self.nhosts > 1:
+            mark("start", "CROSS_ALLREDUCE")
+            for tree, (off, cnt) in enumerate(shards):
+                if trees.trees[tree].root == me:
+                    self._cross.run(mine[off:off + cnt], off / n, ufunc, self.scratch)
+            self._sync()
+            mark("end", "CROSS_ALLREDUCE")
+        mark("start", "SHM_BROADCAST")
+        # Phase 3: broadcast down the same trees, a barrier between levels. No exit barrier:
+        # peers may still read our segment, but nothing writes it before the next call's entry
+        # barrier (user slots alternate, see shm.py).
+        for i, level in enumerate(broadcast_levels):
+            for tree, child, parent in level:
+                if child == me:
+                    off, cnt = shards[tree]
+                    np.copyto(mine[off:off + cnt], self._view(locs, parent, off, cnt, buf.dtype))
+            if i < len(broadcast_levels) - 1:
+                self._sync()
+        mark("end", "SHM_BROADCAST")
+        if mine is not buf:
+            np.copyto(buf, mine)
+
+    def broadcast(self, buf, root: int) -> None:
+        buf = _flat(buf)
+        if self.size == 1 or buf.shape[0] == 0:
+            return
+        if not 0 <= root < self.size:
+            raise BackendError(f"broadcast root {root} is not a rank of this job (size {self.size})")
+        root_local, _, root_cross = self.places[root]
+        if self.nhosts > 1 and not self.even:
+            self.comm.Bcast(_bytes(buf), root=root)
+            return
+        # Phase 1 (several hosts): the ranks with the root's local rank carry it between hosts.
+        if self.nhosts > 1 and self.lrank == root_local:
+            self.cross.Bcast(_bytes(buf), root=root_cross)
+        if self.lsize == 1:
+            return
+        # Phase 2: every local rank copies from the segment of the host's carrier.
+        needed = [q == root_local for q in range(self.lsize)]
+        locs = self._share(buf, needed)
+        if self.lrank != root_local:
+            np.copyto(buf, self._view(locs, root_local, 0, buf.shape[0], buf.dtype))
+
+    def allgather(self, send, recv, counts: Sequence[int]) -> None:
+        send, recv = _flat(send), _flat(recv)
+        counts = [int(c) for c in counts]
+        self._check_counts(counts, send.shape[0], recv.shape[0], "allgather")
+        offs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        if self.size == 1:
+            np.copyto(recv[:counts[0]], send)
+            return
+        if self.nhosts > 1:
+            sizes = [c * send.dtype.itemsize for c in counts]
+            displs = [int(o) * send.dtype.itemsize for o in offs[:-1]]
+            self.comm.Allgatherv(_bytes(send), [recv.view(np.uint8), (sizes, displs), _mpi_byte()])
+            return
+        locs = self._share(send, [True] * self.lsize)
+        for q in range(self.lsize):
+            g = self.local_ranks[q]
+            if counts[g]:
+                np.copyto(recv[offs[g]:offs[g + 1]], self._view(locs, q, 0, counts[g], send.dtype))
+
+    def reducescatter(self, send, recv, counts: Sequence[int], op: ReduceOp) -> None:
+        send, recv = _flat(send), _flat(recv)
+        ufunc = kernels.combiner(op)
+        counts = [int(c) for c in counts]
+        total = sum(counts)
+        if len(counts) != self.size or send.shape[0] != total or recv.shape[0] < counts[self.rank]:
+            raise BackendError(f"reducescatter: send has {send.shape[0]} elements, recv {recv.shape[0]}, "
+                               f"counts {counts} for {self.size} ranks")
+        lo = sum(counts[:self.rank])
+        mine = recv[:counts[self.rank]]
+        if self.size == 1:
+            np.copyto(mine, send)
+            return
+        if self.nhosts > 1:
+            # Across hosts: the three-phase all-reduce of a private copy, then keep our slice.
+            tmp = self.aside.get(total, send.dtype)
+            np.copyto(tmp, send)
+            self.allreduce(tmp, op)
+            np.copyto(mine, tmp[lo:lo + counts[self.rank]])
+            return
+        locs = self._share(send, [True] * self.lsize)
+        n = counts[self.rank]
+        # rank q reads only slice q of every peer, so writing our slice of recv is safe even
+        # when recv aliases our send, as long as the sum is built aside first
+        inputs = [self._view(locs, q, lo, n, send.dtype) for q in range(self.lsize)]
+        if np.may_share_memory(mine, send):
+            tmp = self.aside.get(n, send.dtype)
+            kernels.reduce_into(tmp, inputs, ufunc, self._chunk(send.dtype))
+            np.copyto(mine, tmp)
+        else:
+            kernels.reduce_into(mine, inputs, ufunc, self._chunk(send.dtype))
+
+    def alltoall(self, send, send_counts: Sequence[int], recv, recv_counts: Sequence[int]) -> None:
+        send, recv = _flat(send), _flat(recv)
+        item = send.dtype.itemsize
+        sc = [int(c) * item for c in send_counts]
+        rc = [int(c) * item for c in recv_counts]
+        if len(sc) != self.size or len(rc) != self.size or sum(sc) > send.nbytes or sum(rc) > recv.nbytes:
+            raise BackendError(f"alltoall: counts {list(send_counts)} / {list(recv_counts)} do not fit buffers of "
+                               f"{send.shape[0]} / {recv.shape[0]} elements on {self.size} ranks")
+        sd = [0] + list(np.cumsum(sc)[:-1])
+        rd = [0] + list(np.cumsum(rc)[:-1])
+        self.comm.Alltoallv([send.view(np.uint8), (sc, [int(x) for x in sd]), _mpi_byte()],
+                            [recv.view(np.uint8), (rc, [int(x) for x in rd]), _mpi_byte()])
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.arena.close()
+
+    # ---- helpers -----------------------------------------------------------------------------
+    def _check_counts(self, counts, nsend, nrecv, what) -> None:
+        if len(counts) != self.size or counts[self.rank] != nsend or nrecv < sum(counts):
+            raise BackendError(f"{what}: counts {counts} do not match {self.size} ranks, this rank's "
+                               f"{nsend} elements or the {nrecv}-element output")
+
+
+def _mpi_byte():
+    from mpi4py import MPI
+
+    return MPI.BYTE

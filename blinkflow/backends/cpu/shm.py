@@ -1,0 +1,139 @@
+"""Shared-memory segments of the ranks of one host (MPI-3 ``MPI_Win_allocate_shared``).
+
+Every rank of ``local_comm`` owns one segment of a shared window and can read every peer's
+segment directly: on a host the "links" of the plan's trees are plain loads and stores, so a
+rank reduces its shard by reading its peers' segments in place and nobody copies data through
+MPI. Windows are collective objects, so they are only created when every local rank asks for the
+same size (the callers derive sizes from arguments that agree on every rank) and they grow
+geometrically, so a job allocates a handful of times in its life, never per call.
+
+Two windows serve two purposes:
+
+* the *user* window backs :meth:`CpuBackend.buffer`: the runtime packs its fusion buffer
+  straight into it (zero copy). It has two slots handed out in turn: the runtime packs call
+  k+1's data into one slot while slower peers may still read call k's result from the other,
+  so a collective needs no exit barrier (its entry barrier proves the peers left call k-1). On
+  growth the previous window stays alive (a view into it stays usable for one more growth, more
+  than ``Backend.buffer`` promises); older ones are freed, collectively, so memory stays below
+  three times the largest buffer.
+* the *staging* window receives arguments that live in ordinary process memory. Only the
+  backend writes it, after a collective's entry barrier, so one slot is enough and it may be
+  replaced freely.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from ...errors import BackendError
+
+#: Segments are multiples of this (a huge page), and never smaller.
+_GRANULE = 2 * 1024 * 1024
+
+
+def _round_up(nbytes: int) -> int:
+    """Next power of two of at least one granule: growth stays rare (log2 of the largest size)."""
+    size = _GRANULE
+    while size < nbytes:
+        size *= 2
+    return size
+
+
+class _Window:
+    """One shared window: this rank's segment and a uint8 view of every peer's segment."""
+
+    def __init__(self, local_comm, nbytes: int):
+        from mpi4py import MPI
+
+        try:
+            self.win = MPI.Win.Allocate_shared(nbytes, 1, comm=local_comm)
+        except MPI.Exception as e:  # pragma: no cover - depends on the MPI build
+            raise BackendError(f"cannot allocate a {nbytes}-byte shared-memory window on this host: {e}") from None
+        self.nbytes = nbytes
+        self.segments: List[np.ndarray] = []
+        for peer in range(local_comm.Get_size()):
+            mem, _ = self.win.Shared_query(peer)
+            self.segments.append(np.frombuffer(mem, dtype=np.uint8, count=nbytes))
+        self.mine = self.segments[local_comm.Get_rank()]
+        self.base = self.mine.__array_interface__["data"][0]
+
+    def offset_of(self, arr: np.ndarray) -> Optional[int]:
+        """Byte offset of ``arr`` inside this rank's segment, or None when it lives elsewhere."""
+        ptr = arr.__array_interface__["data"][0]
+        if self.base <= ptr and ptr + arr.nbytes <= self.base + self.nbytes:
+            return ptr - self.base
+        return None
+
+    def free(self) -> None:
+        self.segments = []
+        self.mine = None
+        self.win.Free()
+
+
+class SharedArena:
+    """The windows of one host's ranks. Every method that allocates is collective over
+    ``local_comm`` and must be called with the same size on every local rank."""
+
+    def __init__(self, local_comm):
+        self.comm = local_comm
+        self.windows: List[_Window] = []  # every window ever made, in creation order (same on all ranks)
+        self._user: Optional[_Window] = None
+        self._previous_user: Optional[_Window] = None
+        self._user_slot = 0
+        self._staging: Optional[_Window] = None
+
+    # ---- allocation (collective) ------------------------------------------------------------
+    def _new(self, nbytes: int) -> _Window:
+        win = _Window(self.comm, _round_up(nbytes))
+        self.windows.append(win)
+        return win
+
+    def user_slot(self, nbytes: int) -> np.ndarray:
+        """``nbytes`` of this rank's next user slot (alternating between two)."""
+        slot = _round_up(nbytes)
+        if self._user is None or self._user.nbytes < 2 * slot:
+            self._retire(self._previous_user)
+            self._previous_user, self._user = self._user, self._new(2 * slot)
+        half = self._user.nbytes // 2
+        self._user_slot ^= 1
+        start = self._user_slot * half
+        return self._user.mine[start:start + nbytes]
+
+    def staging(self, nbytes: int) -> _Window:
+        if self._staging is None or self._staging.nbytes < nbytes:
+            old = self._staging
+            self._staging = self._new(nbytes)
+            self._retire(old)
+        return self._staging
+
+    def _retire(self, win: Optional[_Window]) -> None:
+        """Free ``win`` (collective: every rank retires the same window at the same call)."""
+        if win is not None:
+            self.windows[self.windows.index(win)] = None  # keep indexes stable on every rank
+            win.free()
+
+    # ---- addressing -------------------------------------------------------------------------
+    def locate(self, arr: np.ndarray) -> Tuple[int, int]:
+        """(window index, byte offset) of ``arr`` if it lies in a shared segment, else (-1, -1)."""
+        if arr.flags.c_contiguous:
+            for index in range(len(self.windows) - 1, -1, -1):
+                win = self.windows[index]
+                if win is not None:
+                    off = win.offset_of(arr)
+                    if off is not None:
+                        return index, off
+        return -1, -1
+
+    def peer_view(self, window: int, peer: int, offset: int, count: int, dtype) -> np.ndarray:
+        """``count`` elements of ``dtype`` at byte ``offset`` of ``peer``'s segment of ``window``."""
+        seg = self.windows[window].segments[peer]
+        nbytes = count * np.dtype(dtype).itemsize
+        return seg[offset:offset + nbytes].view(dtype)
+
+    def close(self) -> None:
+        for win in self.windows:
+            if win is not None:
+                win.free()
+        self.windows = []
+        self._user = self._previous_user = self._staging = None

@@ -1,0 +1,76 @@
+"""``python -m blinkflow.bench planner``: how long ``make_plan`` takes, per preset and size.
+
+For every preset and allocation size (the first k devices, so runs are comparable) and every
+collective, plans ``--repeat`` times from scratch (the ring baseline's cache cleared) and reports
+the median wall time, with the rate reached, the optimum and the NCCL-style ring for reference.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import re
+import statistics
+import time
+
+import click
+
+DEFAULT_PRESETS = ("dgx1-v100", "dgx1-p100", "dgx-a100", "hgx-h100", "dgx2", "pcie-8gpu", "cpu-host:8",
+                   "2xdgx1-v100")
+COLLECTIVES = ("broadcast", "allgather", "allreduce")
+
+
+def _sizes(n: int):
+    sizes = sorted({2, 3, 4, n // 2, n} | ({6, 8} if n >= 8 else set()))
+    return [k for k in sizes if 2 <= k <= n]
+
+
+def measure(preset: str, size: int, collective: str, repeat: int) -> dict:
+    from ..planner import make_plan
+    from ..planner.ring import _ring_bandwidth
+    from ..topology.presets import get_preset
+
+    topology = get_preset(preset)
+    devices = list(topology.compute_ids)[:size]
+    times = []
+    plan = None
+    for _ in range(repeat):
+        _ring_bandwidth.cache_clear()
+        start = time.perf_counter()
+        plan = make_plan(topology, collective, devices)
+        times.append(time.perf_counter() - start)
+    return {"preset": preset, "devices": size, "collective": collective,
+            "median_ms": statistics.median(times) * 1e3, "rate_gbps": plan.rate_gbps,
+            "optimal_gbps": plan.optimal_gbps, "ring_gbps": plan.ring_gbps,
+            "trees": len(plan.trees) or sum(len(p.trees) for p in plan.intra), "algorithm": plan.algorithm}
+
+
+@click.command(help="Planning time (median of --repeat runs) per preset, allocation size and collective.")
+@click.option("--preset", "presets", multiple=True, help="Presets to measure (default: all single-host "
+              "presets, cpu-host:8 and 2xdgx1-v100).")
+@click.option("--repeat", default=5, show_default=True, help="Runs per case; the median is reported.")
+@click.option("--full-only", is_flag=True, help="Only the whole machine, not the smaller allocations.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per case instead of the table.")
+def command(presets, repeat, full_only, as_json):
+    from ..topology.presets import get_preset
+
+    rows = []
+    for preset in presets or DEFAULT_PRESETS:
+        n = len(get_preset(preset).compute_ids)
+        multi = re.match(r"\d+x", preset) is not None
+        sizes = [n] if full_only or multi else _sizes(n)
+        for size in sizes:
+            for collective in (("allreduce",) if multi else COLLECTIVES):
+                row = measure(preset, size, collective, repeat)
+                rows.append(row)
+                if as_json:
+                    click.echo(json.dumps(row))
+    if as_json:
+        return
+    click.echo(f"# machine: {platform.node()} {platform.processor() or platform.machine()}, "
+               f"python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    click.echo("| preset | devices | collective | median ms | rate GB/s | optimal | ring | trees | algorithm |")
+    click.echo("|---|---:|---|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        click.echo(f"| {r['preset']} | {r['devices']} | {r['collective']} | {r['median_ms']:.1f} | "
+                   f"{r['rate_gbps']:.2f} | {r['optimal_gbps']:.2f} | {r['ring_gbps']:.2f} | {r['trees']} | "
+                   f"{r['algorithm']} |")

@@ -1,0 +1,156 @@
+"""Broadcast, reduce, all-gather and reduce-scatter across hosts, as composed spanning trees.
+
+An all-reduce across hosts has its own three-phase plan (:mod:`.multihost`); the other
+collectives keep the one-level form of a plan (trees of all devices) and build each tree from
+parts the single-host planner already optimises:
+
+* inside every host, that host's optimal trees from the device where the data enters it
+  (Edmonds' packing for broadcast, the host's ForestColl trees of that device for all-gather);
+* between hosts, a chain through the network from the entry device of one host to that of the
+  next, each hop routed GPU -> PCIe -> NIC -> network switch -> NIC -> PCIe -> GPU. The entry
+  device on another host has the same local index as the source, so sources spread over the
+  hosts' NICs.
+
+Hosts split the data differently (their packings differ), so the composed trees follow the
+common refinement of the hosts' cumulative fractions, as the cross groups of a three-phase plan
+do. The rate is what the load model gives for the composition; the reported optimum is the
+exact cut bound of the whole machine (Edmonds' min max-flow for broadcast, ForestColl's ratio
+for all-gather), so the gap to it is visible.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Dict, Hashable, List, Sequence, Tuple
+
+from ..topology.model import LINK_KINDS, Topology
+from .edmonds import edmonds_bound
+from .forestcoll import allgather_node_rate
+from .loads import plan_rate
+from .maxflow import integer_scale, scaled
+from .multihost import nic_paths as _nic_paths_of
+from .network import fabric, main_network
+from .plan import Plan, Route, Tree
+from .single import allgather, broadcast
+
+Arc = Tuple[int, int]
+Packing = List[Tuple[Fraction, Tuple[Arc, ...]]]
+
+
+def cross_host_plan(topology: Topology, collective: str, devices: Sequence[int], root) -> Plan:
+    """A verified-shape plan of a rooted or gathering collective over devices on many hosts."""
+    hosts: List[str] = []
+    for d in devices:
+        if topology.node(d).host not in hosts:
+            hosts.append(topology.node(d).host)
+    per_host = {h: [d for d in devices if topology.node(d).host == h] for h in hosts}
+    host_of = {d: topology.node(d).host for d in devices}
+    nic_use: Dict[Hashable, int] = {}
+    nic_paths = {d: _nic_paths_of(topology, d, nic_use) for d in devices}
+    intra = _IntraPackings(topology, per_host, collective)
+    routes: Dict[Arc, Tuple[Hashable, ...]] = {}
+    trees: List[Tree] = []
+    if collective in ("broadcast", "reduce"):
+        # After the root's host has the data, every device there holds it: leave through one
+        # device per NIC ("lanes"), each lane carrying an equal share, so all NICs work.
+        lanes = _lanes(per_host[host_of[root]], root, nic_paths)
+        jobs = [(root, lane, Fraction(1, len(lanes))) for lane in lanes]
+    else:
+        jobs = [(d, d, Fraction(1, len(devices))) for d in devices]
+    for src, exit_device, weight in jobs:
+        order = hosts[hosts.index(host_of[src]):] + hosts[:hosts.index(host_of[src])]
+        local = per_host[host_of[src]].index(exit_device)
+        entries = [exit_device] + [per_host[h][local % len(per_host[h])] for h in order[1:]]
+        chain = list(zip(entries[:-1], entries[1:]))
+        for a, b in chain:
+            routes[(a, b)] = nic_paths[a][0] + nic_paths[b][1][1:]
+        parts = [intra.from_device(order[0], src)] + [intra.from_device(h, e) for h, e in zip(order[1:], entries[1:])]
+        for width, arcs in _refine(parts):
+            trees.append(Tree(root=src, fraction=float(width * weight), edges=tuple(chain) + arcs))
+    for (a, b), path in intra.paths.items():
+        routes.setdefault((a, b), path)
+    used = {e for t in trees for e in t.edges}
+    plan = Plan(collective, topology.name, tuple(devices), tuple(trees), 0.0, 0.0, root=root,
+                algorithm="cross-host", routes=tuple(Route(a, b, tuple(p)) for (a, b), p in sorted(routes.items())
+                                                     if (a, b) in used and len(p) > 2))
+    rate = plan_rate(plan, topology)
+    return Plan(collective, topology.name, tuple(devices), plan.trees, rate, max(rate, _bound(topology, devices, collective, root)),
+                root=root, algorithm="cross-host", routes=plan.routes)
+
+
+def _lanes(host_devices: List[int], root: int, nic_paths) -> List[int]:
+    """One device per NIC of the root's host (the root itself for its own NIC)."""
+    by_nic: Dict[Hashable, int] = {}
+    for d in [root] + [d for d in host_devices if d != root]:
+        by_nic.setdefault(nic_paths[d][0][-2], d)
+    return list(by_nic.values())
+
+
+class _IntraPackings:
+    """Each host's optimal trees from a given device, computed once per (host, device)."""
+
+    def __init__(self, topology: Topology, per_host, collective: str):
+        self.topology, self.per_host, self.collective = topology, per_host, collective
+        self.paths: Dict[Arc, Tuple[Hashable, ...]] = {}
+        self._cache: Dict[Tuple[str, int], Packing] = {}
+        self._gather: Dict[str, object] = {}
+
+    def from_device(self, host: str, device: int) -> Packing:
+        key = (host, device)
+        if key not in self._cache:
+            self._cache[key] = self._compute(host, device)
+        return self._cache[key]
+
+    def _compute(self, host: str, device: int) -> Packing:
+        devs = self.per_host[host]
+        if len(devs) == 1:
+            return [(Fraction(1), ())]
+        if self.collective in ("broadcast", "reduce"):
+            packed = broadcast(main_network(self.topology, devs), device)
+        else:
+            if host not in self._gather:
+                self._gather[host] = allgather(main_network(self.topology, devs))
+            packed = self._gather[host]
+        self.paths.update({a: p for a, p in packed.used_paths().items()})
+        mine = [(f, arcs) for f, r, arcs in packed.trees if r == device]
+        total = sum(f for f, _ in mine)
+        return [(f / total, tuple((int(a), int(b)) for a, b in arcs)) for f, arcs in mine]
+
+
+def _refine(parts: List[Packing]) -> List[Tuple[Fraction, Tuple[Arc, ...]]]:
+    """Common refinement of several packings (each sums to 1): slices and the union of the
+    trees covering each slice."""
+    cuts = sorted({Fraction(0), Fraction(1)} | {c for p in parts for c in _cumulative(p)})
+    out = []
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        mid = (lo + hi) / 2
+        arcs: Tuple[Arc, ...] = ()
+        for p in parts:
+            arcs += _covering(p, mid)
+        out.append((hi - lo, arcs))
+    return out
+
+
+def _cumulative(packing: Packing) -> List[Fraction]:
+    acc, out = Fraction(0), []
+    for f, _ in packing:
+        acc += f
+        out.append(acc)
+    return out
+
+
+def _covering(packing: Packing, point: Fraction) -> Tuple[Arc, ...]:
+    acc = Fraction(0)
+    for f, arcs in packing:
+        acc += f
+        if point < acc:
+            return arcs
+    return packing[-1][1]
+
+
+def _bound(topology: Topology, devices, collective: str, root) -> float:
+    """The exact cut bound over every link of the machine (flows through every switch)."""
+    net = fabric(topology, devices, LINK_KINDS)
+    if collective in ("broadcast", "reduce"):
+        scale = integer_scale(net.capacity.values())
+        return edmonds_bound(scaled(net.capacity, scale), root, list(devices)) / scale
+    return float(allgather_node_rate(net) * len(devices))

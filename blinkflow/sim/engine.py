@@ -1,0 +1,262 @@
+"""Discrete-event execution of a :class:`Schedule` in virtual time on a :class:`Topology`.
+
+The model is the one chunk-level simulators of collectives use (e.g. the ASTRA-sim and
+MSCCL-style analyses), kept deliberately small:
+
+* a step starts when its ``deps`` have completed and, for a receive, its data has arrived
+  (the dataflow order a stream-per-channel GPU executor follows); a tree edge carries one chunk
+  at a time, in order, so trees sharing a link interleave chunk by chunk as concurrent streams
+  do instead of one tree's whole range flooding it;
+* a transfer occupies each link of its route for ``bytes / link bandwidth``. A link shared by
+  several trees serves them in proportion to the bytes each must move over it (weighted fair
+  queueing on the first hop, least-served tree first), the share the plan's rate assumes;
+  further hops are first come first served. A hop starts as soon as its link is free and the previous
+  hop has started (cut-through), and finishes no earlier than the previous hop (a switch buffers
+  a chunk whose next link is busy, so a busy port does not leave the upstream link idle); the
+  data arrives after the last hop plus the sum of the hops' latencies;
+* a reduction adds ``bytes / reduce_gbps`` before the step's result exists (fused with the
+  transfer on a GPU, so it delays a chunk but does not share a resource).
+
+A send completes when its data has left the sender's first link (the range may then be
+overwritten).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import heapq
+from typing import Dict, List, Optional, Tuple
+
+from ..errors import ScheduleError
+from ..planner.schedule import RECEIVING_OPS, REDUCING_OPS, Schedule
+from ..topology.model import Topology
+from .routes import Router
+
+#: Reduction throughput per device kind, GB/s of each operand: a GPU's fused reduce kernel
+#: streams at a fraction of HBM bandwidth (reads two operands, writes one); a CPU core with numpy
+#: adds a few GB/s.
+REDUCE_GBPS = {"gpu": 300.0, "cpu": 8.0}
+COPY_GBPS = {"gpu": 600.0, "cpu": 10.0}
+
+#: Per chunk and tree edge, the time a channel's stream spends between two chunks (flag
+#: polling, kernel step synchronisation; NCCL's per-step cost is a few µs). It is what makes
+#: tiny chunks slow and gives Blink's MIAD chunk tuning something to find.
+CHUNK_OVERHEAD_US = 2.0
+
+_START, _XFER, _DONE, _ARRIVE, _EDGE, _LINK = 0, 1, 2, 3, 4, 5
+
+
+@dataclasses.dataclass(frozen=True)
+class SimResult:
+    """What one simulated collective call did."""
+
+    collective: str
+    seconds: float
+    """Time until the last device finished its last step."""
+    size_bytes: int
+    per_rank: Dict[int, float]
+    """Device -> time its last step completed."""
+    link_utilisation: Dict[Tuple, float]
+    """Link (src, dst) -> fraction of ``seconds`` it was busy (links that carried data)."""
+    link_bytes: Dict[Tuple, float]
+    chunk_elems: int
+    nsteps: int
+    ndevices: int
+
+    @property
+    def algbw_gbps(self) -> float:
+        """Buffer bytes over time (nccl-tests' algorithm bandwidth), GB/s."""
+        return self.size_bytes / self.seconds / 1e9 if self.seconds > 0 else float("inf")
+
+    @property
+    def busbw_gbps(self) -> float:
+        """Algorithm bandwidth times nccl-tests' bus factor, comparable across collectives."""
+        return self.algbw_gbps * bus_factor(self.collective, self.ndevices)
+
+
+def bus_factor(collective: str, n: int) -> float:
+    """nccl-tests ``PERFORMANCE.md``: all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n,
+    broadcast and reduce 1."""
+    if n <= 1:
+        return 1.0
+    if collective == "allreduce":
+        return 2.0 * (n - 1) / n
+    if collective in ("allgather", "reducescatter"):
+        return (n - 1) / n
+    return 1.0
+
+
+def run_schedule(schedule: Schedule, topology: Topology, router: Optional[Router] = None, elem_bytes: int = 4,
+                 reduce_gbps: Optional[float] = None, copy_gbps: Optional[float] = None,
+                 chunk_overhead_us: float = CHUNK_OVERHEAD_US) -> SimResult:
+    """Simulate ``schedule`` and return when every device finished and how busy each link was.
+
+    ``reduce_gbps`` / ``copy_gbps`` override the per-device-kind rates; ``chunk_overhead_us`` is
+    the per-chunk cost of a tree edge's stream (see :data:`CHUNK_OVERHEAD_US`).
+    """
+    return _Run(schedule, topology, router or Router(topology), elem_bytes, reduce_gbps, copy_gbps,
+                chunk_overhead_us * 1e-6).result()
+
+
+class _Run:
+    """One simulation. Events: a step may start, a send asks for its tree edge, a link or a tree
+    edge becomes free, data arrives, a step completes."""
+
+    def __init__(self, schedule, topology, router, elem_bytes, reduce_gbps, copy_gbps, overhead):
+        self.schedule, self.router, self.elem_bytes, self.overhead = schedule, router, elem_bytes, overhead
+        kinds = {n.id: n.kind for n in topology.nodes}
+        self.reduce_rate = {d: (reduce_gbps or REDUCE_GBPS.get(kinds.get(d), REDUCE_GBPS["gpu"])) * 1e9
+                            for d in schedule.devices}
+        self.copy_rate = {d: (copy_gbps or COPY_GBPS.get(kinds.get(d), COPY_GBPS["gpu"])) * 1e9
+                          for d in schedule.devices}
+        self.flat: List[Tuple[int, object]] = []
+        self.base: Dict[int, int] = {}
+        for device, steps in schedule.programs:
+            self.base[device] = len(self.flat)
+            self.flat.extend((device, st) for st in steps)
+        n = len(self.flat)
+        self.remaining = [0] * n
+        self.ready_at = [0.0] * n
+        self.done = [0.0] * n
+        self.dependents: List[List[int]] = [[] for _ in range(n)]
+        self.feeds = [-1] * n
+        self.hops: List[tuple] = [()] * n
+        # Each channel's share of a link is proportional to the bytes it must move over it, so
+        # every tree gets the rate its plan assumed (weighted fair queueing on first hops).
+        self.demand: Dict[Tuple, float] = {}
+        queues: Dict[Tuple[int, int, int], List[int]] = {}
+        for gid, (device, st) in enumerate(self.flat):
+            for d in st.deps:
+                self.dependents[self.base[device] + d].append(gid)
+            self.remaining[gid] = len(st.deps)
+            if st.destination is not None:
+                queues.setdefault((device, st.destination, st.channel), []).append(gid)
+                hops = router.hops(device, st.destination, schedule.fabric(st.channel))
+                self.hops[gid] = hops
+                key = (hops[0][0], st.channel)
+                self.demand[key] = self.demand.get(key, 0.0) + st.count * elem_bytes
+        taken: Dict[Tuple[int, int, int], int] = {}
+        for gid, (device, st) in enumerate(self.flat):
+            if st.op in RECEIVING_OPS:
+                key = (st.peer, device, st.channel)
+                k = taken.get(key, 0)
+                taken[key] = k + 1
+                self.feeds[queues[key][k]] = gid
+                self.remaining[gid] += 1
+        self.free: Dict[Tuple, float] = {}
+        self.busy: Dict[Tuple, float] = {}
+        self.moved: Dict[Tuple, float] = {}
+        self.sent: Dict[Tuple, float] = {}
+        self.link_busy: set = set()
+        self.link_queue: Dict[Tuple, list] = {}
+        self.edge_busy: set = set()
+        self.edge_waiting: Dict[Tuple, collections.deque] = {}
+        self.keys: List[Tuple] = []
+        self.key_index: Dict[Tuple, int] = {}
+        self.heap = [(0.0, gid, _START, gid) for gid in range(n) if self.remaining[gid] == 0]
+        heapq.heapify(self.heap)
+        self.seq = n
+
+    def push(self, t, kind, item):
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, item))
+
+    def index(self, key) -> int:
+        if key not in self.key_index:
+            self.key_index[key] = len(self.keys)
+            self.keys.append(key)
+        return self.key_index[key]
+
+    def satisfy(self, gid, t):
+        if t > self.ready_at[gid]:
+            self.ready_at[gid] = t
+        self.remaining[gid] -= 1
+        if self.remaining[gid] == 0:
+            self.push(self.ready_at[gid], _START, gid)
+
+    def request(self, gid, t):
+        """A send whose tree edge is free queues for its first link, least-served channel first."""
+        device, st = self.flat[gid]
+        link = self.hops[gid][0][0]
+        nbytes = st.count * self.elem_bytes
+        share = (link, st.channel)
+        tag = (self.sent.get(share, 0.0) + nbytes) / self.demand[share]
+        self.sent[share] = self.sent.get(share, 0.0) + nbytes
+        heapq.heappush(self.link_queue.setdefault(link, []), (tag, self.seq, gid))
+        self.seq += 1
+        if link not in self.link_busy:
+            self.dispatch(link, t)
+
+    def dispatch(self, link, t):
+        queue = self.link_queue.get(link)
+        if not queue:
+            self.link_busy.discard(link)
+            return
+        _, _, gid = heapq.heappop(queue)
+        device, st = self.flat[gid]
+        nbytes = st.count * self.elem_bytes
+        start, end, first_end = t, t, None
+        for key, gbps, _ in self.hops[gid]:
+            # Cut-through when the next link is free; otherwise the switch buffers the chunk,
+            # so a busy downstream port does not leave the upstream link idle.
+            start = max(start, self.free.get(key, 0.0))
+            took = nbytes / (gbps * 1e9)
+            end = max(start + took, end)
+            self.free[key] = end
+            self.busy[key] = self.busy.get(key, 0.0) + took
+            self.moved[key] = self.moved.get(key, 0.0) + nbytes
+            if first_end is None:
+                first_end = end
+        self.link_busy.add(link)
+        self.push(first_end, _LINK, self.index(link))
+        self.push(first_end + self.overhead, _EDGE, self.index((device, st.destination, st.channel)))
+        self.push(end + sum(h[2] for h in self.hops[gid]), _ARRIVE, self.feeds[gid])
+        self.push(first_end, _DONE, gid)
+
+    def result(self) -> SimResult:
+        flat = self.flat
+        while self.heap:
+            t, _, kind, item = heapq.heappop(self.heap)
+            if kind == _LINK:
+                self.dispatch(self.keys[item], t)
+            elif kind == _EDGE:
+                edge = self.keys[item]
+                waiting = self.edge_waiting.get(edge)
+                if waiting:
+                    self.request(waiting.popleft(), t)
+                else:
+                    self.edge_busy.discard(edge)
+            elif kind == _START:
+                device, st = flat[item]
+                if st.op in REDUCING_OPS:
+                    t += st.count * self.elem_bytes / self.reduce_rate[device]
+                elif st.op == "copy":
+                    t += st.count * self.elem_bytes / self.copy_rate[device]
+                self.push(t, _XFER if st.destination is not None else _DONE, item)
+            elif kind == _XFER:
+                device, st = flat[item]
+                edge = (device, st.destination, st.channel)
+                if edge in self.edge_busy:
+                    # One chunk at a time per tree edge: a channel's stream sends in order.
+                    self.edge_waiting.setdefault(edge, collections.deque()).append(item)
+                else:
+                    self.edge_busy.add(edge)
+                    self.request(item, t)
+            elif kind == _DONE:
+                self.done[item] = t
+                for x in self.dependents[item]:
+                    self.satisfy(x, t)
+            else:  # _ARRIVE at the receiving step
+                self.satisfy(item, t)
+        stuck = [gid for gid, r in enumerate(self.remaining) if r > 0]
+        if stuck:
+            device, st = flat[stuck[0]]
+            raise ScheduleError(f"simulation deadlocked: device {device} step {st.op} never became ready")
+        sched = self.schedule
+        per_rank = {d: max((self.done[self.base[d] + i] for i in range(len(steps))), default=0.0)
+                    for d, steps in sched.programs}
+        seconds = max(per_rank.values(), default=0.0)
+        util = {k: (v / seconds if seconds > 0 else 0.0) for k, v in self.busy.items()}
+        return SimResult(collective=sched.collective, seconds=seconds, size_bytes=sched.nelems * self.elem_bytes,
+                         per_rank=per_rank, link_utilisation=util, link_bytes=self.moved,
+                         chunk_elems=sched.chunk_elems, nsteps=len(flat), ndevices=len(sched.devices))

@@ -1,0 +1,103 @@
+"""``blinkrun --check-build``: what this installation can use, like ``horovodrun --check-build``.
+
+Every probe is lazy and guarded: a missing or broken package shows as ``[ ]`` with the reason,
+never as a crash. Versions come from package metadata where possible, so TensorFlow is not
+imported (seconds) and mpi4py.MPI is not imported (that would initialise MPI).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import shutil
+import subprocess
+from typing import Callable, List, Optional, Tuple
+
+Probe = Callable[[], Tuple[bool, str]]
+
+
+def _dist_version(*names: str) -> Optional[str]:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _package(module: str, *dists: str) -> Probe:
+    def probe():
+        if importlib.util.find_spec(module) is None:
+            return False, "not installed"
+        version = _dist_version(*dists) or getattr(importlib.import_module(module), "__version__", "")
+        return True, version
+    return probe
+
+
+def _mpi() -> Tuple[bool, str]:
+    from .mpi_impl import detect
+    impl = detect()
+    return True, impl.describe()
+
+
+def _cupy() -> Tuple[bool, str]:
+    if importlib.util.find_spec("cupy") is None:
+        return False, "not installed (pip install cupy-cuda12x)"
+    import cupy
+    return True, cupy.__version__
+
+
+def _cuda() -> Tuple[bool, str]:
+    if importlib.util.find_spec("cupy") is not None:
+        import cupy
+        runtime = cupy.cuda.runtime.runtimeGetVersion()
+        count = cupy.cuda.runtime.getDeviceCount()
+        return count > 0, f"runtime {runtime // 1000}.{runtime % 1000 // 10}, {count} device(s)"
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=20).stdout
+        release = next((l.split("release", 1)[1].split(",")[0].strip() for l in out.splitlines() if "release" in l), "?")
+        return False, f"toolkit {release} (nvcc) found, but CuPy is missing to use it"
+    return False, "no CuPy and no nvcc"
+
+
+def _nvml() -> Tuple[bool, str]:
+    if importlib.util.find_spec("pynvml") is None:
+        return False, "not installed (pip install nvidia-ml-py)"
+    import pynvml
+    pynvml.nvmlInit()
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else driver
+        return True, f"driver {driver}, {pynvml.nvmlDeviceGetCount()} GPU(s)"
+    finally:
+        pynvml.nvmlShutdown()
+
+
+SECTIONS: List[Tuple[str, List[Tuple[str, Probe]]]] = [
+    ("Available frameworks", [("TensorFlow", _package("tensorflow", "tensorflow", "tensorflow-cpu", "tf-nightly")),
+                              ("Keras", _package("keras", "keras"))]),
+    ("Available MPI", [("MPI", _mpi), ("mpi4py", _package("mpi4py", "mpi4py"))]),
+    ("Available GPU support", [("CuPy", _cupy), ("CUDA", _cuda), ("NVML", _nvml)]),
+    ("Available planner solvers", [("OR-Tools", _package("ortools", "ortools")),
+                                   ("NetworkX", _package("networkx", "networkx"))]),
+]
+
+
+def _run(probe: Probe) -> Tuple[bool, str]:
+    try:
+        return probe()
+    except Exception as e:  # a broken install is a finding, not a crash
+        return False, f"unusable: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+
+
+def report(sections=None) -> str:
+    from blinkflow.version import __version__
+    lines = [f"blinkflow v{__version__}:", ""]
+    for title, probes in sections or SECTIONS:
+        lines.append(f"{title}:")
+        for name, probe in probes:
+            ok, detail = _run(probe)
+            lines.append(f"    [{'X' if ok else ' '}] {name}: {detail}")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,108 @@
+"""Loaded by Python at start-up in a rank launched by ``blinkrun`` (its folder is on PYTHONPATH).
+
+It installs a ``sys.excepthook`` that, after printing the traceback as usual, records the
+exception for the wrapper (like torch's ``@record``) when it is the rank's: raised in the
+wrapper's direct child, or in any process below it that initialised MPI (``sh -c "python ..."``
+ranks); a helper Python started by the rank that fails is the rank's business. When MPI is
+initialised it then calls ``MPI.COMM_WORLD.Abort`` so peers waiting inside
+a collective are stopped instead of hanging, as ``python -m mpi4py`` does. Without the abort an
+exiting rank would run mpi4py's atexit ``MPI_Finalize``, which can wait forever for those peers;
+``sys.exit`` with a non-zero status after MPI_Init likewise aborts at exit.
+
+It imports nothing of blinkflow (it runs in every Python the rank starts) and then loads the
+``sitecustomize`` this one shadows, if any.
+"""
+import os
+import sys
+
+_RECORD_VAR = "BLINKRUN_RECORD_FILE"
+_WRAPPER_VAR = "BLINKRUN_WRAPPER_PID"
+_TAIL_LINES = 40
+
+
+def _write_record(exc, tail, status):
+    try:
+        import json
+        import time
+        record = {"exc": exc, "tail": tail, "status": status, "time": time.time(), "pid": os.getpid()}
+        path = os.environ[_RECORD_VAR]
+        with open(path + ".tmp", "w") as f:
+            json.dump(record, f)
+        os.replace(path + ".tmp", path)
+    except Exception:  # recording must never hide the user's error
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    _tell_wrapper()
+
+
+def _tell_wrapper(wait_seconds=3.0):
+    """Have the wrapper report the failure to blinkrun now, before an abort kills it (some MPIs,
+    Hydra among them, SIGKILL every process of the job at once); it answers with an ack file."""
+    import signal
+    import time
+    ack = os.environ[_RECORD_VAR] + ".ack"
+    try:
+        os.kill(int(os.environ[_WRAPPER_VAR]), signal.SIGUSR1)
+    except (OSError, ValueError, KeyError):
+        return
+    deadline = time.monotonic() + wait_seconds
+    while time.monotonic() < deadline and not os.path.exists(ack):
+        time.sleep(0.01)
+
+
+def _mpi_running():
+    mpi = sys.modules.get("mpi4py.MPI")
+    return mpi if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() else None
+
+
+def _record_and_abort(etype, value, tb, _previous=sys.excepthook):
+    _previous(etype, value, tb)
+    mpi = _mpi_running()
+    if mpi is None and os.environ.get(_WRAPPER_VAR) != str(os.getppid()):
+        return
+    import traceback
+    lines = "".join(traceback.format_exception(etype, value, tb)).splitlines()
+    _write_record("".join(traceback.format_exception_only(etype, value)).strip(), lines[-_TAIL_LINES:], 1)
+    if mpi is not None:
+        mpi.COMM_WORLD.Abort(1)
+
+
+def _exit_and_abort(status=None, _exit=sys.exit):
+    """``sys.exit(non-zero)`` after MPI_Init: abort instead of MPI_Finalize, which would wait for
+    peers that may be inside a collective (mpi4py's own ``python -m mpi4py`` does the same)."""
+    import threading
+    if status not in (None, 0) and threading.current_thread() is threading.main_thread() and _mpi_running():
+        code = status if isinstance(status, int) else 1
+        _write_record(f"sys.exit({status!r})", [], code)
+        try:
+            from mpi4py.run import set_abort_status
+            set_abort_status(status)
+        except Exception:
+            pass
+    _exit(status)
+
+
+def _install():
+    if os.environ.get(_RECORD_VAR) and os.environ.get(_WRAPPER_VAR):
+        sys.excepthook = _record_and_abort
+        sys.exit = _exit_and_abort
+
+
+def _chain():
+    """Run the sitecustomize this file shadows (a user's or the distribution's)."""
+    import importlib.machinery
+    import importlib.util
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+
+_install()
+_chain()

@@ -1,0 +1,252 @@
+"""The wrapper ``blinkrun`` starts on every rank: ``python -m blinkflow.launcher.rank_exec
+[--output-dir DIR] -- COMMAND ...``.
+
+It runs COMMAND as its child (the MPI process), and
+- prefixes each whole line of the child's output with the rank: ``[1]<stdout>: ...``, and with
+  ``--output-dir`` also writes the raw lines to ``DIR/rank.N/stdout`` and ``.../stderr``;
+- when the child fails on its own (non-zero exit, a signal, an uncaught Python exception recorded
+  by ``pyhook/sitecustomize.py``) tells blinkrun which rank failed, on which host, with the end of
+  its traceback (an ``events`` line), and exits with the child's status, which makes mpirun stop
+  the other ranks;
+- when mpirun stops it (SIGTERM/SIGINT/SIGHUP) stops the rank's whole process group, quietly;
+- dies with its parent (Linux ``PR_SET_PDEATHSIG``) and makes its child do the same, so no rank
+  outlives the job.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import List, Mapping, Optional
+
+from . import events
+
+RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
+SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+STOP_GRACE_SECONDS = 3.0
+TAIL_LINES = 40
+
+
+def env_int(environ: Mapping[str, str], names, default: int) -> int:
+    for name in names:
+        value = environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return default
+
+
+def log_dir(output_dir: str, rank: int, size: int) -> str:
+    """``DIR/rank.N`` with N zero-padded so the folders sort in rank order."""
+    return os.path.join(output_dir, f"rank.{rank:0{len(str(max(size - 1, 0)))}d}")
+
+
+def exit_status(returncode: int) -> int:
+    """A shell-style status: the exit code, or 128 + the signal number."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _set_parent_death_signal(sig: int) -> None:
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except Exception:  # not Linux: mpirun's own clean-up is all there is
+        pass
+
+
+class _Pump(threading.Thread):
+    """Copies one of the child's pipes to our stream line by line, with the rank tag."""
+
+    def __init__(self, pipe, out_fd: int, tag: bytes, log_path: Optional[str], tail=None):
+        super().__init__(daemon=True)
+        self.pipe, self.out_fd, self.tag, self.tail = pipe, out_fd, tag, tail
+        self.log = open(log_path, "wb") if log_path else None
+
+    def run(self):
+        try:
+            for line in iter(self.pipe.readline, b""):
+                if not line.endswith(b"\n"):
+                    line += b"\n"
+                _write_all(self.out_fd, self.tag + line)   # one write: the line stays whole
+                if self.log:
+                    self.log.write(line)
+                    self.log.flush()
+                if self.tail is not None:
+                    self.tail.append(line.decode(errors="replace").rstrip("\n"))
+        except (OSError, ValueError):
+            pass
+        finally:
+            if self.log:
+                self.log.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _child_env(environ: Mapping[str, str], record_file: str) -> dict:
+    from . import pyhook
+    env = dict(environ)
+    hook_dir = os.path.dirname(os.path.abspath(pyhook.__file__))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (hook_dir, environ.get("PYTHONPATH", "")) if p)
+    env["BLINKRUN_RECORD_FILE"] = record_file
+    env["BLINKRUN_WRAPPER_PID"] = str(os.getpid())
+    env.setdefault("PYTHONUNBUFFERED", "1")   # lines reach the terminal as printed, not lost on a kill
+    return env
+
+
+def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> int:
+    environ = dict(os.environ if environ is None else environ)
+    rank = env_int(environ, RANK_VARS, 0)
+    size = env_int(environ, SIZE_VARS, 1)
+    host = socket.gethostname()
+    _set_parent_death_signal(signal.SIGTERM)
+    if os.getppid() == 1:    # mpirun already gone
+        return 128 + signal.SIGTERM
+    own_group = _lead_own_group()
+
+    def emit(event):
+        _write_all(2, events.encode(dict(event, rank=rank, host=host)).encode())
+
+    logs = None
+    if output_dir:
+        logs = log_dir(output_dir, rank, size)
+        os.makedirs(logs, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix=f"blinkrun-rank{rank}-")
+    record_file = os.path.join(scratch, "exception.json")
+    stopping, reported = [], []
+
+    def report(returncode: Optional[int], record: Optional[dict], ended: float) -> int:
+        """Tell blinkrun this rank failed (once); the status it failed with."""
+        record = record or {}
+        status = record.get("status") or (exit_status(returncode) if returncode else 1)
+        if not reported:
+            reported.append(status)
+            sig = signal_name(-returncode) if returncode is not None and returncode < 0 and not record else None
+            emit({"event": events.FAILED, "status": status, "signal": sig, "time": record.get("time", ended),
+                  "exc": record.get("exc"), "tail": record.get("tail") or list(tail)})
+        return reported[0]
+
+    def on_record(_signum, _frame):
+        # pyhook's sitecustomize recorded an exception and waits for this before it aborts.
+        record = _read_record(record_file)
+        if record is not None:
+            report(None, record, time.time())
+        with open(record_file + ".ack", "w"):
+            pass
+
+    tail = collections.deque(maxlen=TAIL_LINES)
+    signal.signal(signal.SIGUSR1, on_record)
+    emit({"event": events.STARTED, "pid": os.getpid()})
+    try:
+        keep = [int(environ["PMI_FD"])] if environ.get("PMI_FD", "").isdigit() else []   # Hydra's PMI socket
+        try:
+            child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=_child_env(environ, record_file), pass_fds=keep,
+                                     preexec_fn=lambda: _set_parent_death_signal(signal.SIGKILL))
+        except OSError as e:
+            line = f"[{rank}]<stderr>: blinkrun: cannot start {command[0]!r}: {e.strerror}\n"
+            _write_all(2, line.encode())
+            status = 127 if isinstance(e, FileNotFoundError) else 126
+            return report(None, {"status": status, "tail": [line.strip()]}, time.time())
+
+        def stop(signum, _frame):
+            if not stopping:
+                stopping.append(signum)
+                _terminate_group(child.pid, own_group)
+                timer = threading.Timer(STOP_GRACE_SECONDS, _kill, (child.pid,))
+                timer.daemon = True
+                timer.start()
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, stop)
+        pumps = [_Pump(child.stdout, 1, f"[{rank}]<stdout>: ".encode(), logs and os.path.join(logs, "stdout")),
+                 _Pump(child.stderr, 2, f"[{rank}]<stderr>: ".encode(), logs and os.path.join(logs, "stderr"), tail)]
+        for pump in pumps:
+            pump.start()
+        returncode = child.wait()
+        ended = time.time()
+        _terminate_group(child.pid, own_group)   # leftovers of the rank's own children hold the pipes
+        for pump in pumps:
+            pump.join(timeout=2.0)
+        record = _read_record(record_file)
+        if returncode == 0 and record is None:
+            return 0
+        if stopping and record is None:
+            return 128 + stopping[0]
+        return report(returncode, record, ended)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _lead_own_group() -> bool:
+    """Make this wrapper the leader of its own process group, which its child and the child's
+    children share: MPICH's Hydra stops a job by SIGKILLing each rank's process group, which then
+    reaches every process of the rank (Open MPI signals the wrapper, which passes it on)."""
+    if os.getpgrp() != os.getpid():
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass
+    return os.getpgrp() == os.getpid()
+
+
+def _terminate_group(child_pid: int, own_group: bool) -> None:
+    """SIGTERM to the rank's processes: the whole group when this wrapper leads one (ignoring the
+    signal itself), else the child alone."""
+    try:
+        if own_group:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            os.killpg(os.getpgrp(), signal.SIGTERM)
+        else:
+            os.kill(child_pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _read_record(path: str) -> Optional[dict]:
+    try:
+        with open(path) as f:
+            record = json.load(f)
+        return record if isinstance(record, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m blinkflow.launcher.rank_exec",
+                                     description="Run one rank of a blinkrun job (started by blinkrun).")
+    parser.add_argument("--output-dir", help="also write this rank's stdout/stderr under DIR/rank.N/")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("missing COMMAND after --")
+    sys.exit(run(command, args.output_dir))
+
+
+if __name__ == "__main__":
+    main()

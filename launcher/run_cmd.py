@@ -1,0 +1,135 @@
+"""``blinkrun -np N [-H host:slots,... | --hostfile F] [flags] COMMAND ...``: launch a job.
+
+Turns the command line into a :class:`LaunchSpec` (flags -> ``BLINKFLOW_*`` through the one
+table in flags.py), detects the MPI, builds mpirun's argv (mpirun_argv.py, pure) and hands it to
+:class:`supervise.Job`. Bad usage exits 2 with click's message on one line (one_line.py), before
+anything starts.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import tempfile
+
+import click
+
+from blinkflow.errors import ConfigError
+from blinkflow.version import __version__
+
+from .flags import SETTING_FLAGS, settings_env
+from .hosts import hosts_arg, mpich_hostfile_text, parse_hostfile, parse_hosts_arg
+from .mpi_impl import MPICH, detect
+from .mpirun_argv import LaunchSpec, build_mpirun_argv, format_argv
+from .one_line import OneLineErrorCommand
+
+DEFAULT_START_TIMEOUT = 30.0
+
+
+def local_cores() -> int:
+    """Physical cores this process may use: Open MPI's default slot count on a host."""
+    try:
+        allowed = os.sched_getaffinity(0)
+    except AttributeError:
+        return os.cpu_count() or 1
+    cores = set()
+    for cpu in allowed:
+        base = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+        try:
+            with open(base + "physical_package_id") as pkg, open(base + "core_id") as core:
+                cores.add((pkg.read().strip(), core.read().strip()))
+        except OSError:
+            return len(allowed)
+    return len(cores) or len(allowed)
+
+
+def _check_build(ctx, _param, value):
+    if value and not ctx.resilient_parsing:
+        from .check_build import report
+        click.echo(report(), nl=False)
+        ctx.exit(0)
+
+
+def _hosts(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        return parse_hosts_arg(value)
+    except ConfigError as e:
+        raise click.BadParameter(str(e), ctx=ctx, param=param) from None
+
+
+def _setting_options(func):
+    for setting in reversed(SETTING_FLAGS):
+        func = click.option(setting.flag, setting.param, type=setting.type, default=None,
+                            help=f"{setting.help} [{setting.env_name}]")(func)
+    return func
+
+
+@click.command(cls=OneLineErrorCommand,
+               context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]})
+@click.option("-np", "--num-proc", "np", type=click.IntRange(min=1), help="Number of ranks to start.")
+@click.option("-H", "--hosts", "hosts", callback=_hosts, metavar="HOST:SLOTS,...",
+              help="Hosts and their slots, e.g. a:4,b:4 (default: this machine only).")
+@click.option("--hostfile", type=click.Path(dir_okay=False), help="File of 'host slots=N' lines.")
+@_setting_options
+@click.option("--mpi-args", default="", metavar="'ARGS'", help="Extra arguments for mpirun, as one quoted string.")
+@click.option("--start-timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_START_TIMEOUT,
+              show_default=True, help="Seconds for every rank to start.")
+@click.option("--output-filename", type=click.Path(file_okay=False), metavar="DIR",
+              help="Also write each rank's output to DIR/rank.N/stdout and stderr.")
+@click.option("--verbose", is_flag=True, help="Print the exact mpirun command before running it.")
+@click.option("--check-build", is_flag=True, expose_value=False, is_eager=True, callback=_check_build,
+              help="Show what this installation can use (frameworks, MPI, GPU support) and exit.")
+@click.version_option(__version__, "--version", prog_name="blinkflow", message="%(prog)s %(version)s")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def command(np, hosts, hostfile, mpi_args, start_timeout, output_filename, verbose, command, **setting_values):
+    """Run COMMAND on N ranks with MPI; every output line is tagged with its rank.
+
+    \b
+    blinkrun -np 4 python train.py
+    blinkrun -np 8 -H a:4,b:4 --fusion-threshold-mb 32 python train.py
+    blinkrun --check-build
+
+    Tools that launch nothing: blinkrun topo | plan | simulate --help.
+    """
+    if np is None:
+        raise click.UsageError("missing option -np (the number of ranks)")
+    if not command:
+        raise click.UsageError("missing COMMAND to run on every rank")
+    if hosts and hostfile:
+        raise click.UsageError("give hosts either with -H or with --hostfile, not both")
+    try:
+        if hostfile:
+            hosts = parse_hostfile(hostfile)
+        settings = settings_env(setting_values, os.environ)
+        extra = tuple(shlex.split(mpi_args))
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
+    except ValueError as e:   # shlex: unbalanced quotes
+        raise click.BadParameter(f"{mpi_args!r}: {e}", param_hint="'--mpi-args'") from None
+    try:
+        impl = detect()
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
+    spec = LaunchSpec(np=np, command=tuple(command), hosts=tuple(hosts or ()), hostfile=hostfile,
+                      settings=settings, mpi_args=extra,
+                      output_dir=os.path.abspath(output_filename) if output_filename else None)
+    from .supervise import Job
+    with tempfile.TemporaryDirectory(prefix="blinkrun-") as scratch:
+        mpich_hostfile = None
+        if hostfile and impl.family == MPICH:
+            mpich_hostfile = os.path.join(scratch, "hosts.hydra")
+            with open(mpich_hostfile, "w") as f:
+                f.write(mpich_hostfile_text(spec.hosts))
+        argv = build_mpirun_argv(impl, spec, python=sys.executable, environ=os.environ,
+                                 is_root=hasattr(os, "geteuid") and os.geteuid() == 0,
+                                 local_cores=local_cores(), mpich_hostfile=mpich_hostfile)
+        if verbose:
+            where = hosts_arg(spec.hosts) if spec.hosts else "this machine"
+            click.echo(f"blinkrun: {impl.describe()}; {np} rank(s) on {where}", err=True)
+            click.echo(format_argv(argv), err=True)
+        env = dict(os.environ)
+        env.update(settings)
+        status = Job(argv, env, np=np, start_timeout=start_timeout).run()
+    sys.exit(status)

@@ -1,0 +1,136 @@
+"""``blinkrun simulate``: blinkflow's plan against NCCL's algorithm in the same simulator.
+
+    blinkrun simulate --topology dgx1-v100 --gpus 0,1,4 --collective allreduce --size 256MB
+    blinkrun simulate --topology topo.json --collective broadcast --root 2 --size 1GB --json
+    blinkrun simulate --topology dgx1-p100 --collective allreduce --size 1GB --sweep --png t.png
+
+``--json`` prints DESIGN §3.2's object; ``--sweep`` a table over sizes from 1 KB up to ``--size``
+with the latency / bandwidth crossover; ``--png`` plots time against size. Sizes take B, KB,
+MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024). Bad input exits 2 with one line.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import List, Optional
+
+import click
+
+from blinkflow.planner.plan import COLLECTIVES
+from blinkflow.sim.compare import Comparison, compare, sweep_sizes
+from blinkflow.topology.resolve import resolve_topology
+
+from .one_line import OneLineErrorCommand
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "k": 2**10, "m": 2**20, "g": 2**30}
+
+
+def parse_size(text: str, flag: str = "--size") -> int:
+    """``256MB`` -> 256000000, ``1GiB`` -> 1073741824, ``4096`` -> 4096 (bytes)."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([A-Za-z]*)\s*", text or "")
+    if not m or m.group(2).lower() not in _UNITS:
+        raise click.UsageError(f"{flag} {text!r}: write a byte size such as 4096, 256MB or 1GiB")
+    value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if value <= 0:
+        raise click.UsageError(f"{flag} {text!r}: the size must be positive")
+    return value
+
+
+def parse_gpus(text: Optional[str]) -> Optional[List[int]]:
+    if text is None:
+        return None
+    out = []
+    for token in text.split(","):
+        token = token.strip()
+        if not token.isdigit():
+            raise click.UsageError(f"--gpus {text!r}: {token!r} is not a device index; write e.g. --gpus 0,1,4")
+        out.append(int(token))
+    return out
+
+
+def human(nbytes: float) -> str:
+    """Binary units for powers-of-two sizes (the sweep's), decimal ones otherwise."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale}{unit}"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g}{unit}"
+    return f"{nbytes:.0f}B"
+
+
+@click.command(cls=OneLineErrorCommand, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--topology", "topology_spec", required=True, metavar="PRESET|FILE",
+              help="A preset (dgx1-v100, cpu-host:4, 2xdgx1-v100, ...) or a topology file.")
+@click.option("--gpus", metavar="LIST", help="The participating devices, e.g. 0,1,4 (default: all).")
+@click.option("--collective", required=True, type=click.Choice(COLLECTIVES), help="The collective to simulate.")
+@click.option("--root", type=int, default=None, help="Root device of broadcast / reduce (default: the first).")
+@click.option("--size", "size_text", default="256MB", show_default=True, help="Buffer size, e.g. 256MB, 1GiB.")
+@click.option("--elem-bytes", type=click.IntRange(1, 16), default=4, show_default=True, help="Bytes per element.")
+@click.option("--chunk", "chunk_text", default=None, help="Fixed chunk size (default: tuned by MIAD).")
+@click.option("--json", "as_json", is_flag=True, help="Print DESIGN §3.2's JSON object.")
+@click.option("--sweep", is_flag=True, help="Print a table over sizes from 1KB up to --size.")
+@click.option("--png", metavar="FILE", default=None, help="Plot time against size (needs matplotlib).")
+def command(topology_spec, gpus, collective, root, size_text, elem_bytes, chunk_text, as_json, sweep, png):
+    """Simulate COLLECTIVE with blinkflow's plan and with NCCL's algorithm on a topology."""
+    size = parse_size(size_text)
+    chunk = parse_size(chunk_text, "--chunk") // elem_bytes if chunk_text else None
+    if size < elem_bytes:
+        raise click.UsageError(f"--size {size_text!r} is smaller than one element ({elem_bytes} bytes)")
+    topology = resolve_topology(topology_spec, "--topology")
+    devices = parse_gpus(gpus)
+    if devices is not None:
+        topology.subset(devices, where="--gpus")  # checks the list; the plan runs on the full graph
+    options = dict(elem_bytes=elem_bytes, chunk_elems=max(1, chunk) if chunk else None)
+    if not (sweep or png):
+        row = compare(topology, collective, size, devices, root, **options)
+        click.echo(json.dumps(row.to_json(), indent=2) if as_json else row.describe())
+        return
+    rows = [compare(topology, collective, s, devices, root, **options) for s in sweep_sizes(size)]
+    if as_json:
+        click.echo(json.dumps([r.to_json() for r in rows], indent=2))
+    else:
+        click.echo(format_sweep(rows))
+    if png:
+        plot(rows, png)
+
+
+def format_sweep(rows: List[Comparison]) -> str:
+    first = rows[0]
+    lines = [f"{first.collective} on {first.topology} devices {','.join(map(str, first.devices))}: "
+             f"blinkflow ({first.plan_algorithm}, plan rate {first.rate_gbps:.1f} GB/s) vs {first.baseline_name}",
+             f"{'size':>8} {'blinkflow':>12} {'algbw':>8} {'baseline':>12} {'algbw':>8} {'speedup':>8}  regime"]
+    for r in rows:
+        regime = "latency" if r.size_bytes / (r.rate_gbps * 1e9) < r.latency_s else "bandwidth"
+        lines.append(f"{human(r.size_bytes):>8} {r.seconds * 1e6:>10.1f}us {r.algbw_gbps:>8.2f} "
+                     f"{r.baseline_seconds * 1e6:>10.1f}us {r.baseline_algbw_gbps:>8.2f} {r.speedup:>7.2f}x  {regime}")
+    cross = first.latency_s * first.rate_gbps * 1e9
+    lines.append(f"latency/bandwidth crossover ~ {human(cross)}: below it the fixed cost ({first.latency_s * 1e6:.1f} us, "
+                 f"the smallest size's time) dominates, above it size / {first.rate_gbps:.1f} GB/s does")
+    return "\n".join(lines)
+
+
+def plot(rows: List[Comparison], path: str) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise click.UsageError("--png needs matplotlib (pip install 'blinkflow[plot]')") from None
+    sizes = [r.size_bytes for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.loglog(sizes, [r.seconds for r in rows], "o-", label=f"blinkflow ({rows[0].plan_algorithm})")
+    ax.loglog(sizes, [r.baseline_seconds for r in rows], "s--", label=rows[0].baseline_name)
+    ax.set_xlabel("buffer size (bytes)")
+    ax.set_ylabel("simulated time (s)")
+    ax.set_title(f"{rows[0].collective} on {rows[0].topology}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    try:
+        fig.savefig(path)
+    except OSError as e:
+        raise click.UsageError(f"--png {path!r}: cannot write ({e.strerror})") from None
+    finally:
+        plt.close(fig)

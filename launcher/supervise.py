@@ -1,0 +1,176 @@
+"""Run mpirun, relay its output, and turn what the ranks report into blinkrun's exit status.
+
+- stdout passes through; stderr passes through minus the wrappers' ``events`` lines;
+- the first rank to fail (earliest failure time) is named, with its host and the end of its
+  traceback, and its status becomes blinkrun's; if mpirun has not stopped the job a few seconds
+  after a failure, blinkrun stops it;
+- SIGINT/SIGTERM/SIGHUP stop the job: SIGTERM to mpirun (its own session, so a terminal's
+  Ctrl-C reaches blinkrun alone), SIGKILL to mpirun's process group after a grace period; ranks
+  whose mpirun dies follow it (their wrappers hold ``PR_SET_PDEATHSIG``);
+- ``start_timeout``: every rank's wrapper must report within this many seconds.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import BinaryIO, Dict, List, Mapping, Optional, Sequence
+
+from . import events
+
+STOP_GRACE_SECONDS = 3.0      # SIGTERM -> SIGKILL for mpirun
+FAILURE_GRACE_SECONDS = 5.0   # a rank failed -> mpirun must have stopped the job by then
+
+
+class Job:
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], np: int, start_timeout: float,
+                 out: Optional[BinaryIO] = None, err: Optional[BinaryIO] = None):
+        self.argv, self.env, self.np, self.start_timeout = list(argv), dict(env), np, start_timeout
+        self.out = out or sys.stdout.buffer
+        self.err = err or sys.stderr.buffer
+        self.started: Dict[int, str] = {}
+        self.failures: List[dict] = []
+        self.interrupted: Optional[int] = None
+        self.interrupted_at = 0.0
+        self.start_timed_out = False
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self.proc: Optional[subprocess.Popen] = None
+
+    # -- running ---------------------------------------------------------------------------
+    def run(self) -> int:
+        try:
+            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as e:
+            self._say(f"cannot start {self.argv[0]}: {e.strerror}")
+            return 127
+        previous = {sig: signal.signal(sig, self._on_signal)
+                    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        pumps = [threading.Thread(target=self._relay_stdout, daemon=True),
+                 threading.Thread(target=self._relay_stderr, daemon=True)]
+        for pump in pumps:
+            pump.start()
+        watchdog = threading.Timer(self.start_timeout, self._check_started)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            returncode = self.proc.wait()
+            for pump in pumps:
+                pump.join(timeout=5.0)
+        finally:
+            watchdog.cancel()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return self._report(returncode)
+
+    def stop(self) -> None:
+        """SIGTERM to mpirun now, SIGKILL to its process group after a grace period."""
+        if self._stopping.is_set() or self.proc is None:
+            return
+        self._stopping.set()
+        _signal(self.proc.pid, signal.SIGTERM, group=False)
+        timer = threading.Timer(STOP_GRACE_SECONDS, _signal, (self.proc.pid, signal.SIGKILL, True))
+        timer.daemon = True
+        timer.start()
+
+    def _on_signal(self, signum, _frame):
+        if self.interrupted is None:
+            self.interrupted, self.interrupted_at = signum, time.time()
+        self.stop()
+
+    def _check_started(self):
+        with self._lock:
+            missing = sorted(set(range(self.np)) - set(self.started))
+        if missing and self.proc.poll() is None:
+            self.start_timed_out = True
+            self._say(f"only {self.np - len(missing)} of {self.np} ranks started within {self.start_timeout:g} s "
+                      f"(missing: {_ranks(missing)}); check the host names, ssh access and that this Python "
+                      "exists on every host, or raise --start-timeout")
+            self.stop()
+
+    # -- output ----------------------------------------------------------------------------
+    def _relay_stdout(self):
+        for line in iter(self.proc.stdout.readline, b""):
+            self._write(self.out, line)
+
+    def _relay_stderr(self):
+        for raw in iter(self.proc.stderr.readline, b""):
+            raw = raw.replace(b"\0", b"")   # Open MPI ends its help messages with a NUL
+            text, event = events.split(raw.decode(errors="replace"))
+            if text:
+                self._write(self.err, text.encode() if event else raw)
+            if event:
+                self._on_event(event)
+
+    def _on_event(self, event: dict):
+        kind, rank = event.get("event"), event.get("rank")
+        with self._lock:
+            if kind == events.STARTED:
+                self.started[rank] = event.get("host", "?")
+            elif kind == events.FAILED:
+                self.failures.append(event)
+                if len(self.failures) == 1:
+                    timer = threading.Timer(FAILURE_GRACE_SECONDS, self.stop)
+                    timer.daemon = True
+                    timer.start()
+
+    def _write(self, stream: BinaryIO, data: bytes):
+        try:
+            stream.write(data)
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def _say(self, message: str):
+        self._write(self.err, f"blinkrun: {message}\n".encode())
+
+    # -- the verdict -----------------------------------------------------------------------
+    def _report(self, returncode: int) -> int:
+        # Ranks that fail while being stopped are casualties of the stop, not its cause.
+        failures = [f for f in self.failures if self.interrupted is None or (f.get("time") or 0.0) < self.interrupted_at]
+        if failures:
+            first = min(failures, key=lambda f: (f.get("time") or 0.0))
+            self._say(describe_failure(first, len(failures)))
+            return int(first.get("status") or 1)
+        if self.interrupted is not None:
+            self._say(f"stopped by {signal.Signals(self.interrupted).name}; every rank was stopped")
+            return 128 + self.interrupted
+        if self.start_timed_out:
+            return 1
+        if returncode != 0:
+            status = returncode if returncode > 0 else 128 - returncode
+            self._say(f"mpirun exited with status {status} and no rank reported a failure")
+            return status
+        return 0
+
+
+def describe_failure(failure: dict, count: int = 1) -> str:
+    """The lines blinkrun prints about the first rank that failed."""
+    rank, host, status = failure.get("rank"), failure.get("host", "?"), failure.get("status")
+    how = f"killed by {failure['signal']}" if failure.get("signal") else f"exited with status {status}"
+    lines = [f"rank {rank} (host {host}) failed first: {how}"]
+    if failure.get("exc"):
+        lines[0] += f": {failure['exc']}"
+    tail = failure.get("tail") or []
+    if tail:
+        lines.append(f"end of rank {rank}'s {'traceback' if failure.get('exc') else 'stderr'}:")
+        lines += ["    " + line for line in tail[-15:]]
+    if count > 1:
+        lines.append(f"({count - 1} more rank(s) failed after it)")
+    lines.append(f"exit status {status}")
+    return "\nblinkrun: ".join(lines)
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return ", ".join(map(str, ranks[:16])) + (" ..." if len(ranks) > 16 else "")
+
+
+def _signal(pid: int, sig: int, group: bool) -> None:
+    try:
+        os.killpg(pid, sig) if group else os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

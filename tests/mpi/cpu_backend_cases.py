@@ -1,0 +1,253 @@
+"""Every CpuBackend collective at this rank count, in one mpirun launch (run by test_cpu_backend.py).
+
+Each rank rebuilds every peer's input from a seed, so it checks its own result against a float64
+(or exact integer) reference, and the ranks compare hashes of their results to prove they are
+bitwise identical. Prints ``CASES <n> OK`` on rank 0 when everything passed.
+"""
+import faulthandler
+import hashlib
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+from blinkflow.backends.cpu import CpuBackend
+from blinkflow.backends.cpu.standalone import standalone_context
+from blinkflow.config import Config
+from blinkflow.ops import ReduceOp
+
+comm = MPI.COMM_WORLD
+RANK, SIZE = comm.Get_rank(), comm.Get_size()
+DTYPES = [np.float32, np.float64, np.float16, np.int32, np.int64, np.uint8, np.bool_]
+OPS = [ReduceOp.SUM, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.PRODUCT]
+NUMPY_OP = {ReduceOp.SUM: np.add, ReduceOp.MIN: np.minimum, ReduceOp.MAX: np.maximum, ReduceOp.PRODUCT: np.multiply}
+cases = 0
+
+
+def data(rank, n, dtype, seed):
+    rng = np.random.default_rng([seed, rank, n])
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return rng.uniform(-1, 1, n).astype(dtype)
+    if dtype.kind == "b":
+        return rng.random(n) < 0.7
+    return rng.integers(0, 5, n).astype(dtype)
+
+
+def check_same_everywhere(arr, what):
+    digest = hashlib.sha1(np.ascontiguousarray(arr).view(np.uint8)).hexdigest()
+    digests = comm.allgather(digest)
+    if len(set(digests)) != 1:
+        raise AssertionError(f"{what}: results differ across ranks: {digests}")
+
+
+def expect_reduced(res, inputs, op, what):
+    dtype = inputs[0].dtype
+    if dtype.kind == "f" and op in (ReduceOp.SUM, ReduceOp.PRODUCT):
+        ref = inputs[0].astype(np.float64)
+        for x in inputs[1:]:
+            ref = NUMPY_OP[op](ref, x.astype(np.float64))
+        eps = np.finfo(dtype).eps
+        scale = np.sum([np.abs(x.astype(np.float64)) for x in inputs], axis=0) if op == ReduceOp.SUM else 1.0
+        bad = np.abs(res.astype(np.float64) - ref) > SIZE * eps * scale + 1e-30
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise AssertionError(f"{what}: element {i} is {res[i]!r}, float64 reference {ref[i]!r}")
+        if dtype == np.float16 and SIZE == 2:  # two inputs: one rounding, order-free, exact
+            assert np.array_equal(res, NUMPY_OP[op](inputs[0], inputs[1])), what
+    else:
+        ref = inputs[0].copy()
+        for x in inputs[1:]:
+            ref = NUMPY_OP[op](ref, x)
+        if not np.array_equal(res, ref):
+            i = int(np.argmax(res != ref))
+            raise AssertionError(f"{what}: element {i} is {res[i]!r}, expected {ref[i]!r}")
+
+
+def run_allreduce(be, sizes):
+    global cases
+    for seed, n in enumerate(sizes):
+        for dtype in (DTYPES if n < 5000 else (np.float32, np.float16, np.int32, np.bool_)):
+            for op in OPS:
+                inputs = [data(r, n, dtype, seed) for r in range(SIZE)]
+                for shared in (True, False):
+                    buf = be.buffer(n, dtype) if shared else np.empty(n, dtype)
+                    buf[...] = inputs[RANK]
+                    be.allreduce(buf, op)
+                    what = f"allreduce n={n} {np.dtype(dtype).name} {op.name} shared={shared}"
+                    expect_reduced(buf, inputs, op, what)
+                    check_same_everywhere(buf, what)
+                    cases += 1
+
+
+def run_broadcast(be):
+    global cases
+    for n in (0, 1, 1000, 70001):
+        for dtype in (np.float32, np.float16, np.int64, np.bool_):
+            for root in range(SIZE):
+                src = data(root, n, dtype, 11)
+                for shared in (True, False):
+                    buf = be.buffer(n, dtype) if shared else np.empty(n, dtype)
+                    buf[...] = src if RANK == root else data(RANK, n, dtype, 12)
+                    be.broadcast(buf, root)
+                    assert np.array_equal(buf, src), f"broadcast n={n} root={root} shared={shared}"
+                    cases += 1
+
+
+def counts_for(seed, scale):
+    rng = np.random.default_rng([seed, SIZE])
+    counts = [int(c) for c in rng.integers(0, scale, SIZE)]
+    if seed % 3 == 0:
+        counts[seed % SIZE] = 0
+    return counts
+
+
+def run_allgather(be):
+    global cases
+    for seed, scale in enumerate((1, 5, 3000, 90000)):
+        counts = counts_for(seed, scale)
+        for dtype in (np.float32, np.float16, np.int32, np.bool_):
+            pieces = [data(r, counts[r], dtype, seed) for r in range(SIZE)]
+            for shared in (True, False):
+                send = be.buffer(counts[RANK], dtype) if shared else np.empty(counts[RANK], dtype)
+                send[...] = pieces[RANK]
+                recv = np.full(sum(counts), 1, dtype)
+                be.allgather(send, recv, counts)
+                assert np.array_equal(recv, np.concatenate(pieces)), f"allgather counts={counts}"
+                cases += 1
+
+
+def run_reducescatter(be):
+    global cases
+    for seed, scale in enumerate((1, 4, 2000, 80000)):
+        counts = counts_for(seed + 7, scale)
+        total = sum(counts)
+        lo = sum(counts[:RANK])
+        for dtype in (np.float32, np.float64, np.float16, np.int32, np.bool_):
+            for op in OPS:
+                inputs = [data(r, total, dtype, seed) for r in range(SIZE)]
+                for mode in ("shared", "private", "inplace"):
+                    send = be.buffer(total, dtype) if mode == "shared" else np.empty(total, dtype)
+                    send[...] = inputs[RANK]
+                    recv = send[lo:lo + counts[RANK]] if mode == "inplace" else np.empty(counts[RANK], dtype)
+                    be.reducescatter(send, recv, counts, op)
+                    mine = [x[lo:lo + counts[RANK]] for x in inputs]
+                    expect_reduced(recv, mine, op, f"reducescatter counts={counts} {np.dtype(dtype).name} {op.name} {mode}")
+                    cases += 1
+
+
+def run_alltoall(be):
+    global cases
+    rng = np.random.default_rng([5, SIZE])
+    table = rng.integers(0, 4000, (SIZE, SIZE))  # table[s, d]: elements rank s sends to rank d
+    for dtype in (np.float32, np.float16, np.int64):
+        pieces = {(s, d): data(s * 1000 + d, int(table[s, d]), dtype, 3) for s in range(SIZE) for d in range(SIZE)}
+        send = np.concatenate([pieces[(RANK, d)] for d in range(SIZE)])
+        recv = np.empty(int(table[:, RANK].sum()), dtype)
+        be.alltoall(send, list(table[RANK]), recv, list(table[:, RANK]))
+        assert np.array_equal(recv, np.concatenate([pieces[(s, RANK)] for s in range(SIZE)])), "alltoall"
+        cases += 1
+
+
+def run_growth(be):
+    """The window grows and shrinks never: a view from before one growth stays usable, and
+    windows from older generations are freed (collectively) without disturbing anything."""
+    global cases
+    small = be.buffer(10, np.float32)
+    small[...] = RANK
+    for mib in (6, 12, 40, 3):  # 6 and 12 MiB outgrow the first windows; 3 MiB reuses the last
+        big = be.buffer(mib * 1024 * 1024 // 4, np.float32)
+        big[...] = 1
+        be.allreduce(big, ReduceOp.SUM)
+        assert (big == SIZE).all()
+        if mib == 6:
+            assert (small == RANK).all()
+            be.allreduce(small, ReduceOp.MAX)
+            assert (small == SIZE - 1).all()
+    live = [w for w in be.arena.windows if w is not None]
+    assert len(live) <= 3, f"{len(live)} windows alive"
+    cases += 1
+
+
+def run_deep_trees(config):
+    """A host plan of deeper trees (Blink's single-root shape: a chain and a binary tree, both
+    rooted at rank 0, plus a chain rooted at the last rank) runs level by level."""
+    global cases
+    import dataclasses
+
+    from blinkflow.planner.plan import Plan, Tree
+
+    if SIZE < 3 or config.split_hosts:
+        return
+    chain = tuple((r, r + 1) for r in range(SIZE - 1))
+    binary = tuple(((r - 1) // 2, r) for r in range(1, SIZE))
+    back = tuple((r + 1, r) for r in range(SIZE - 2, -1, -1))
+    plan = Plan("allreduce", "test", tuple(range(SIZE)),
+                (Tree(0, 0.3, chain), Tree(0, 0.3, binary), Tree(SIZE - 1, 0.4, back)), 1.0, 1.0)
+    ctx = dataclasses.replace(standalone_context(MPI.COMM_WORLD, config), plan_for=lambda c, root=None: plan)
+    be = CpuBackend(ctx)
+    for n in (1, 100, 50001):
+        for dtype in (np.float32, np.float16, np.int64):
+            for op in (ReduceOp.SUM, ReduceOp.MAX):
+                inputs = [data(r, n, dtype, 31) for r in range(SIZE)]
+                buf = be.buffer(n, dtype)
+                buf[...] = inputs[RANK]
+                be.allreduce(buf, op)
+                expect_reduced(buf, inputs, op, f"deep trees n={n} {np.dtype(dtype).name} {op.name}")
+                check_same_everywhere(buf, f"deep trees n={n}")
+                cases += 1
+    assert len(be._levels[0]) > 1 and len(be._levels[1]) > 1, be._levels
+    be.close()
+
+
+def run_point_to_point():
+    """Phase 2's executors over COMM_WORLD: the ring, and lowered schedules of chain trees
+    (recv_reduce_send / recv_send steps) in both directions, two trees at once."""
+    global cases
+    from blinkflow.backends.cpu.cross import Scratch, ring_allreduce, run_schedule
+    from blinkflow.planner.lower import lower
+    from blinkflow.planner.plan import Plan, Tree
+
+    chain = tuple((r, r + 1) for r in range(SIZE - 1))
+    back = tuple((r + 1, r) for r in range(SIZE - 2, -1, -1))
+    plan = Plan("allreduce", "test", tuple(range(SIZE)), (Tree(0, 0.5, chain), Tree(SIZE - 1, 0.5, back)), 1.0, 1.0)
+    scratch = Scratch()
+    for n in (1, 5, 1000, 65537):
+        for dtype in (np.float32, np.float16, np.int32):
+            inputs = [data(r, n, dtype, 21) for r in range(SIZE)]
+            buf = inputs[RANK].copy()
+            ring_allreduce(comm, buf, np.add, scratch)
+            expect_reduced(buf, inputs, ReduceOp.SUM, f"ring n={n}")
+            check_same_everywhere(buf, f"ring n={n}")
+            buf = inputs[RANK].copy()
+            run_schedule(comm, lower(plan, n, chunk_elems=max(1, n // 3)), RANK, {r: r for r in range(SIZE)},
+                         buf, np.add, scratch)
+            expect_reduced(buf, inputs, ReduceOp.SUM, f"chain schedule n={n}")
+            check_same_everywhere(buf, f"chain schedule n={n}")
+            cases += 2
+
+
+def main():
+    faulthandler.dump_traceback_later(90, exit=True)  # a hang shows where every rank waits
+    config = Config.from_env()
+    if len(sys.argv) > 1:
+        config = Config(split_hosts=config.split_hosts, chunk_bytes=int(sys.argv[1]))
+    be = CpuBackend(standalone_context(MPI.COMM_WORLD, config))
+    run_allreduce(be, [0, 1, 2, 7, SIZE + 1, 1001, 20011])
+    run_allreduce(be, [300007]) if config.chunk_bytes == 0 else None
+    run_broadcast(be)
+    run_allgather(be)
+    run_reducescatter(be)
+    run_alltoall(be)
+    run_growth(be)
+    run_point_to_point()
+    run_deep_trees(config)
+    be.barrier()
+    be.close()
+    be.close()
+    if RANK == 0:
+        print(f"CASES {cases} OK", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""``python -m blinkflow.bench allreduce`` runs under mpirun and reports both sides (tiny sizes)."""
+import json
+
+import pytest
+
+from mpi_launch import run_mpi
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("via", ["backend", "api"])
+def test_bench_allreduce_json(via):
+    out = run_mpi(2, ["python", "-m", "blinkflow.bench", "allreduce", "--sizes", "4KB,64KB", "--via", via, "--reps", "3", "--json"],
+                  timeout=240).stdout
+    report = json.loads(out[out.index("{"):out.rindex("}") + 1])
+    assert report["ranks"] == 2 and report["via"] == via
+    assert [r["bytes"] for r in report["allreduce"]] == [4096, 65536]
+    for r in report["allreduce"]:
+        for side in ("blinkflow", "mpi"):
+            assert r[side]["seconds"] > 0
+            assert r[side]["busbw_gbps"] == pytest.approx(r[side]["algbw_gbps"])  # 2(n-1)/n = 1 at n = 2
+    small = report["small_tensors"]
+    assert small["tensors"] == 200 and small["speedup"] > 0

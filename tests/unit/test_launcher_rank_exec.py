@@ -1,0 +1,113 @@
+"""The per-rank wrapper without MPI: tagging whole lines, per-rank logs, and the failure event
+(exception, exit status, signal) it sends blinkrun."""
+import json
+import os
+import subprocess
+import sys
+
+from blinkflow.launcher import events
+from blinkflow.launcher.rank_exec import exit_status, log_dir
+
+PY = sys.executable
+
+
+def wrap(command, rank="3", extra=()):
+    env = dict(os.environ, OMPI_COMM_WORLD_RANK=rank, OMPI_COMM_WORLD_SIZE="12")
+    return subprocess.run([PY, "-m", "blinkflow.launcher.rank_exec", *extra, "--", *command],
+                          capture_output=True, text=True, timeout=60, env=env)
+
+
+def split_events(stderr):
+    text, found = [], []
+    for line in stderr.splitlines(keepends=True):
+        plain, event = events.split(line)
+        text.append(plain)
+        found += [event] if event else []
+    return "".join(text), found
+
+
+def test_lines_are_tagged_and_a_last_partial_line_completed(tmp_path):
+    code = "import sys; print('a'); print('b', file=sys.stderr); sys.stdout.write('no newline')"
+    proc = wrap([PY, "-c", code], extra=("--output-dir", str(tmp_path)))
+    assert proc.returncode == 0
+    assert proc.stdout == "[3]<stdout>: a\n[3]<stdout>: no newline\n"
+    text, found = split_events(proc.stderr)
+    assert text == "[3]<stderr>: b\n"
+    assert [e["event"] for e in found] == [events.STARTED] and found[0]["rank"] == 3
+    assert (tmp_path / "rank.03" / "stdout").read_text() == "a\nno newline\n"   # padded: 12 ranks
+    assert (tmp_path / "rank.03" / "stderr").read_text() == "b\n"
+
+
+def test_uncaught_exception_is_recorded():
+    proc = wrap([PY, "-c", "def f():\n    raise KeyError('missing')\nf()"])
+    assert proc.returncode == 1
+    _, found = split_events(proc.stderr)
+    failed = found[-1]
+    assert failed["event"] == events.FAILED and failed["status"] == 1 and failed["rank"] == 3
+    assert failed["exc"] == "KeyError: 'missing'"
+    assert failed["tail"][0] == "Traceback (most recent call last):" and "in f" in "\n".join(failed["tail"])
+
+
+def test_exit_status_and_signal_are_reported():
+    proc = wrap(["sh", "-c", "echo boom >&2; exit 7"])
+    assert proc.returncode == 7
+    failed = split_events(proc.stderr)[1][-1]
+    assert (failed["status"], failed["signal"], failed["exc"], failed["tail"]) == (7, None, None, ["boom"])
+    proc = wrap(["sh", "-c", "kill -9 $$"])
+    assert proc.returncode == 137
+    failed = split_events(proc.stderr)[1][-1]
+    assert (failed["status"], failed["signal"]) == (137, "SIGKILL")
+
+
+def test_missing_command_is_127():
+    proc = wrap(["no-such-command-blinkflow"])
+    assert proc.returncode == 127
+    assert "cannot start 'no-such-command-blinkflow'" in proc.stderr
+
+
+def test_the_hook_stays_out_of_grandchildren():
+    # A Python started by the rank raises: the rank itself exits 0, so nothing is recorded.
+    code = f"import subprocess; subprocess.run([{PY!r}, '-c', 'raise SystemError(1)'])"
+    proc = wrap([PY, "-c", code])
+    assert proc.returncode == 0
+    assert [e["event"] for e in split_events(proc.stderr)[1]] == [events.STARTED]
+
+
+def test_helpers():
+    assert exit_status(0) == 0 and exit_status(3) == 3 and exit_status(-9) == 137
+    assert log_dir("/l", 7, 8) == "/l/rank.7" and log_dir("/l", 7, 100) == "/l/rank.07"
+
+
+def test_event_lines_round_trip_and_stay_short():
+    line = events.encode({"event": "failed", "rank": 1, "tail": ["x" * 100] * 200})
+    assert len(line) <= events.MAX_LINE and line.endswith("\n")
+    text, event = events.split(line)
+    assert text == "" and event["rank"] == 1 and 0 < len(event["tail"]) < 200 and event["tail"][-1] == "x" * 100
+    text, event = events.split("banner text " + line)
+    assert text == "banner text \n" and event["event"] == "failed"
+    assert events.split("ordinary\n") == ("ordinary\n", None)
+    assert events.split(events.MARK + "{not json\n") == (events.MARK + "{not json\n", None)
+    assert json.loads(line[len(events.MARK):])["event"] == "failed"
+
+
+def test_a_users_own_sitecustomize_still_runs(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text("import builtins\nbuiltins.USER_SITE = 'loaded'\n")
+    env_path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=env_path, OMPI_COMM_WORLD_RANK="0")
+    proc = subprocess.run([PY, "-m", "blinkflow.launcher.rank_exec", "--", PY, "-c",
+                           "import sys; print(USER_SITE, sys.excepthook.__name__)"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.stdout == "[0]<stdout>: loaded _record_and_abort\n", proc.stderr
+
+
+def test_the_hook_folder_is_packaged():
+    # A non-editable install must carry pyhook/ (rank_exec puts it on the ranks' PYTHONPATH).
+    import configparser
+    import pathlib
+    setup = pathlib.Path(__file__).resolve().parents[2] / "setup.cfg"
+    if not setup.is_file():
+        import pytest
+        pytest.skip("not running from a source checkout")
+    parser = configparser.ConfigParser()
+    parser.read(setup)
+    assert "blinkflow.launcher.pyhook" in parser["options"]["packages"].split()

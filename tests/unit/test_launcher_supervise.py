@@ -1,0 +1,77 @@
+"""blinkrun's job supervision against a stand-in for mpirun (a Python that prints what the ranks'
+wrappers would): the earliest failure wins, event lines are hidden, a slow start or a job that
+does not stop after a failure is stopped."""
+import io
+import sys
+import time
+
+from blinkflow.launcher import events, supervise
+from blinkflow.launcher.supervise import Job, describe_failure
+
+
+def fake_mpirun(lines, exit_code=0, sleep=0.0):
+    body = "".join(f"sys.stderr.write({line!r}); sys.stderr.flush()\n" for line in lines)
+    return [sys.executable, "-c", f"import sys, time\nprint('rank output')\n{body}time.sleep({sleep})\nsys.exit({exit_code})"]
+
+
+def run_job(argv, np=2, start_timeout=30.0):
+    out, err = io.BytesIO(), io.BytesIO()
+    began = time.time()
+    status = Job(argv, {}, np=np, start_timeout=start_timeout, out=out, err=err).run()
+    return status, out.getvalue().decode(), err.getvalue().decode(), time.time() - began
+
+
+def started(rank):
+    return events.encode({"event": "started", "rank": rank, "host": "h", "pid": 1})
+
+
+def failed(rank, at, status, exc=None):
+    return events.encode({"event": "failed", "rank": rank, "host": f"host{rank}", "status": status, "signal": None,
+                          "time": at, "exc": exc, "tail": ["Traceback (most recent call last):", exc or "x"]})
+
+
+def test_earliest_failure_is_named_and_its_status_returned():
+    lines = [started(0), started(1), "mpi noise\n", failed(1, 200.0, 9), failed(0, 100.0, 4, "OSError: disk")]
+    status, out, err, _ = run_job(fake_mpirun(lines, exit_code=1))
+    assert status == 4
+    assert out == "rank output\n"
+    assert "mpi noise\n" in err and events.MARK not in err
+    assert "blinkrun: rank 0 (host host0) failed first: exited with status 4: OSError: disk" in err
+    assert "(1 more rank(s) failed after it)" in err
+
+
+def test_mpirun_failing_without_events_passes_its_status():
+    status, _, err, _ = run_job(fake_mpirun([started(0), started(1)], exit_code=3))
+    assert status == 3 and "mpirun exited with status 3 and no rank reported a failure" in err
+
+
+def test_ranks_that_do_not_start_in_time_stop_the_job():
+    status, _, err, took = run_job(fake_mpirun([started(0)], sleep=60), start_timeout=1.0)
+    assert status == 1 and took < 20
+    assert "only 1 of 2 ranks started within 1 s (missing: 1)" in err
+
+
+def test_a_job_still_running_after_a_failure_is_stopped(monkeypatch):
+    monkeypatch.setattr(supervise, "FAILURE_GRACE_SECONDS", 0.5)
+    status, _, err, took = run_job(fake_mpirun([started(0), started(1), failed(1, 1.0, 6)], sleep=60))
+    assert status == 6 and took < 20 and "rank 1 (host host1) failed first" in err
+
+
+def test_describe_failure_signal():
+    text = describe_failure({"rank": 2, "host": "n1", "status": 137, "signal": "SIGKILL", "tail": []})
+    assert text == "rank 2 (host n1) failed first: killed by SIGKILL\nblinkrun: exit status 137"
+
+
+def test_sigint_stops_the_job_and_later_failures_do_not_count():
+    import os
+    import signal
+    import threading
+    lines = [started(0), started(1), failed(1, 1e12, 9)]   # fails "after" the interrupt: a casualty
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        status, _, err, took = run_job(fake_mpirun(lines, sleep=60))
+    finally:
+        timer.cancel()
+    assert status == 130 and took < 20
+    assert "blinkrun: stopped by SIGINT; every rank was stopped" in err and "failed first" not in err
