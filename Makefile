@@ -15,7 +15,8 @@ $(STAMP): setup.cfg pyproject.toml
 install: $(STAMP)
 
 # The main job: Horovod's Keras recipe on 2 ranks (examples/keras_mnist.py).
-# Through the venv's mpirun until `blinkrun -np` lands; then: $(BIN)/blinkrun -np 2 python examples/keras_mnist.py
+demo: $(STAMP)
+	$(BIN)/blinkrun -np 2 python examples/keras_mnist.py
 MPIRUN_FLAGS := --oversubscribe --bind-to none $(shell [ "$$(id -u)" = 0 ] && echo --allow-run-as-root)
 demo: $(STAMP)
 	$(BIN)/mpirun -np 2 $(MPIRUN_FLAGS) -x TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python examples/keras_mnist.py
