@@ -26,6 +26,9 @@ parser.add_argument("--num-batches-per-iter", type=int, default=5)
 parser.add_argument("--num-iters", type=int, default=5)
 parser.add_argument("--num-threads", type=int, default=1, help="TF intra- and inter-op threads per rank")
 parser.add_argument("--fp16-allreduce", action="store_true", help="send gradients as float16")
+parser.add_argument("--local-baseline", action="store_true",
+                    help="also time the same step without the allreduce, in the same job, and print the ratio "
+                         "(communication efficiency; independent of how busy the machine is)")
 args = parser.parse_args()
 
 tf.config.threading.set_intra_op_parallelism_threads(args.num_threads)
@@ -45,16 +48,23 @@ data = tf.constant(rng.random((args.batch_size, args.img_size, args.img_size, 3)
 target = tf.constant(rng.integers(0, 1000, size=(args.batch_size,)))
 
 
-@tf.function
-def benchmark_step(first_batch):
-    with tf.GradientTape() as tape:
-        loss = loss_fn(target, model(data, training=True))
-    tape = hvd.DistributedGradientTape(tape, compression=compression)  # blinkflow: allreduce gradients
-    gradients = tape.gradient(loss, model.trainable_variables)
-    optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-    if first_batch:  # blinkflow: start every rank from rank 0's state
-        hvd.broadcast_variables(model.variables, root_rank=0)
-        hvd.broadcast_variables(optimizer.variables, root_rank=0)
+def make_step(distributed):
+    @tf.function
+    def step(first_batch):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(target, model(data, training=True))
+        if distributed:
+            tape = hvd.DistributedGradientTape(tape, compression=compression)  # blinkflow: allreduce gradients
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        if first_batch:  # blinkflow: start every rank from rank 0's state
+            hvd.broadcast_variables(model.variables, root_rank=0)
+            hvd.broadcast_variables(optimizer.variables, root_rank=0)
+    return step
+
+
+benchmark_step = make_step(distributed=True)
+local_step = make_step(distributed=False)  # only for --local-baseline
 
 
 def log(text):
@@ -82,3 +92,14 @@ mean, conf = np.mean(img_secs), 1.96 * np.std(img_secs)
 total = float(hvd.allreduce(np.array([mean]), op=hvd.Sum, name="benchmark.total")[0])
 log(f"Img/sec per rank: {mean:.1f} +-{conf:.1f}")
 log(f"Total img/sec on {hvd.size()} rank(s): {total:.1f} +-{conf * np.sqrt(hvd.size()):.1f}")
+
+if args.local_baseline:
+    # Alternate local and distributed iterations so both see the same load on a shared machine.
+    local_step(first_batch=False)
+    seconds = {"local": 0.0, "distributed": 0.0}
+    for i in range(args.num_iters):
+        seconds["local"] += timeit.timeit(lambda: local_step(first_batch=False), number=args.num_batches_per_iter)
+        seconds["distributed"] += timeit.timeit(lambda: benchmark_step(first_batch=False),
+                                                number=args.num_batches_per_iter)
+    ratio = float(hvd.allreduce(np.array([seconds["local"] / seconds["distributed"]]), name="benchmark.ratio")[0])
+    log(f"Communication efficiency (step time without / with allreduce): {100 * ratio:.1f}%")

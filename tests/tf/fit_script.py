@@ -14,18 +14,13 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from runtime_standin import ensure_runtime  # noqa: E402
-
-ensure_runtime()
-
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
 
-import keras  # noqa: E402
+import keras  # noqa: E402  (after the thread settings, before any op runs)
 
 import blinkflow.tensorflow.keras as hvd  # noqa: E402
 

@@ -5,21 +5,15 @@ DistributedGradientTape (dense and IndexedSlices); broadcast_variables; errors.
 One launch checks everything (TensorFlow costs seconds per process to import). Prints
 ``OPS OK <count>`` on success; exits 1 naming every failed check.
 """
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from runtime_standin import ensure_runtime  # noqa: E402
-
-ensure_runtime()
-
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
 
-import keras  # noqa: E402
+import keras  # noqa: E402  (after the thread settings, before any op runs)
 
 import blinkflow as bf  # noqa: E402
 import blinkflow.tensorflow as hvd  # noqa: E402
