@@ -15,8 +15,9 @@ $(STAMP): setup.cfg pyproject.toml
 install: $(STAMP)
 
 # The main job: Horovod's Keras recipe on 2 ranks (examples/keras_mnist.py).
+# PATH: the ranks run `python` from PATH, which must be the venv's (it has TensorFlow).
 demo: $(STAMP)
-	$(BIN)/blinkrun -np 2 python examples/keras_mnist.py
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/blinkrun -np 2 python examples/keras_mnist.py
 MPIRUN_FLAGS := --oversubscribe --bind-to none $(shell [ "$$(id -u)" = 0 ] && echo --allow-run-as-root)
 demo: $(STAMP)
 	$(BIN)/mpirun -np 2 $(MPIRUN_FLAGS) -x TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python examples/keras_mnist.py
