@@ -10,6 +10,7 @@ mpi4py's ``Rc``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Mapping, Optional
 
@@ -104,9 +105,14 @@ def _parse(field: dataclasses.Field, raw: str):
         if kind == "int":
             return int(float(raw)) if raw.replace(".", "", 1).isdigit() else int(raw)
         if kind == "float":
-            return float(raw)
+            value = float(raw)
+            if not math.isfinite(value):  # nan slips through every "< 0" check
+                raise OverflowError
+            return value
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a number") from None
+    except OverflowError:
+        raise ConfigError(f"{name}={raw!r} is not a finite number") from None
     if field.name in ("backend", "log_level"):
         return raw.lower()
     return raw
@@ -127,3 +133,17 @@ def set_config(config: Optional[Config]) -> None:
     """Replace the process-wide Config (tests, or ``init`` re-reading after a change)."""
     global _CONFIG
     _CONFIG = config
+
+
+#: Open MPI settings blinkflow needs before MPI starts; a value the user set wins.
+#: ``osc=^ucx``: blinkflow's one-sided windows are shared memory only, and Open MPI 5's UCX
+#: one-sided component prints a spurious error for them on machines without RDMA hardware.
+MPI_DEFAULTS = {"OMPI_MCA_osc": "^ucx"}
+
+
+def apply_mpi_defaults(environ=None) -> None:
+    """Put :data:`MPI_DEFAULTS` into the environment unless already set. Call before mpi4py
+    initialises MPI (``blinkflow.init`` does); once MPI is running it has no effect."""
+    environ = os.environ if environ is None else environ
+    for key, value in MPI_DEFAULTS.items():
+        environ.setdefault(key, value)

@@ -7,6 +7,7 @@ blinkrun takes these lines out of the output the user sees.
 from __future__ import annotations
 
 import json
+import math
 from typing import Optional, Tuple
 
 MARK = "@@blinkrun@@ "
@@ -16,14 +17,28 @@ FAILED = "failed"
 
 
 def encode(event: dict) -> str:
-    """One line (with its newline); a long ``tail`` loses its oldest lines to fit."""
+    """One line (with its newline); a long ``tail`` loses its oldest lines to fit, then the
+    longest text field (a long exception message) is shortened — the line stays valid JSON, so
+    blinkrun still learns of the failure."""
     event = dict(event)
     while True:
         line = MARK + json.dumps(event, separators=(",", ":"), ensure_ascii=True) + "\n"
+        if len(line) <= MAX_LINE:
+            return line
         tail = event.get("tail") or []
-        if len(line) <= MAX_LINE or not tail:
-            return line if len(line) <= MAX_LINE else line[:MAX_LINE - 1] + "\n"
-        event["tail"] = tail[1:] if len(tail) > 1 else [tail[0][-500:]] if len(tail[0]) > 500 else []
+        if tail:
+            event["tail"] = tail[1:] if len(tail) > 1 else [tail[0][-500:]] if len(tail[0]) > 500 else []
+            continue
+        texts = [k for k, v in event.items() if isinstance(v, str) and len(v) > len(" ...")]
+        if not texts:
+            return line[:MAX_LINE - 1] + "\n"  # nothing left to shorten (never happens for our events)
+        longest = max(texts, key=lambda k: len(event[k]))
+        text = event[longest]
+        # Characters to drop: the excess in escaped form, scaled to raw characters (a non-ASCII
+        # character takes 6 in the line); the loop checks again.
+        excess = len(line) - MAX_LINE + len(" ...")
+        per_char = len(json.dumps(text, ensure_ascii=True)) / len(text)
+        event[longest] = text[:max(0, len(text) - math.ceil(excess / per_char))] + " ..."
 
 
 def split(line: str) -> Tuple[str, Optional[dict]]:

@@ -8,6 +8,7 @@ in blinkrun's environment, which wins over the Config default.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable, Dict, Mapping, Optional
 
 import click
@@ -37,7 +38,10 @@ class SettingFlag:
 
 
 def _mb_to_bytes(mb) -> str:
-    return str(int(round(float(mb) * MIB)))
+    value = float(mb) * MIB
+    if not math.isfinite(value):
+        raise ConfigError(f"{Config.env_name('fusion_threshold')} from --fusion-threshold-mb {mb}: not a finite number")
+    return str(int(round(value)))
 
 
 SETTING_FLAGS = (

@@ -43,14 +43,14 @@ def parse_hosts_arg(text: str) -> List[Host]:
         name, sep, slots = entry.rpartition(":") if ":" in entry and not entry.endswith("]") else (entry, "", "")
         if not sep:
             name, slots = entry, "1"
-        if not slots.isdigit():
+        if not re.fullmatch(r"[0-9]+", slots):
             raise HostSpecError(f"-H entry {entry!r}: slots must be a positive integer (expected host:slots)")
         hosts.append(_check(name, int(slots), f"-H entry {entry!r}"))
     return _no_duplicates(hosts, "-H")
 
 
 _LINE = re.compile(r"^(?P<name>\S+)(?:\s+(?P<rest>.*))?$")
-_SLOTS = re.compile(r"^slots\s*=\s*(?P<n>\d+)$")
+_SLOTS = re.compile(r"^slots\s*=\s*(?P<n>[0-9]+)$")
 
 
 def parse_hostfile_text(text: str, filename: str = "<hostfile>") -> List[Host]:

@@ -10,12 +10,11 @@ and one line on stderr, never a traceback (launcher/one_line.py).
 from __future__ import annotations
 
 import json
-from typing import List, Optional
 
 import click
 
-from ..errors import TopologyError
 from .one_line import OneLineErrorCommand
+from .topo_cmd import parse_gpus
 
 COLLECTIVE_CHOICES = ("broadcast", "reduce", "allreduce", "allgather", "reducescatter")
 
@@ -25,18 +24,6 @@ def load_topology_spec(spec: str):
     from ..topology.resolve import resolve_topology
 
     return resolve_topology(spec, "--topology")
-
-
-def parse_gpus(text: Optional[str]) -> Optional[List[int]]:
-    if text is None:
-        return None
-    try:
-        gpus = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise TopologyError(f"{text!r} is not a comma-separated list of device ids", "--gpus") from None
-    if not gpus:
-        raise TopologyError("the device list is empty", "--gpus")
-    return gpus
 
 
 @click.command(cls=OneLineErrorCommand, help="Plan one collective's spanning trees on a topology.")
@@ -61,12 +48,26 @@ def command(topology_spec, gpus, collective, root, as_json, png, hybrid):
         from .plan_draw import draw_plan
         try:
             draw_plan(plan, topology, png)
+        except ImportError:  # matplotlib is the optional "plot" extra
+            raise click.UsageError("--png needs matplotlib (pip install 'blinkflow[plot]')") from None
         except OSError as e:
             raise click.UsageError(f"cannot write {png}: {e.strerror}") from None
     if as_json:
-        click.echo(json.dumps(plan.to_dict(), indent=2))
+        click.echo(json.dumps(plan_json(plan), indent=2))
         return
     click.echo(_summary(plan))
+
+
+def plan_json(plan) -> dict:
+    """:meth:`Plan.to_dict`; a three-phase plan also lists its phases as one-level ``trees`` and
+    ``routes``, so every plan's trees carry the whole buffer at ``rate_gbps`` (DESIGN §3.2)."""
+    out = plan.to_dict()
+    if plan.is_three_phase:
+        from ..planner.multihost import one_level_trees
+        trees, routes = one_level_trees(plan)
+        out["trees"] = [t.to_dict() for t in trees]
+        out["routes"] = [r.to_dict() for r in routes]
+    return out
 
 
 def _summary(plan) -> str:

@@ -14,6 +14,7 @@ import tempfile
 
 import click
 
+from blinkflow.config import Config
 from blinkflow.errors import ConfigError
 from blinkflow.version import __version__
 
@@ -24,6 +25,16 @@ from .mpirun_argv import LaunchSpec, build_mpirun_argv, format_argv
 from .one_line import OneLineErrorCommand
 
 DEFAULT_START_TIMEOUT = 30.0
+
+
+def interpreter_first_path(path: str, interpreter_dir: str) -> str:
+    """PATH for the ranks with blinkrun's own interpreter directory first.
+
+    ``.venv/bin/blinkrun -np 2 python train.py`` must run the venv's ``python`` (which has
+    blinkflow) even when the venv is not activated, as a user of a venv expects.
+    """
+    parts = [p for p in path.split(os.pathsep) if p and p != interpreter_dir]
+    return os.pathsep.join([interpreter_dir] + parts)
 
 
 def local_cores() -> int:
@@ -41,6 +52,16 @@ def local_cores() -> int:
         except OSError:
             return len(allowed)
     return len(cores) or len(allowed)
+
+
+def _check_topology(settings, given_as_flag: bool) -> None:
+    """A topology every rank would reject fails here, before anything starts (exit 2). A
+    topology file must therefore be readable where blinkrun runs, at the same path as on the
+    hosts (a shared file system, or a copy)."""
+    spec = settings.get(Config.env_name("topology"))
+    if spec:
+        from blinkflow.topology.resolve import resolve_topology
+        resolve_topology(spec, "--topology" if given_as_flag else Config.env_name("topology"))
 
 
 def _check_build(ctx, _param, value):
@@ -108,6 +129,7 @@ def command(np, hosts, hostfile, mpi_args, start_timeout, output_filename, verbo
         raise click.UsageError(str(e)) from None
     except ValueError as e:   # shlex: unbalanced quotes
         raise click.BadParameter(f"{mpi_args!r}: {e}", param_hint="'--mpi-args'") from None
+    _check_topology(settings, given_as_flag=setting_values.get("topology") is not None)
     try:
         impl = detect()
     except ConfigError as e:
@@ -131,5 +153,6 @@ def command(np, hosts, hostfile, mpi_args, start_timeout, output_filename, verbo
             click.echo(format_argv(argv), err=True)
         env = dict(os.environ)
         env.update(settings)
+        env["PATH"] = interpreter_first_path(env.get("PATH", ""), os.path.dirname(sys.executable))
         status = Job(argv, env, np=np, start_timeout=start_timeout).run()
     sys.exit(status)

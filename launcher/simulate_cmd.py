@@ -21,6 +21,7 @@ from blinkflow.sim.compare import Comparison, compare, sweep_sizes
 from blinkflow.topology.resolve import resolve_topology
 
 from .one_line import OneLineErrorCommand
+from .topo_cmd import parse_gpus
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "k": 2**10, "m": 2**20, "g": 2**30}
@@ -35,18 +36,6 @@ def parse_size(text: str, flag: str = "--size") -> int:
     if value <= 0:
         raise click.UsageError(f"{flag} {text!r}: the size must be positive")
     return value
-
-
-def parse_gpus(text: Optional[str]) -> Optional[List[int]]:
-    if text is None:
-        return None
-    out = []
-    for token in text.split(","):
-        token = token.strip()
-        if not token.isdigit():
-            raise click.UsageError(f"--gpus {text!r}: {token!r} is not a device index; write e.g. --gpus 0,1,4")
-        out.append(int(token))
-    return out
 
 
 def human(nbytes: float) -> str:

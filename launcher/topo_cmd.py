@@ -11,6 +11,7 @@ Bad input exits 2 with one line naming the file, line or field (launcher/one_lin
 from __future__ import annotations
 
 import json
+import re
 from typing import List, Optional
 
 import click
@@ -73,12 +74,17 @@ def probe_this_machine() -> Topology:
 
 
 def parse_gpus(text: Optional[str]) -> Optional[List[int]]:
+    """``--gpus`` of ``topo`` and ``plan``: comma-separated device indexes, spaces allowed.
+
+    Only ASCII digits count (``str.isdigit`` takes ``²``, ``int`` takes ``1_0`` and ``-1``).
+    Repeats and unknown devices are left to :meth:`Topology.subset`, which names them.
+    """
     if text is None:
         return None
     out = []
     for token in text.split(","):
         token = token.strip()
-        if not token.isdigit():
+        if not re.fullmatch(r"[0-9]+", token):
             raise click.UsageError(f"--gpus {text!r}: {token!r} is not a device index; write e.g. --gpus 0,1,4")
         out.append(int(token))
     return out

@@ -42,6 +42,7 @@ def run_mpi(nprocs: int, argv: Sequence[str], timeout: float = 120, env: Optiona
     full_env = dict(os.environ)
     full_env.setdefault("PYTHONUNBUFFERED", "1")
     full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    full_env.setdefault("OMPI_MCA_osc", "^ucx")  # see blinkflow.config.MPI_DEFAULTS
     full_env.update(env or {})
     cmd = mpirun_argv(nprocs, argv, env)
     try:

@@ -27,7 +27,7 @@ from .edmonds import edmonds_bound
 from .forestcoll import allgather_node_rate
 from .loads import plan_rate
 from .maxflow import integer_scale, scaled
-from .multihost import nic_paths as _nic_paths_of
+from .multihost import common_refinement, nic_paths as _nic_paths_of
 from .network import fabric, main_network
 from .plan import Plan, Route, Tree
 from .single import allgather, broadcast
@@ -119,32 +119,7 @@ class _IntraPackings:
 def _refine(parts: List[Packing]) -> List[Tuple[Fraction, Tuple[Arc, ...]]]:
     """Common refinement of several packings (each sums to 1): slices and the union of the
     trees covering each slice."""
-    cuts = sorted({Fraction(0), Fraction(1)} | {c for p in parts for c in _cumulative(p)})
-    out = []
-    for lo, hi in zip(cuts[:-1], cuts[1:]):
-        mid = (lo + hi) / 2
-        arcs: Tuple[Arc, ...] = ()
-        for p in parts:
-            arcs += _covering(p, mid)
-        out.append((hi - lo, arcs))
-    return out
-
-
-def _cumulative(packing: Packing) -> List[Fraction]:
-    acc, out = Fraction(0), []
-    for f, _ in packing:
-        acc += f
-        out.append(acc)
-    return out
-
-
-def _covering(packing: Packing, point: Fraction) -> Tuple[Arc, ...]:
-    acc = Fraction(0)
-    for f, arcs in packing:
-        acc += f
-        if point < acc:
-            return arcs
-    return packing[-1][1]
+    return [(hi - lo, sum(trees, ())) for lo, hi, trees in common_refinement(parts)]
 
 
 def _bound(topology: Topology, devices, collective: str, root) -> float:

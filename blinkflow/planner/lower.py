@@ -23,7 +23,7 @@ buffer size and cache the result.
 from __future__ import annotations
 
 import itertools
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from ..errors import PlanError, ScheduleError
 from .builder import ScheduleBuilder

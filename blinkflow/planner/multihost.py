@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 from fractions import Fraction
-from typing import Dict, Hashable, List, Sequence, Tuple
+from typing import Dict, Hashable, List, Sequence, Tuple, TypeVar
 
 from ..errors import PlanError
 from ..topology.model import Topology
 from .loads import plan_rate
 from .maxflow import FlowGraph, integer_scale, scaled, to_fraction
 from .network import Network, main_network
-from .plan import CrossGroup, Plan, Tree
+from .plan import CrossGroup, Plan, Route, Tree
 from .single import PackedPlan, allreduce
+
+T = TypeVar("T")
 
 
 def three_phase(topology: Topology, devices: Sequence[int]) -> Plan:
@@ -56,18 +58,46 @@ def three_phase(topology: Topology, devices: Sequence[int]) -> Plan:
     plan = Plan("allreduce", topology.name, tuple(devices), (), 0.0, 0.0, algorithm="three-phase",
                 intra=tuple(intra), cross=tuple(cross))
     rate = plan_rate(plan, topology)
-    return dataclasses.replace(plan, rate_gbps=rate, optimal_gbps=max(rate, _bound(topology, intra, hosts)))
+    return dataclasses.replace(plan, rate_gbps=rate, optimal_gbps=max(rate, _bound(topology, intra, hosts, devices)))
+
+
+def one_level_trees(plan: Plan) -> Tuple[Tuple[Tree, ...], Tuple[Route, ...]]:
+    """The three-phase all-reduce as DESIGN §3.2's one-level ``trees`` (``blinkrun plan --json``).
+
+    Slice [start, stop) of a cross group, tree ``k`` of its plan (fraction ``f``): one spanning
+    tree of all devices, the cross tree's edges joined with every host's intra tree for that
+    slice (each rooted at the host's group member), carrying ``(stop − start) · f``. Every intra
+    edge then carries its tree's fraction and every cross edge its slice's share, as in the
+    three-phase load model, so the rate recomputed from these trees is the plan's rate.
+    """
+    routes: Dict[Tuple[int, int, str], Route] = {}
+    for part in list(plan.intra) + [g.plan for g in plan.cross]:
+        routes.update(((r.src, r.dst, r.channel), r) for r in part.routes)
+    trees = []
+    for group in plan.cross:
+        middle = (group.start + group.stop) / 2
+        local = tuple(e for intra in plan.intra for e in _tree_at(intra.trees, middle).edges)
+        for tree in group.plan.trees:
+            trees.append(Tree(tree.root, (group.stop - group.start) * tree.fraction, tree.edges + local))
+    return tuple(trees), tuple(routes.values())
+
+
+def _tree_at(trees: Sequence[Tree], point: float) -> Tree:
+    acc = 0.0
+    for tree in trees:
+        acc += tree.fraction
+        if point < acc:
+            return tree
+    return trees[-1]
 
 
 def _cross_groups(topology: Topology, hosts: List[str], shards) -> List[CrossGroup]:
     from .make import to_plan
 
-    cuts = sorted({Fraction(0), Fraction(1)} | {c for h in hosts for c in _cumulative(shards[h])})
     nic_use: Dict[Hashable, int] = {}
     paths_of: Dict[int, Tuple[Tuple[Hashable, ...], Tuple[Hashable, ...]]] = {}
     groups = []
-    for start, stop in zip(cuts[:-1], cuts[1:]):
-        members = tuple(_holder(shards[h], (start + stop) / 2) for h in hosts)
+    for start, stop, members in common_refinement([shards[h] for h in hosts]):
         for d in members:
             if d not in paths_of:
                 paths_of[d] = nic_paths(topology, d, nic_use)
@@ -77,21 +107,32 @@ def _cross_groups(topology: Topology, hosts: List[str], shards) -> List[CrossGro
     return groups
 
 
-def _cumulative(shard: List[Tuple[Fraction, int]]) -> List[Fraction]:
-    out, acc = [], Fraction(0)
-    for frac, _ in shard:
-        acc += frac
-        out.append(acc)
-    return out
+def common_refinement(partitions: Sequence[Sequence[Tuple[Fraction, T]]]
+                      ) -> List[Tuple[Fraction, Fraction, Tuple[T, ...]]]:
+    """Cut [0, 1) at every boundary of several partitions, each a list of ``(width, item)``
+    whose widths sum to 1: ``(start, stop, items)`` per slice, ``items[i]`` being the item of
+    partition ``i`` that covers the slice.
+
+    >>> common_refinement([[(Fraction(1, 2), "a"), (Fraction(1, 2), "b")], [(Fraction(1), "x")]])
+    [(Fraction(0, 1), Fraction(1, 2), ('a', 'x')), (Fraction(1, 2), Fraction(1, 1), ('b', 'x'))]
+    """
+    cuts = {Fraction(0), Fraction(1)}
+    for partition in partitions:
+        acc = Fraction(0)
+        for width, _ in partition:
+            acc += width
+            cuts.add(acc)
+    edges = sorted(cuts)
+    return [(lo, hi, tuple(_item_at(p, (lo + hi) / 2) for p in partitions)) for lo, hi in zip(edges[:-1], edges[1:])]
 
 
-def _holder(shard: List[Tuple[Fraction, int]], point: Fraction) -> int:
+def _item_at(partition: Sequence[Tuple[Fraction, T]], point: Fraction) -> T:
     acc = Fraction(0)
-    for frac, root in shard:
-        acc += frac
+    for width, item in partition:
+        acc += width
         if point < acc:
-            return root
-    return shard[-1][1]
+            return item
+    return partition[-1][1]
 
 
 def nic_paths(topology: Topology, device: int, nic_use: Dict[Hashable, int]):
@@ -141,27 +182,31 @@ def _group_plan(topology: Topology, members, paths_of) -> PackedPlan:
     return packed
 
 
-def _bound(topology: Topology, intra: List[Plan], hosts: List[str]) -> float:
+def _bound(topology: Topology, intra: List[Plan], hosts: List[str], devices: Sequence[int]) -> float:
     """An upper bound for the class: no host beats its own all-reduce optimum, and every host
     must send and receive ``2 (H − 1) / H`` of the buffer through the cut between it and the
     network, whose capacity is a max-flow from the host's devices to the network switch."""
     bounds = [p.optimal_gbps for p in intra if p.optimal_gbps > 0]
     count = len(hosts)
     for h in hosts:
-        out = _host_uplink(topology, h)
+        out = host_uplink(topology, h, devices)
         if out > 0:
             bounds.append(out * count / (2 * (count - 1)))
     return min(bounds) if bounds else float("inf")
 
 
-def _host_uplink(topology: Topology, host: str) -> float:
-    inside = {n.id for n in topology.nodes if n.host == host}
+def host_uplink(topology: Topology, host: str, devices: Sequence[int]) -> float:
+    """GB/s the allocated ``devices`` of ``host`` can push into the network: a max-flow from
+    them through the host's forwarding nodes (never through GPUs outside the allocation, which
+    are not relays) to the far ends of its network links."""
+    allocated = set(devices)
+    inside = {n.id for n in topology.nodes if n.host == host and (n.id in allocated or not n.is_compute)}
     caps = {(l.src, l.dst): to_fraction(l.gbps) for l in topology.links
             if l.src in inside and (l.dst in inside or l.kind == "net")}
     if not caps:
         return 0.0
     source = ("uplink", "source")
-    for d in topology.compute_on_host(host):
+    for d in (d for d in devices if d in inside):
         caps[(source, d)] = sum(c for (a, _), c in caps.items() if a == d)
     sinks = {b for (a, b) in caps if b not in inside and a != source}
     sink = ("uplink", "sink")

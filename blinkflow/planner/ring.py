@@ -18,6 +18,7 @@ from typing import Dict, Hashable, List, Sequence, Tuple
 
 from ortools.linear_solver import pywraplp
 
+from ..errors import PlanError
 from ..topology.model import Topology
 from ..topology.presets import PCIE_GBPS, QPI_GBPS
 from .network import PRIMARY_KINDS, fabric
@@ -104,7 +105,9 @@ def _pack_cycles(caps, cycles) -> float:
     for arc, vars_ in uses.items():
         solver.Add(sum(vars_) <= caps[arc])
     solver.Maximize(sum(ys))
-    solver.Solve()
+    status = solver.Solve()
+    if status != pywraplp.Solver.OPTIMAL:  # STYLE habit 5: never a number from a failed solve
+        raise PlanError(f"ring packing LP ended with status {status}, not OPTIMAL")
     return solver.Objective().Value()
 
 
@@ -134,8 +137,11 @@ def _pcie_fallback(topology: Topology, devices: List[int]) -> float:
 
 
 def _multi_host(topology: Topology, devices: List[int], hosts) -> float:
+    """Rings cross every host boundary: no faster than the slowest host's own ring, nor than
+    what the allocated devices of a host can push through its NICs (PCIe paths included)."""
+    from .multihost import host_uplink
+
     intra = min(ring_bandwidth(topology, [d for d in devices if topology.node(d).host == h]) or float("inf")
                 for h in hosts)
-    nic = min(sum(l.gbps for l in topology.links if l.kind == "net" and l.dst != l.src
-                  and topology.node(l.src).host == h) for h in hosts)
+    nic = min(host_uplink(topology, h, devices) for h in hosts)
     return min(intra, nic) if nic > 0 else intra

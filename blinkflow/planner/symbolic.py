@@ -38,7 +38,20 @@ Value = Optional[Tuple[int, Tuple[int, ...]]]
 
 
 def check(schedule: Schedule) -> None:
-    """Raise :class:`ScheduleError` unless ``schedule`` provably implements its collective."""
+    """Raise :class:`ScheduleError` unless ``schedule`` provably implements its collective.
+
+    >>> from blinkflow.planner import Plan, Tree
+    >>> from blinkflow.planner.lower import lower
+    >>> plan = Plan("allreduce", "t", (0, 1, 2), (Tree(0, 1.0, ((0, 1), (1, 2))),), 1.0, 1.0)
+    >>> check(lower(plan, 10, chunk_elems=3))                 # passes silently
+    >>> import dataclasses
+    >>> broken = dataclasses.replace(lower(plan, 10, 3), collective="reducescatter",
+    ...                              shards=((0, 0, 5), (1, 5, 5)))
+    >>> check(broken)
+    Traceback (most recent call last):
+    ...
+    blinkflow.errors.ScheduleError: reducescatter needs one shard per device tiling the buffer; 2 shards for 3 devices cover 10 of 10 elements
+    """
     schedule.validate()
     _check_shards(schedule)
     matches = _matching(schedule)
@@ -58,7 +71,8 @@ def _check_shards(s: Schedule) -> None:
                                     f"starts at {off}, expected {pos}")
             pos += n
         if pos != s.nelems or len(s.shards) != len(s.devices):
-            raise ScheduleError(f"{s.collective} shards cover {pos} of {s.nelems} elements")
+            raise ScheduleError(f"{s.collective} needs one shard per device tiling the buffer; {len(s.shards)} "
+                                f"shards for {len(s.devices)} devices cover {pos} of {s.nelems} elements")
     if s.collective in ("broadcast", "reduce") and s.root not in s.devices:
         raise ScheduleError(f"{s.collective} root {s.root} is not a device of the schedule")
 

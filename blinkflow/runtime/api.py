@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from ..compression import Compression
-from ..config import get_config
+from ..config import apply_mpi_defaults, get_config
 from ..errors import BlinkflowError, NotInitializedError
 from ..ops import Average, as_reduce_op
 from .background import Engine
@@ -63,6 +63,8 @@ def init(comm=None) -> None:
             return
         if _engine is not None:  # stopped because a peer shut the job down: clean up first
             _engine.stop("re-init")
+        if comm is None and "mpi4py.MPI" not in sys.modules:
+            apply_mpi_defaults()  # before MPI_Init, which importing mpi4py.MPI performs
         engine = Engine(get_config(), comm)
         engine.start()
         _engine = engine

@@ -7,7 +7,7 @@ from ..planner.lower import lower
 from ..planner.plan import Plan, split_counts
 from ..planner.schedule import Schedule
 from ..topology.model import Topology
-from .chunking import Tuning, miad
+from .chunking import STEP_BUDGET, Tuning, miad
 from .engine import CHUNK_OVERHEAD_US, SimResult, run_schedule
 from .routes import Router
 
@@ -38,9 +38,20 @@ def largest_job(plan: Plan, nelems: int) -> int:
 
 
 def simulate_plan(plan: Plan, topology: Topology, size_bytes: int, elem_bytes: int = 4,
-                  chunk_elems: Optional[int] = None, **options) -> Tuning:
+                  chunk_elems: Optional[int] = None, step_budget: int = STEP_BUDGET, **options) -> Tuning:
     """Lower ``plan`` for ``size_bytes`` and simulate it; the chunk size is tuned by MIAD unless
-    ``chunk_elems`` is given. Returns the chosen chunk, its result and every probe."""
+    ``chunk_elems`` is given. Returns the chosen chunk, its result and every probe.
+
+    >>> from blinkflow.planner import make_plan
+    >>> from blinkflow.topology.presets import get_preset
+    >>> topo = get_preset("dgx1-v100")
+    >>> plan = make_plan(topo, "broadcast", [0, 1, 2, 5])     # no NVLink ring among these
+    >>> plan.rate_gbps
+    50.0
+    >>> tuned = simulate_plan(plan, topo, 2**28)
+    >>> 45 < tuned.result.algbw_gbps < 50                    # the rate, less pipeline fill
+    True
+    """
     nelems = max(0, size_bytes // elem_bytes)
     router = Router(topology, plan, options.pop("latency_us", None))
 
@@ -53,4 +64,4 @@ def simulate_plan(plan: Plan, topology: Topology, size_bytes: int, elem_bytes: i
     largest = largest_job(plan, nelems)
     one_chunk = lower(plan, nelems, max(1, largest)) if nelems else None
     steps = sum(len(p) for _, p in one_chunk.programs) if one_chunk else 1
-    return miad(run, largest, elem_bytes, steps_per_chunk=steps)
+    return miad(run, largest, elem_bytes, steps_per_chunk=steps, step_budget=step_budget)

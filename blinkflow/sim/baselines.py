@@ -7,7 +7,8 @@
   ring's ``j``-th device, then passed on around the ring) — 2(n−1) steps, ``2(n−1)/n`` of the
   buffer over every ring link.
 * Double binary tree (NCCL ≥ 2.4, across nodes): two binary trees over the hosts, the second the
-  mirror image of the first so a host that is inner in one is a leaf in the other, each carrying
+  mirror image (or, for an odd count, the shift) of the first so a host that is inner in one is
+  a leaf in the other, each carrying
   half of the buffer; inside a host a chain of its GPUs hangs off the tree's head GPU. All-reduce
   reduces up each tree and broadcasts back down it (Sanders, Speck & Träff 2009; NCCL's
   ``ncclGetDtree``).
@@ -27,7 +28,7 @@ from ..planner.pipeline import TreeShape, emit_broadcast, emit_reduce
 from ..planner.plan import split_counts
 from ..planner.schedule import Schedule
 from ..topology.model import Topology
-from .chunking import Tuning, miad
+from .chunking import STEP_BUDGET, Tuning, miad
 from .engine import SimResult
 from .rings import hamiltonian_path, multi_host_rings, nic_gpus, nvlink_rings, nvlink_units
 from .routes import Router
@@ -104,7 +105,8 @@ def ring_jobs(collective: str, rings: Sequence[Sequence[int]], root: Optional[in
 
 def nccl_ring(topology: Topology, devices: Sequence[int], collective: str, root: Optional[int] = None) -> Baseline:
     """NCCL's rings: NVLink (or NVSwitch) rings when a Hamiltonian cycle exists, else one ring over
-    PCIe / the CPU interconnect; across hosts one ring per NIC."""
+    PCIe / the CPU interconnect ("nccl-ring-pcie"), or shared memory between CPU ranks
+    ("nccl-ring-shm"); across hosts one ring per NIC."""
     devices = tuple(devices)
     if collective in ("broadcast", "reduce") and root is None:
         root = devices[0]
@@ -114,30 +116,34 @@ def nccl_ring(topology: Topology, devices: Sequence[int], collective: str, root:
     else:
         rings, fabric, name = nvlink_rings(topology, devices), "main", "nccl-ring"
         if not rings:
-            rings, fabric, name = [sorted(devices)], "pcie", "nccl-ring-pcie"
+            ring = sorted(devices)
+            shm = all(getattr(topology.link(a, b), "kind", None) == "shm" for a, b in zip(ring, ring[1:] + ring[:1]))
+            rings, fabric, name = [ring], "pcie", ("nccl-ring-shm" if shm else "nccl-ring-pcie")
     if len(devices) == 1:
         return Baseline(name, collective, devices, (), root)
     return Baseline(name, collective, devices, tuple(ring_jobs(collective, rings, root, fabric)), root)
 
 
-def _binary_tree(n: int, mirror: bool) -> Tuple[List[Tuple[int, int]], int]:
-    """Parent -> child pairs of an in-order-numbered balanced binary tree over 0..n-1 (or its
-    mirror image n-1-i), so the two trees' inner nodes differ."""
+def _binary_tree(n: int, second: bool) -> Tuple[List[Tuple[int, int]], int]:
+    """Parent -> child pairs and root of a balanced in-order binary tree over 0..n-1; the second
+    tree is its mirror image (n even) or its shift by one (n odd), NCCL's rule for making the
+    inner nodes of one tree the leaves of the other."""
     edges: List[Tuple[int, int]] = []
 
     def build(lo: int, hi: int) -> Optional[int]:
         if lo > hi:
             return None
-        mid = (lo + hi + (1 if mirror else 0)) // 2
+        mid = (lo + hi) // 2
         for child in (build(lo, mid - 1), build(mid + 1, hi)):
             if child is not None:
                 edges.append((mid, child))
         return mid
 
     root = build(0, n - 1)
-    if mirror:
-        return [(n - 1 - a, n - 1 - b) for a, b in edges], n - 1 - root
-    return edges, root
+    if not second:
+        return edges, root
+    relabel = (lambda i: n - 1 - i) if n % 2 == 0 else (lambda i: (i + 1) % n)
+    return [(relabel(a), relabel(b)) for a, b in edges], relabel(root)
 
 
 def nccl_double_tree(topology: Topology, devices: Sequence[int]) -> Baseline:
@@ -149,7 +155,7 @@ def nccl_double_tree(topology: Topology, devices: Sequence[int]) -> Baseline:
     if len(names) < 2:
         raise PlanError("the double binary tree runs across hosts; these devices are on one host")
     jobs = []
-    for t, mirror in enumerate((False, True)):
+    for t, second in enumerate((False, True)):
         chains = []
         for h in names:
             devs = sorted(hosts[h])
@@ -157,7 +163,7 @@ def nccl_double_tree(topology: Topology, devices: Sequence[int]) -> Baseline:
             head = nics[t % len(nics)][0] if nics else devs[0]
             units = nvlink_units(topology, devs)
             chains.append(hamiltonian_path(units, devs, head) or [head] + [d for d in devs if d != head])
-        host_edges, host_root = _binary_tree(len(names), mirror)
+        host_edges, host_root = _binary_tree(len(names), second)
         edges = [e for chain in chains for e in _path(chain)]
         edges += [(chains[a][0], chains[b][0]) for a, b in host_edges]
         root = chains[host_root][0]
@@ -196,7 +202,7 @@ def lower_jobs(b: Baseline, nelems: int, chunk_elems: int) -> Schedule:
 
 
 def simulate_baseline(b: Baseline, topology: Topology, size_bytes: int, elem_bytes: int = 4,
-                      chunk_elems: Optional[int] = None, **options) -> Tuning:
+                      chunk_elems: Optional[int] = None, step_budget: int = STEP_BUDGET, **options) -> Tuning:
     """Simulate a baseline with MIAD-tuned chunks (as NCCL tunes its own chunking)."""
     from .api import simulate
     nelems = max(0, size_bytes // elem_bytes)
@@ -210,7 +216,7 @@ def simulate_baseline(b: Baseline, topology: Topology, size_bytes: int, elem_byt
         return Tuning(chunk_elems, r, ((chunk_elems, r.seconds),))
     largest = b.largest_job(nelems)
     steps = sum(len(p) for _, p in b.lower(nelems, max(1, largest)).programs) if nelems else 1
-    return miad(run, largest, elem_bytes, steps_per_chunk=steps)
+    return miad(run, largest, elem_bytes, steps_per_chunk=steps, step_budget=step_budget)
 
 
 def best_baseline(topology: Topology, devices: Sequence[int], collective: str, size_bytes: int,

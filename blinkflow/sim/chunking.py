@@ -32,14 +32,14 @@ class Tuning:
 
 
 def miad(run: Callable[[int], SimResult], largest_job_elems: int, elem_bytes: int = 4,
-         start_chunks: int = START_CHUNKS, steps_per_chunk: int = 1) -> Tuning:
+         start_chunks: int = START_CHUNKS, steps_per_chunk: int = 1, step_budget: int = STEP_BUDGET) -> Tuning:
     """Tune the chunk size for one call shape; ``run(chunk_elems)`` simulates one call.
 
     ``steps_per_chunk`` (steps of the schedule with one chunk per tree) bounds the start so a
-    probe stays within :data:`STEP_BUDGET` steps.
+    probe stays within ``step_budget`` steps (:data:`STEP_BUDGET` by default).
     """
     largest = max(1, largest_job_elems)
-    start_chunks = max(1, min(start_chunks, STEP_BUDGET // max(1, steps_per_chunk)))
+    start_chunks = max(1, min(start_chunks, step_budget // max(1, steps_per_chunk)))
     chunk = max(MIN_CHUNK_BYTES // elem_bytes, -(-largest // start_chunks))
     chunk = min(chunk, largest)
     best = run(chunk)

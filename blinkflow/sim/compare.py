@@ -13,6 +13,7 @@ from ..planner.plan import Plan
 from ..topology.model import Topology
 from .api import simulate_plan
 from .baselines import best_baseline
+from .chunking import STEP_BUDGET
 from .engine import bus_factor
 
 
@@ -77,7 +78,7 @@ def make_plan_for(topology: Topology, collective: str, devices: Optional[Sequenc
 
 def compare(topology: Topology, collective: str, size_bytes: int, devices: Optional[Sequence[int]] = None,
             root: Optional[int] = None, elem_bytes: int = 4, chunk_elems: Optional[int] = None,
-            plan: Optional[Plan] = None) -> Comparison:
+            plan: Optional[Plan] = None, step_budget: int = STEP_BUDGET) -> Comparison:
     """Plan (unless ``plan`` is given), simulate blinkflow and NCCL's choice, and compare."""
     plan = plan or make_plan_for(topology, collective, devices, root)
     devices = tuple(plan.devices)
@@ -85,10 +86,11 @@ def compare(topology: Topology, collective: str, size_bytes: int, devices: Optio
         raise PlanError("a simulation needs at least 2 devices (one device moves no data)")
     if collective in ("broadcast", "reduce"):
         root = plan.root if plan.root is not None else devices[0]
-    ours = simulate_plan(plan, topology, size_bytes, elem_bytes=elem_bytes, chunk_elems=chunk_elems)
+    ours = simulate_plan(plan, topology, size_bytes, elem_bytes=elem_bytes, chunk_elems=chunk_elems,
+                         step_budget=step_budget)
     tiny = simulate_plan(plan, topology, elem_bytes * max(len(devices), len(plan.trees), 1), elem_bytes=elem_bytes)
     baseline, theirs = best_baseline(topology, devices, collective, size_bytes, root, elem_bytes=elem_bytes,
-                                     chunk_elems=chunk_elems)
+                                     chunk_elems=chunk_elems, step_budget=step_budget)
     return Comparison(topology=topology.name, devices=devices, collective=collective, size_bytes=size_bytes,
                       seconds=ours.result.seconds, baseline_name=baseline.name,
                       baseline_seconds=theirs.result.seconds, rate_gbps=plan.rate_gbps,

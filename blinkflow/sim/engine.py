@@ -1,21 +1,19 @@
 """Discrete-event execution of a :class:`Schedule` in virtual time on a :class:`Topology`.
 
-The model is the one chunk-level simulators of collectives use (e.g. the ASTRA-sim and
-MSCCL-style analyses), kept deliberately small:
+A chunk-level model, kept deliberately small:
 
-* a step starts when its ``deps`` have completed and, for a receive, its data has arrived
-  (the dataflow order a stream-per-channel GPU executor follows); a tree edge carries one chunk
-  at a time, in order, so trees sharing a link interleave chunk by chunk as concurrent streams
-  do instead of one tree's whole range flooding it;
+* a step starts when its ``deps`` have completed and, for a receive, its data has arrived (the
+  dataflow order a stream-per-channel GPU executor follows);
+* a tree edge carries one chunk at a time, in order, and pays ``chunk_overhead_us`` between
+  chunks (a stream's per-step synchronisation), which is what makes tiny chunks slow;
 * a transfer occupies each link of its route for ``bytes / link bandwidth``. A link shared by
   several trees serves them in proportion to the bytes each must move over it (weighted fair
-  queueing on the first hop, least-served tree first), the share the plan's rate assumes;
-  further hops are first come first served. A hop starts as soon as its link is free and the previous
-  hop has started (cut-through), and finishes no earlier than the previous hop (a switch buffers
-  a chunk whose next link is busy, so a busy port does not leave the upstream link idle); the
-  data arrives after the last hop plus the sum of the hops' latencies;
+  queueing, least-served tree first) — the share the plan's rate assumes. A hop may start as
+  soon as it can stream behind the previous one and never ends before it (cut-through; a switch
+  buffers a chunk whose next port is busy, so the upstream link is not held). Data arrives after
+  the last hop plus the hops' latencies;
 * a reduction adds ``bytes / reduce_gbps`` before the step's result exists (fused with the
-  transfer on a GPU, so it delays a chunk but does not share a resource).
+  transfer on a GPU: it delays a chunk but does not share a resource).
 
 A send completes when its data has left the sender's first link (the range may then be
 overwritten).
@@ -43,7 +41,8 @@ COPY_GBPS = {"gpu": 600.0, "cpu": 10.0}
 #: tiny chunks slow and gives Blink's MIAD chunk tuning something to find.
 CHUNK_OVERHEAD_US = 2.0
 
-_START, _XFER, _DONE, _ARRIVE, _EDGE, _LINK = 0, 1, 2, 3, 4, 5
+_START, _XFER, _DONE, _ARRIVE, _EDGE, _LINK, _HOP = 0, 1, 2, 3, 4, 5, 6
+_MAX_HOPS = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,8 +98,8 @@ def run_schedule(schedule: Schedule, topology: Topology, router: Optional[Router
 
 
 class _Run:
-    """One simulation. Events: a step may start, a send asks for its tree edge, a link or a tree
-    edge becomes free, data arrives, a step completes."""
+    """One simulation. Events: a step may start, a send asks for its tree edge, a hop asks for
+    its link, a link or a tree edge becomes free, data arrives, a step completes."""
 
     def __init__(self, schedule, topology, router, elem_bytes, reduce_gbps, copy_gbps, overhead):
         self.schedule, self.router, self.elem_bytes, self.overhead = schedule, router, elem_bytes, overhead
@@ -133,8 +132,12 @@ class _Run:
                 queues.setdefault((device, st.destination, st.channel), []).append(gid)
                 hops = router.hops(device, st.destination, schedule.fabric(st.channel))
                 self.hops[gid] = hops
-                key = (hops[0][0], st.channel)
-                self.demand[key] = self.demand.get(key, 0.0) + st.count * elem_bytes
+                if len(hops) >= _MAX_HOPS:
+                    raise ScheduleError(f"route {device}->{st.destination} has {len(hops)} hops; at most "
+                                        f"{_MAX_HOPS - 1} are simulated")
+                for link, _, _ in hops:
+                    key = (link, st.channel)
+                    self.demand[key] = self.demand.get(key, 0.0) + st.count * elem_bytes
         taken: Dict[Tuple[int, int, int], int] = {}
         for gid, (device, st) in enumerate(self.flat):
             if st.op in RECEIVING_OPS:
@@ -143,7 +146,7 @@ class _Run:
                 taken[key] = k + 1
                 self.feeds[queues[key][k]] = gid
                 self.remaining[gid] += 1
-        self.free: Dict[Tuple, float] = {}
+        self.hop_end: Dict[int, float] = {}
         self.busy: Dict[Tuple, float] = {}
         self.moved: Dict[Tuple, float] = {}
         self.sent: Dict[Tuple, float] = {}
@@ -174,44 +177,48 @@ class _Run:
         if self.remaining[gid] == 0:
             self.push(self.ready_at[gid], _START, gid)
 
-    def request(self, gid, t):
-        """A send whose tree edge is free queues for its first link, least-served channel first."""
-        device, st = self.flat[gid]
-        link = self.hops[gid][0][0]
+    def request(self, gid, hop, t):
+        """Hop ``hop`` of send ``gid`` queues for its link, least-served channel first."""
+        st = self.flat[gid][1]
+        link = self.hops[gid][hop][0]
         nbytes = st.count * self.elem_bytes
         share = (link, st.channel)
-        tag = (self.sent.get(share, 0.0) + nbytes) / self.demand[share]
-        self.sent[share] = self.sent.get(share, 0.0) + nbytes
-        heapq.heappush(self.link_queue.setdefault(link, []), (tag, self.seq, gid))
+        sent = self.sent.get(share, 0.0) + nbytes
+        self.sent[share] = sent
+        heapq.heappush(self.link_queue.setdefault(link, []), (sent / self.demand[share], self.seq, gid, hop))
         self.seq += 1
         if link not in self.link_busy:
             self.dispatch(link, t)
 
     def dispatch(self, link, t):
+        """The link is free at ``t``: send the waiting hop with the least-served channel."""
         queue = self.link_queue.get(link)
         if not queue:
             self.link_busy.discard(link)
             return
-        _, _, gid = heapq.heappop(queue)
+        _, _, gid, hop = heapq.heappop(queue)
         device, st = self.flat[gid]
+        hops = self.hops[gid]
         nbytes = st.count * self.elem_bytes
-        start, end, first_end = t, t, None
-        for key, gbps, _ in self.hops[gid]:
-            # Cut-through when the next link is free; otherwise the switch buffers the chunk,
-            # so a busy downstream port does not leave the upstream link idle.
-            start = max(start, self.free.get(key, 0.0))
-            took = nbytes / (gbps * 1e9)
-            end = max(start + took, end)
-            self.free[key] = end
-            self.busy[key] = self.busy.get(key, 0.0) + took
-            self.moved[key] = self.moved.get(key, 0.0) + nbytes
-            if first_end is None:
-                first_end = end
+        took = nbytes / (hops[hop][1] * 1e9)
+        # Cut-through: a hop cannot finish before the hop feeding it.
+        end = max(t + took, self.hop_end.get(gid, 0.0))
+        self.hop_end[gid] = end
+        self.busy[link] = self.busy.get(link, 0.0) + took
+        self.moved[link] = self.moved.get(link, 0.0) + nbytes
         self.link_busy.add(link)
-        self.push(first_end, _LINK, self.index(link))
-        self.push(first_end + self.overhead, _EDGE, self.index((device, st.destination, st.channel)))
-        self.push(end + sum(h[2] for h in self.hops[gid]), _ARRIVE, self.feeds[gid])
-        self.push(first_end, _DONE, gid)
+        self.push(end, _LINK, self.index(link))
+        if hop == 0:
+            self.push(end, _DONE, gid)
+            self.push(end + self.overhead, _EDGE, self.index((device, st.destination, st.channel)))
+        if hop + 1 < len(hops):
+            # The next link may start as soon as it can still stream at full speed behind this
+            # one (a switch forwards while it receives, and buffers when the next port is busy).
+            nxt = nbytes / (hops[hop + 1][1] * 1e9)
+            self.push(max(t, end - nxt), _HOP, gid * _MAX_HOPS + hop + 1)
+        else:
+            del self.hop_end[gid]
+            self.push(end + sum(h[2] for h in hops), _ARRIVE, self.feeds[gid])
 
     def result(self) -> SimResult:
         flat = self.flat
@@ -219,11 +226,13 @@ class _Run:
             t, _, kind, item = heapq.heappop(self.heap)
             if kind == _LINK:
                 self.dispatch(self.keys[item], t)
+            elif kind == _HOP:
+                self.request(item // _MAX_HOPS, item % _MAX_HOPS, t)
             elif kind == _EDGE:
                 edge = self.keys[item]
                 waiting = self.edge_waiting.get(edge)
                 if waiting:
-                    self.request(waiting.popleft(), t)
+                    self.request(waiting.popleft(), 0, t)
                 else:
                     self.edge_busy.discard(edge)
             elif kind == _START:
@@ -241,7 +250,7 @@ class _Run:
                     self.edge_waiting.setdefault(edge, collections.deque()).append(item)
                 else:
                     self.edge_busy.add(edge)
-                    self.request(item, t)
+                    self.request(item, 0, t)
             elif kind == _DONE:
                 self.done[item] = t
                 for x in self.dependents[item]:

@@ -1,4 +1,7 @@
-"""The steady-state rate of a tree plan: how fast its most loaded link lets the buffer through.
+"""The steady-state rate of a tree plan as the simulator sees it (through its own router).
+
+The planner computes ``rate_gbps`` with its routes; recomputing it here with the simulator's
+:class:`Router` checks that both agree on which links every edge loads.
 
 DESIGN §3.2: with load(a) = Σ fractions of the trees whose edges (through their routes) use link
 ``a``, the rate is 1 / max over links of load(a) / capacity(a). Broadcast and all-gather load the

@@ -9,7 +9,7 @@ avoid NVLink and NVSwitch links.
 from __future__ import annotations
 
 import heapq
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..errors import PlanError
 from ..planner.plan import Plan, Route
@@ -115,9 +115,3 @@ class Router:
             node = back[node].src
         return path[::-1]
 
-
-def edge_links(router: Router, edges: Iterable[Tuple[int, int]], fabric: str = "main"):
-    """(link key, GB/s) of every hop of every edge, repeats kept (a link used twice counts twice)."""
-    for a, b in edges:
-        for key, gbps, _ in router.hops(a, b, fabric):
-            yield key, gbps

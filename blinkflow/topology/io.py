@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from ..errors import TopologyError
 from .model import SCHEMA_VERSION, Link, Node, Topology
@@ -27,19 +27,35 @@ def topology_from_dict(data: Any, where: Optional[str] = None) -> Topology:
     return Topology.build(name, nodes, links, where)
 
 
-def load_topology(path: str) -> Topology:
-    """Read a topology JSON file; every problem raises TopologyError naming the file."""
-    where = os.fspath(path)
-    try:
-        with open(path, "r", encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise TopologyError(f"cannot read: {e.strerror}", where) from None
+def topology_from_json(text: str, where: Optional[str] = None) -> Topology:
+    """Parse topology JSON text; invalid JSON raises TopologyError naming the line."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise TopologyError(f"line {e.lineno}: invalid JSON ({e.msg})", where) from None
     return topology_from_dict(data, where)
+
+
+def load_topology(path: str) -> Topology:
+    """Read a topology JSON file; every problem raises TopologyError naming the file."""
+    data, where = read_file(path)
+    return topology_from_json(data.decode("utf-8", errors="replace"), where)
+
+
+def read_file(path: str) -> Tuple[bytes, str]:
+    """The bytes of a topology file and its name for error messages; an unreadable file
+    raises TopologyError naming it (every loader reads through here)."""
+    where = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            return f.read(), where
+    except OSError as e:
+        raise TopologyError(f"cannot read: {e.strerror}", where) from None
+
+
+def file_stem(where: str) -> str:
+    """A topology's default name: its file name without folder and extension."""
+    return os.path.splitext(os.path.basename(where))[0]
 
 
 def save_topology(topology: Topology, path: str) -> None:

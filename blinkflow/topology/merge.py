@@ -18,13 +18,12 @@ Device ids of the job:
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import TopologyError
 from .model import Link, Node, Topology, bidirectional
 from .nvidia_smi import topology_from_nvidia_smi
-from .presets import NIC_GBPS, PCIE_GBPS, SHM_GBPS
+from .presets import NIC_GBPS, PCIE_GBPS, SHM_GBPS, join_hosts
 
 WHERE = "topology discovery"
 
@@ -148,39 +147,12 @@ def _gpu_job(probes: Sequence[RankProbe], hosts: List[str]) -> JobTopology:
     else:
         # Join whole hosts first, then cut: every NIC of a host stays usable by its GPUs.
         stride = max(max(t.gpu_ids) for t in full.values()) + 1
-        topo = join_hosts([(h, full[h]) for h in hosts], stride)
+        topo = join_hosts([(h, full[h]) for h in hosts], stride, WHERE)
         index = {h: i for i, h in enumerate(hosts)}
         devices = tuple(index[p.host] * stride + p.gpu for p in probes)
     if len(devices) < len(topo.compute_ids):
         topo = topo.subset(sorted(devices), WHERE)
     return JobTopology(topo, devices, tuple(p.host for p in probes))
-
-
-def join_hosts(parts: Sequence[Tuple[str, Topology]], stride: int) -> Topology:
-    """Join per-host topologies through one non-blocking network switch ``net``.
-
-    Host h's device i becomes ``h * stride + i``; its other nodes ``<host>/<name>``. A host
-    without NICs gets one (``<host>/nic0``, EDR) linked to each of its devices by PCIe.
-    """
-    nodes: List[Node] = [Node("net", "switch", "network", detail="net")]
-    links: List[Link] = []
-    for h, (host, topo) in enumerate(parts):
-        def rename(x, h=h, host=host):
-            return h * stride + x if isinstance(x, int) else f"{host}/{x}"
-
-        nodes += [Node(rename(n.id), n.kind, host, n.detail) for n in topo.nodes]
-        links += [Link(rename(l.src), rename(l.dst), l.kind, l.count, l.gbps, l.latency_us) for l in topo.links]
-        nics = [n for n in topo.nodes if n.kind == "nic"]
-        for nic in nics:
-            links += bidirectional(rename(nic.id), "net", "net", 1, _nic_rate(nic))
-        if not nics:
-            nic = f"{host}/nic0"
-            nodes.append(Node(nic, "nic", host, detail=f"{NIC_GBPS['edr']:g}GB/s"))
-            links += bidirectional(nic, "net", "net", 1, NIC_GBPS["edr"])
-            for d in topo.compute_ids:
-                links += bidirectional(rename(d), nic, "pcie", 1, PCIE_GBPS[3])
-    name = f"{len(parts)}x{parts[0][1].name}" if len({t.name for _, t in parts}) == 1 else f"{len(parts)}hosts"
-    return Topology.build(name, nodes, links, WHERE)
 
 
 # ---- helpers -------------------------------------------------------------------------------------
@@ -195,12 +167,6 @@ def _checked(probes: Sequence[RankProbe]) -> List[RankProbe]:
         raise TopologyError(f"probes cover ranks {_fmt([p.rank for p in probes])}, expected 0..{len(probes) - 1}",
                             WHERE)
     return probes
-
-
-def _nic_rate(nic: Node) -> float:
-    """GB/s of a NIC from its ``detail`` (``"25GB/s"``), EDR's 12.5 when it does not say."""
-    m = re.match(r"([0-9.]+)GB/s", nic.detail or "")
-    return float(m.group(1)) if m else NIC_GBPS["edr"]
 
 
 def _hosts_in_order(probes: Sequence[RankProbe]) -> List[str]:

@@ -35,12 +35,12 @@ How it maps onto the graph:
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from typing import Dict, List, Optional, Tuple
 from xml.parsers import expat
 
 from ..errors import TopologyError
+from .io import file_stem, read_file
 from .model import Link, Node, Topology, bidirectional
 from .presets import NVLINK_GBPS, QPI_GBPS
 
@@ -65,13 +65,8 @@ class XmlElement:
 
 def load_nccl_xml(path: str, **options) -> Topology:
     """Read an NCCL topology dump; see :func:`topology_from_nccl_xml`."""
-    where = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise TopologyError(f"cannot read: {e.strerror}", where) from None
-    options.setdefault("name", os.path.splitext(os.path.basename(where))[0])
+    data, where = read_file(path)
+    options.setdefault("name", file_stem(where))
     return topology_from_nccl_xml(data, where=where, **options)
 
 
@@ -171,12 +166,14 @@ class _Builder:
     def pcie_gbps(self, element: XmlElement) -> float:
         speed = element.attrs.get("link_speed", "")
         m = re.match(r"\s*([0-9.]+)\s*GT/s", speed)
-        gen = _GT_PER_GEN.get(float(m.group(1))) if m else 3
+        gen = 3  # no speed given: Gen3, as before
+        if m:
+            gen = _GT_PER_GEN.get(float(m.group(1))) if re.fullmatch(r"[0-9]+(\.[0-9]+)?", m.group(1)) else None
         if gen is None:
             raise self.error(element, f"link_speed {speed!r} is no PCIe generation "
                                       f"({', '.join(f'{s:g} GT/s' for s in _GT_PER_GEN)})")
         width_text = element.attrs.get("link_width", "16")
-        if not width_text.isdigit():
+        if not width_text.isdecimal():
             raise self.error(element, f"link_width {width_text!r} is not a lane count")
         width = int(width_text) or 16
         return PCIE_X16_GBPS[gen] * width / 16
@@ -187,7 +184,7 @@ class _Builder:
             raise self.error(element, "<nic> without a <net name=..> child")
         name = self.attr(net, "name")
         speed = net.attrs.get("speed", "")
-        detail = f"{int(speed) / 8000:g}GB/s" if speed.isdigit() and int(speed) > 0 else None
+        detail = f"{int(speed) / 8000:g}GB/s" if speed.isdecimal() and int(speed) > 0 else None
         if any(n.id == name for n in self.nodes):
             return  # NCCL lists a socket NIC once under every <cpu>; keep the first
         self.nodes.append(Node(name, "nic", self.host, detail=detail))
@@ -211,7 +208,7 @@ class _Builder:
         devs = []
         for _, gpu, _ in self.gpus:
             dev = gpu.attrs.get("dev", "")
-            if not dev.isdigit():
+            if not dev.isdecimal():
                 devs = None
                 break
             devs.append(int(dev))
@@ -227,7 +224,7 @@ class _Builder:
             to_switch = 0
             for nvlink in (c for c in gpu.children if c.tag == "nvlink"):
                 count_text = self.attr(nvlink, "count")
-                if not count_text.isdigit() or int(count_text) < 1:
+                if not count_text.isdecimal() or int(count_text) < 1:
                     raise self.error(nvlink, f"count {count_text!r} is not a positive integer")
                 count = int(count_text)
                 tclass = nvlink.attrs.get("tclass", "").lower()

@@ -35,11 +35,11 @@ How the graph is rebuilt from those relations:
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import TopologyError
+from .io import file_stem, read_file
 from .model import Link, Node, Topology, bidirectional
 from .presets import NVLINK_GBPS, PCIE_GBPS, QPI_GBPS
 
@@ -83,14 +83,9 @@ class SmiMatrix:
 
 def load_nvidia_smi(path: str, **options) -> Topology:
     """Read a file holding ``nvidia-smi topo -m`` output; see :func:`topology_from_nvidia_smi`."""
-    where = os.fspath(path)
-    try:
-        with open(path, "r", encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    except OSError as e:
-        raise TopologyError(f"cannot read: {e.strerror}", where) from None
-    options.setdefault("name", os.path.splitext(os.path.basename(where))[0])
-    return topology_from_nvidia_smi(text, where=where, **options)
+    data, where = read_file(path)
+    options.setdefault("name", file_stem(where))
+    return topology_from_nvidia_smi(data.decode("utf-8", errors="replace"), where=where, **options)
 
 
 def topology_from_nvidia_smi(text: str, where: Optional[str] = None, name: str = "nvidia-smi",

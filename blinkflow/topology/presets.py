@@ -126,7 +126,7 @@ def cpu_host(ranks: int = 4, host: str = "localhost", first_id: int = 0) -> Topo
     return Topology.build(f"cpu-host:{ranks}", nodes, links, where="preset cpu-host")
 
 
-def multi_host(base: Topology, hosts: int, nic_gbps: Optional[float] = None) -> Topology:
+def multi_host(base: Topology, hosts: int) -> Topology:
     """``hosts`` copies of ``base`` whose NICs all join one non-blocking network switch.
 
     A base without NICs gets one per host, linked to every compute device of the host (a
@@ -134,37 +134,40 @@ def multi_host(base: Topology, hosts: int, nic_gbps: Optional[float] = None) -> 
     """
     if hosts < 1:
         raise TopologyError(f"need at least 1 host, got {hosts}", "preset")
-    per_host = len(base.compute_ids)
-    index = {d: i for i, d in enumerate(base.compute_ids)}
+    stride = max(base.compute_ids) + 1  # presets number their devices 0..per_host-1
+    return join_hosts([(f"host{h}", base) for h in range(hosts)], stride, where=f"preset {hosts}x{base.name}")
+
+
+def join_hosts(parts: Sequence[Tuple[str, Topology]], stride: int, where: Optional[str] = None) -> Topology:
+    """Join per-host topologies through one non-blocking network switch ``net``.
+
+    Host h's device i becomes ``h * stride + i``; its other nodes ``<host>/<name>``. A host
+    without NICs gets one (``<host>/nic0``, EDR) linked to each of its devices by PCIe.
+    """
     nodes: List[Node] = [Node("net", "switch", "network", detail="net")]
     links: List[Link] = []
-    for h in range(hosts):
-        host = f"host{h}"
+    for h, (host, topo) in enumerate(parts):
+        def rename(x, h=h, host=host):
+            return h * stride + x if isinstance(x, int) else f"{host}/{x}"
 
-        def rename(x, h=h):
-            return h * per_host + index[x] if isinstance(x, int) else f"{host}/{x}"
-
-        nics = [n for n in base.nodes if n.kind == "nic"]
-        for n in base.nodes:
-            nodes.append(Node(rename(n.id), n.kind, host, n.detail))
-        for l in base.links:
-            links.append(Link(rename(l.src), rename(l.dst), l.kind, l.count, l.gbps, l.latency_us))
-        if nics:
-            for n in nics:
-                bw = nic_gbps or _nic_gbps(n)
-                links += bidirectional(rename(n.id), "net", "net", 1, bw)
-        else:
-            bw = nic_gbps or NIC_GBPS["edr"]
+        nodes += [Node(rename(n.id), n.kind, host, n.detail) for n in topo.nodes]
+        links += [Link(rename(l.src), rename(l.dst), l.kind, l.count, l.gbps, l.latency_us) for l in topo.links]
+        nics = [n for n in topo.nodes if n.kind == "nic"]
+        for nic in nics:
+            links += bidirectional(rename(nic.id), "net", "net", 1, nic_rate(nic))
+        if not nics:
             nic = f"{host}/nic0"
-            nodes.append(Node(nic, "nic", host, detail=f"{bw:g}GB/s"))
-            links += bidirectional(nic, "net", "net", 1, bw)
-            for d in base.compute_ids:
+            nodes.append(Node(nic, "nic", host, detail=f"{NIC_GBPS['edr']:g}GB/s"))
+            links += bidirectional(nic, "net", "net", 1, NIC_GBPS["edr"])
+            for d in topo.compute_ids:
                 links += bidirectional(rename(d), nic, "pcie", 1, PCIE_GBPS[3])
-    return Topology.build(f"{hosts}x{base.name}", nodes, links, where=f"preset {hosts}x{base.name}")
+    name = f"{len(parts)}x{parts[0][1].name}" if len({t.name for _, t in parts}) == 1 else f"{len(parts)}hosts"
+    return Topology.build(name, nodes, links, where)
 
 
-def _nic_gbps(node: Node) -> float:
-    m = re.match(r"([0-9.]+)GB/s", node.detail or "")
+def nic_rate(nic: Node) -> float:
+    """GB/s of a NIC from its ``detail`` (``"25GB/s"``), EDR's 12.5 when it does not say."""
+    m = re.match(r"([0-9.]+)GB/s", nic.detail or "")
     return float(m.group(1)) if m else NIC_GBPS["edr"]
 
 
@@ -191,13 +194,29 @@ def get_preset(spec: str) -> Topology:
     text = spec.strip()
     m = re.fullmatch(r"(\d+)x(.+)", text)
     if m:
-        return multi_host(get_preset(m.group(2)), int(m.group(1)))
+        base, hosts = get_preset(m.group(2)), int(m.group(1))
+        _check_size(hosts * len(base.compute_ids), spec)
+        return multi_host(base, hosts)
     name, _, arg = text.partition(":")
     if name not in PRESETS:
         raise TopologyError(f"unknown preset {spec!r}; known presets: {', '.join(preset_names())} "
                             "(prefix Nx for N hosts, e.g. 2xdgx1-v100)", "--preset")
     if arg:
-        if name != "cpu-host" or not arg.isdigit():
+        if name == "cpu-host" and not arg.isdecimal():
+            raise TopologyError(f"cpu-host:{arg} needs a number of ranks, e.g. cpu-host:4", "--preset")
+        if name != "cpu-host":
             raise TopologyError(f"preset {name!r} takes no argument {arg!r} (only cpu-host:N does)", "--preset")
+        _check_size(int(arg), spec)
         return cpu_host(int(arg))
     return PRESETS[name][0]()
+
+
+#: The most devices a preset describes: a typo such as ``99999999999xcpu-host:1`` must fail at
+#: once, not build nodes until memory runs out. Larger machines can still come from a file.
+MAX_PRESET_DEVICES = 1024
+
+
+def _check_size(devices: int, spec: str) -> None:
+    if devices > MAX_PRESET_DEVICES:
+        raise TopologyError(f"preset {spec!r} has {devices} devices; presets describe at most "
+                            f"{MAX_PRESET_DEVICES} devices (write a topology file for more)", "--preset")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import shutil
 import subprocess
 from typing import Callable, Dict, List, Mapping, Optional
@@ -43,7 +44,7 @@ def visible_gpus(environ: Optional[Mapping[str, str]] = None) -> Optional[List[i
     for token in (t.strip() for t in raw.split(",")):
         if not token:
             continue
-        if not token.lstrip("-").isdigit():
+        if not re.fullmatch(r"-?[0-9]+", token):
             raise TopologyError(f"entry {token!r} is not a GPU index; blinkflow maps ranks to GPUs by "
                                 "index, so list indices (e.g. 0,1,2,3)", "CUDA_VISIBLE_DEVICES")
         if int(token) < 0:

@@ -5,11 +5,10 @@ take the same string; this module turns it into a :class:`Topology`.
 """
 from __future__ import annotations
 
-import json
 import os
 
 from ..errors import TopologyError
-from .io import topology_from_dict
+from .io import file_stem, read_file, topology_from_json
 from .model import Topology
 from .nccl_xml import topology_from_nccl_xml
 from .nvidia_smi import topology_from_nvidia_smi
@@ -45,24 +44,14 @@ def resolve_topology(spec: str, where: str = "topology") -> Topology:
 
 def load_any(path: str) -> Topology:
     """Read a topology file whose format is told by its content (see :func:`detect_format`)."""
-    where = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise TopologyError(f"cannot read: {e.strerror}", where) from None
-    name = os.path.splitext(os.path.basename(where))[0]
+    data, where = read_file(path)
     fmt = detect_format(data, where)
     if fmt == "nccl-xml":
-        return topology_from_nccl_xml(data, where=where, name=name)
+        return topology_from_nccl_xml(data, where=where, name=file_stem(where))
     text = data.decode("utf-8", errors="replace")
     if fmt == "nvidia-smi":
-        return topology_from_nvidia_smi(text, where=where, name=name)
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise TopologyError(f"line {e.lineno}: invalid JSON ({e.msg})", where) from None
-    return topology_from_dict(parsed, where)
+        return topology_from_nvidia_smi(text, where=where, name=file_stem(where))
+    return topology_from_json(text, where)
 
 
 def detect_format(data: bytes, where: str) -> str:

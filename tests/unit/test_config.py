@@ -26,6 +26,9 @@ def test_reads_every_field_from_env():
     ({"BLINKFLOW_FUSION_THRESHOLD": "lots"}, "not a number"),
     ({"BLINKFLOW_BACKEND": "tpu"}, "BLINKFLOW_BACKEND must be one of"),
     ({"BLINKFLOW_CYCLE_TIME": "0"}, "CYCLE_TIME must be > 0"),
+    ({"BLINKFLOW_CYCLE_TIME": "nan"}, "BLINKFLOW_CYCLE_TIME='nan' is not a finite number"),
+    ({"BLINKFLOW_STALL_CHECK_TIME_SECONDS": "inf"}, "not a finite number"),
+    ({"BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS": "-nan"}, "not a finite number"),
 ])
 def test_bad_values_raise_config_error(env, msg):
     with pytest.raises(ConfigError, match=msg):

@@ -20,11 +20,23 @@ from blinkrun_helpers import blinkrun_argv
     (["-np", "2", "--cycle-time-ms", "0", "python"], "BLINKFLOW_CYCLE_TIME must be > 0"),
     (["-np", "2", "--backend", "tpu", "python"], "'tpu' is not one of"),
     (["-np", "2", "--mpi-args", "'unbalanced", "python"], "--mpi-args"),
+    (["-np", "2", "--fusion-threshold-mb", "nan", "true"], "BLINKFLOW_FUSION_THRESHOLD"),
+    (["-np", "2", "--fusion-threshold-mb", "inf", "true"], "BLINKFLOW_FUSION_THRESHOLD"),
+    (["-np", "2", "--cycle-time-ms", "nan", "true"], "BLINKFLOW_CYCLE_TIME"),
+    (["-np", "2", "--stall-check-shutdown-time-seconds", "inf", "true"], "BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS"),
+    (["-np", "2", "--topology", "dgx9", "true"], "--topology: unknown preset 'dgx9'"),
+    (["-np", "2", "--topology", "./missing.json", "true"], "no file './missing.json'"),
 ])
 def test_bad_usage_exits_2(args, message):
     result = CliRunner().invoke(command, args)
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
+
+
+def test_bad_topology_variable_is_named_before_launch(monkeypatch):
+    monkeypatch.setenv("BLINKFLOW_TOPOLOGY", "cpu-host:x")
+    result = CliRunner().invoke(command, ["-np", "2", "true"])
+    assert result.exit_code == 2 and "BLINKFLOW_TOPOLOGY: cpu-host:x needs a number of ranks" in result.output
 
 
 def test_bad_hostfile_line_is_named(tmp_path):

@@ -47,3 +47,10 @@ def test_bad_values_fail_before_launch():
         settings_env({"cycle_time_ms": 0.0}, {})
     with pytest.raises(ConfigError, match="BLINKFLOW_BACKEND"):
         settings_env({}, {"BLINKFLOW_BACKEND": "tpu"})
+
+
+def test_ranks_find_blinkruns_interpreter_first():
+    from blinkflow.launcher.run_cmd import interpreter_first_path
+
+    assert interpreter_first_path("/usr/bin:/venv/bin:/bin", "/venv/bin") == "/venv/bin:/usr/bin:/bin"
+    assert interpreter_first_path("", "/venv/bin") == "/venv/bin"

@@ -16,6 +16,7 @@ def test_hosts_arg():
     ("a:4,,b:4", "empty host entry"), ("a:x", "slots must be a positive integer"), ("a:", "positive integer"),
     ("a:0", "slots must be >= 1"), (":4", "is not a host name"), ("a b:2", "is not a host name"),
     ("a:2,a:2", "listed twice"),
+    ("a:\u00b2", "slots must be a positive integer"),  # str.isdigit() is true for '²'; int() is not
 ])
 def test_hosts_arg_errors(text, msg):
     with pytest.raises(HostSpecError, match=msg):

@@ -90,6 +90,19 @@ def test_event_lines_round_trip_and_stay_short():
     assert json.loads(line[len(events.MARK):])["event"] == "failed"
 
 
+def test_a_long_exception_message_is_shortened_not_cut_mid_json():
+    # Cutting the line made it invalid JSON: blinkrun lost the failure and printed the raw line.
+    exc = "TensorMismatchError: " + "shape (1, 2, 3) vs " * 400
+    line = events.encode({"event": "failed", "rank": 3, "status": 1, "exc": exc, "tail": ["y" * 4000]})
+    assert len(line) <= events.MAX_LINE and line.endswith("\n")
+    text, event = events.split(line)
+    assert text == "" and event["rank"] == 3 and event["status"] == 1 and event["tail"] == []
+    assert event["exc"].startswith("TensorMismatchError: shape (1, 2, 3)") and event["exc"].endswith(" ...")
+    assert len(line) > events.MAX_LINE - 100  # shortened to fit, not emptied
+    wide = events.encode({"event": "failed", "rank": 0, "exc": "\u00e9" * 5000})  # 6 characters each in JSON
+    assert events.MAX_LINE - 100 < len(wide) <= events.MAX_LINE and events.split(wide)[1]["exc"].endswith(" ...")
+
+
 def test_a_users_own_sitecustomize_still_runs(tmp_path):
     (tmp_path / "sitecustomize.py").write_text("import builtins\nbuiltins.USER_SITE = 'loaded'\n")
     env_path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH", "")]))

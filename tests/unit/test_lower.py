@@ -121,3 +121,28 @@ def test_three_phase_rejects_a_cross_group_on_the_wrong_device():
     broken = Plan("allreduce", "t", plan.devices, (), 1.0, 1.0, intra=plan.intra, cross=(bad, plan.cross[1]))
     with pytest.raises(PlanError, match="reduced into device 0"):
         lower(broken, 10)
+
+
+# ---- the planner's own plans -----------------------------------------------------------------
+@pytest.mark.parametrize("preset, collectives", [
+    ("dgx1-v100", COLLECTIVES),
+    ("dgx1-p100", ("broadcast", "allreduce")),
+])
+def test_planner_plans_for_every_dgx1_subset_pass_the_checker(preset, collectives):
+    from blinkflow.planner import make_plan
+    topo = get_preset(preset)
+    for collective in collectives:
+        for k in range(2, 9):
+            for subset in itertools.combinations(range(8), k):
+                check(lower(make_plan(topo, collective, subset), 3 * k + 5, chunk_elems=2))
+
+
+@pytest.mark.parametrize("preset", ["dgx2", "dgx-a100", "hgx-h100", "2xdgx1-v100", "2xcpu-host:2"])
+def test_planner_plans_on_switches_and_two_hosts_pass_the_checker(preset):
+    from blinkflow.planner import make_plan
+    topo = get_preset(preset)
+    collectives = COLLECTIVES if len(topo.hosts) == 1 else ("allreduce",)
+    for collective in collectives:
+        plan = make_plan(topo, collective)
+        assert plan.is_three_phase == (len(topo.hosts) > 1)
+        check(lower(plan, 1000, chunk_elems=37))

@@ -62,6 +62,8 @@ def test_per_process_dump_numbers_gpus_by_bus_id():
      r"line 5: nvlink target 0000:09:00.0 is no GPU"),
     ('<system>\n<cpu>\n<pci busid="0000:01:00.0" class="0x030200" link_speed="7 GT/s">\n<gpu dev="0"/>\n'
      '</pci></cpu></system>', r"line 3: link_speed '7 GT/s' is no PCIe generation"),
+    ('<system>\n<cpu>\n<pci busid="0000:01:00.0" class="0x030200" link_speed="8.0. GT/s">\n<gpu dev="0"/>\n'
+     '</pci></cpu></system>', r"line 3: link_speed '8.0. GT/s' is no PCIe generation"),  # was float() crashing
 ])
 def test_bad_xml_names_the_line(xml, message):
     with pytest.raises(TopologyError, match=r"^dump.xml: " + message):

@@ -3,10 +3,10 @@ import doctest
 
 import pytest
 
-from blinkflow.planner import make, maxflow
+from blinkflow.planner import make, maxflow, multihost
 
 
-@pytest.mark.parametrize("module", [make, maxflow])
+@pytest.mark.parametrize("module", [make, maxflow, multihost])
 def test_docstring_examples(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0

@@ -1,10 +1,13 @@
 """Sanity figures and every preset: NVSwitch boxes, PCIe, CPU hosts, hybrid and multi-host."""
+import dataclasses
 import json
 
 import pytest
 
 from blinkflow.errors import PlanError, TopologyError
 from blinkflow.planner import Plan, link_loads, make_plan, verify_plan
+from blinkflow.planner.multihost import one_level_trees
+from blinkflow.planner.ring import ring_bandwidth, ring_gbps
 from blinkflow.topology import Link, Node, Topology, bidirectional
 from blinkflow.topology.presets import get_preset
 
@@ -46,15 +49,27 @@ def test_deterministic(dgx1v):
     assert make_plan(dgx1v, "allreduce", [0, 2, 5, 7]).digest() == make_plan(dgx1v, "allreduce", [0, 2, 5, 7]).digest()
 
 
-@pytest.mark.parametrize("name", ["dgx2", "dgx-a100", "hgx-h100", "pcie-8gpu"])
+# Expected rates from the cuts. A non-blocking switch with B GB/s per GPU: broadcast B,
+# all-gather B·N/(N−1), all-reduce half that. pcie-8gpu: broadcast is held to the 10 GB/s QPI
+# between the sockets; in an all-gather each GPU receives 7/8 of the buffer over its 12 GB/s
+# PCIe link (96/7), the tightest cut (the QPI cut allows 20, a PCIe switch's 16).
+SWITCH_PRESET_RATES = {
+    "dgx2": (150.0, 16, 150.0), "dgx-a100": (300.0, 8, 300.0), "hgx-h100": (450.0, 8, 450.0),
+    "pcie-8gpu": (10.0, 8, 12.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SWITCH_PRESET_RATES))
 @pytest.mark.parametrize("collective", ["broadcast", "allgather", "allreduce"])
 def test_switch_presets_plan_and_verify(name, collective):
     topo = get_preset(name)
     plan = make_plan(topo, collective)
     verify_plan(plan, topo)
-    assert plan.rate_gbps > 0 and plan.optimal_gbps >= plan.rate_gbps * (1 - 1e-9)
-    if topo.node("nvswitch" if name != "pcie-8gpu" else "pcie0"):
-        assert plan.routes  # every GPU pair talks through a switch
+    broadcast, n, per_gpu = SWITCH_PRESET_RATES[name]
+    expected = {"broadcast": broadcast, "allgather": per_gpu * n / (n - 1),
+                "allreduce": per_gpu * n / (2 * (n - 1))}[collective]
+    assert plan.rate_gbps == pytest.approx(expected) and plan.optimal_gbps == pytest.approx(expected)
+    assert plan.routes  # no two GPUs share a direct link: every edge is routed through a switch
 
 
 @pytest.mark.parametrize("n", [2, 3, 5, 8])
@@ -119,6 +134,9 @@ def test_multi_host_three_phase(name):
     if name != "2xcpu-host:4":
         assert len(nics) > len(topo.hosts)  # several NICs per host in parallel
     assert Plan.from_dict(json.loads(plan.to_json())).digest() == plan.digest()
+    # Its one-level view (plan --json's trees) passes the verifier as an ordinary plan.
+    trees, routes = one_level_trees(plan)
+    verify_plan(dataclasses.replace(plan, trees=trees, routes=routes, intra=(), cross=()), topo)
 
 
 def test_link_loads_allreduce_counts_both_directions(dgx1v):
@@ -149,8 +167,42 @@ def test_cross_host_rooted_and_gathering_collectives(name, collective):
     topo = get_preset(name)
     root = 1 if collective in ("broadcast", "reduce") else None
     plan = make_plan(topo, collective, root=root)
-    assert not plan.is_three_phase and plan.rate_gbps > 0
+    assert not plan.is_three_phase
     nets = [r for r in plan.routes if "net" in r.path]
     assert nets  # data crosses hosts through the network switch
-    if name != "2xcpu-host:2":  # NVLink hosts with one NIC per GPU pair: every NIC works
-        assert plan.rate_gbps == pytest.approx(plan.optimal_gbps)
+    hosts = len(topo.hosts)
+    if name == "2xcpu-host:2":
+        # The shared-memory link to the root's neighbour (10 GB/s) holds the plan below the
+        # NIC cut (12.5 GB/s; all-gather: each host receives half the buffer through it, 25).
+        rate, optimal = (10.0, 12.5) if root is not None else (20.0, 25.0)
+    else:
+        # NVLink hosts with one NIC per GPU pair: 4 PCIe-fed NICs, 48 GB/s out of each host;
+        # an all-gather brings (H - 1) / H of the buffer into each host through them.
+        rate = optimal = 48.0 if root is not None else 48.0 * hosts / (hosts - 1)
+    assert (plan.rate_gbps, plan.optimal_gbps) == (pytest.approx(rate), pytest.approx(optimal))
+
+
+def test_multi_host_subset_bounds_use_only_the_allocation():
+    # GPU 0 and GPU 8 reach their NICs over one PCIe Gen3 link each (12 GB/s): no all-reduce
+    # between them beats 12 GB/s, whatever the other 14 GPUs' NICs could carry.
+    topo = get_preset("2xdgx1-v100")
+    plan = make_plan(topo, "allreduce", [0, 8])
+    assert plan.rate_gbps == pytest.approx(12.0)
+    assert plan.optimal_gbps == pytest.approx(12.0)
+    assert plan.ring_gbps == pytest.approx(12.0)
+    # GPUs 0 and 1 share one PCIe switch (12 GB/s to its NIC, 12 GB/s to the CPU socket and the
+    # other NICs behind it): 24 GB/s up per host, H = 2 — not the 48 GB/s of all four switches.
+    pair = make_plan(topo, "allreduce", [0, 1, 8, 9])
+    assert pair.optimal_gbps == pytest.approx(24.0)
+
+
+@pytest.mark.parametrize("name, uplink", [("2xcpu-host:1", 12.0), ("2xcpu-host:2", 12.5), ("2xdgx1-v100", 48.0)])
+def test_multi_host_ring_respects_the_pcie_path_to_the_nic(name, uplink):
+    # A NIC hangs off PCIe Gen3 (12 GB/s): the network link alone (12.5) is not the host's cut.
+    # A CPU host's ranks each reach the NIC over their own PCIe link; a DGX-1's 4 NICs sit
+    # behind 4 PCIe switches.
+    topo = get_preset(name)
+    assert ring_bandwidth(topo, topo.compute_ids) <= uplink + 1e-9
+    for collective in ("broadcast", "allgather", "allreduce"):
+        plan = make_plan(topo, collective)
+        assert plan.ring_gbps == pytest.approx(ring_gbps(topo, topo.compute_ids, collective))

@@ -35,3 +35,12 @@ def test_full_dgx1v_rings_and_algbw(dgx1v):
 def test_switch_and_mesh(dgx1v):
     assert ring_bandwidth(get_preset("dgx2"), range(16)) == pytest.approx(150.0)
     assert ring_bandwidth(get_preset("cpu-host:4"), range(4)) == pytest.approx(30.0)
+
+
+def test_a_failed_ring_lp_raises_instead_of_returning_a_number(monkeypatch):
+    from blinkflow.errors import PlanError
+    from blinkflow.planner import ring
+
+    monkeypatch.setattr(ring.pywraplp.Solver, "Solve", lambda self: ring.pywraplp.Solver.ABNORMAL)
+    with pytest.raises(PlanError, match="not OPTIMAL"):
+        ring._pack_cycles({(0, 1): 25.0, (1, 0): 25.0}, [(0, 1)])

@@ -49,3 +49,23 @@ def test_cpu_host_and_multi_host():
 def test_every_preset_builds():
     for name in preset_names():
         assert get_preset(name).compute_ids
+
+
+@pytest.mark.parametrize("spec", ["99999999999xcpu-host:1", "2000xcpu-host:1", "cpu-host:5000", "65xdgx2", "4x4x128xcpu-host:1"])
+def test_oversized_presets_are_refused_before_building(spec):
+    # Without the cap, 99999999999xcpu-host:1 built nodes until memory ran out.
+    from blinkflow.errors import TopologyError
+    with pytest.raises(TopologyError, match="at most 1024 devices"):
+        get_preset(spec)
+
+
+@pytest.mark.parametrize("spec", ["cpu-host:\u00b2", "cpu-host:-1", "cpu-host:1.5"])
+def test_cpu_host_argument_must_be_a_count(spec):
+    from blinkflow.errors import TopologyError
+    with pytest.raises(TopologyError, match="needs a number of ranks"):
+        get_preset(spec)
+
+
+def test_largest_allowed_presets_build():
+    assert len(get_preset("64xdgx2").compute_ids) == 1024
+    assert len(get_preset("1024xcpu-host:1").hosts) == 1024

@@ -16,9 +16,10 @@ def test_visible_gpus(value, expected):
     assert visible_gpus(env) == expected
 
 
-def test_visible_gpus_rejects_uuids():
-    with pytest.raises(TopologyError, match="CUDA_VISIBLE_DEVICES: entry 'GPU-1a2b' is not a GPU index"):
-        visible_gpus({"CUDA_VISIBLE_DEVICES": "GPU-1a2b"})
+@pytest.mark.parametrize("entry", ["GPU-1a2b", "\u00b2", "--1"])  # '²'.isdigit() is true, int('²') fails
+def test_visible_gpus_rejects_non_indexes(entry):
+    with pytest.raises(TopologyError, match=f"CUDA_VISIBLE_DEVICES: entry '{entry}' is not a GPU index"):
+        visible_gpus({"CUDA_VISIBLE_DEVICES": entry})
 
 
 def fake_nvml(bus_ids, nvlinks, levels):

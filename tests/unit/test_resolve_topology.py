@@ -45,3 +45,23 @@ def test_unknown_format_and_bad_json_name_the_file(tmp_path):
     bad.write_text('{"schema": 1,\n\n ]')
     with pytest.raises(TopologyError, match=r"bad.json: line 3: invalid JSON"):
         resolve_topology(str(bad))
+
+
+@pytest.mark.parametrize("loader", ["load_topology", "load_nccl_xml", "load_nvidia_smi", "load_any"])
+def test_every_loader_names_an_unreadable_file(loader, tmp_path):
+    import blinkflow.topology as topology
+    missing = str(tmp_path / "gone.json")
+    with pytest.raises(TopologyError, match=r"gone\.json: cannot read: No such file"):
+        getattr(topology, loader)(missing)
+
+
+def test_json_loaders_agree_and_name_the_bad_line(tmp_path):
+    from blinkflow.topology import load_any, load_topology
+    good = tmp_path / "box.json"
+    good.write_text(get_preset("dgx1-v100").to_json())
+    assert load_topology(str(good)) == load_any(str(good))
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": 1,\n "nodes": [,]}')
+    for load in (load_topology, load_any):
+        with pytest.raises(TopologyError, match=r"bad\.json: line 2: invalid JSON"):
+            load(str(bad))

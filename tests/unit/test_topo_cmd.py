@@ -56,6 +56,7 @@ def bad_files(tmp_path):
     (["--preset", "dgx7"], "unknown preset 'dgx7'"),
     (["--preset", "dgx1-v100", "--gpus", "0,8"], "--gpus: device 8 is not in topology"),
     (["--preset", "dgx1-v100", "--gpus", "0,x"], "'x' is not a device index"),
+    (["--preset", "dgx1-v100", "--gpus", "0,\u00b2"], "'\u00b2' is not a device index"),
     (["--nccl-xml", "{xml}"], "dump.xml: line 4: malformed XML"),
     (["--nvidia-smi-file", "{smi}"], "topo.txt: line 3: GPU1->GPU0 is NV9"),
     (["--file", "{missing}"], "nope.json: cannot read"),

@@ -1,0 +1,97 @@
+"""Finding the GPU a rank drives, and what this machine's CUDA and MPI can do.
+
+Kept apart from the executor so ``is_available`` can be asked without building a backend
+(``BLINKFLOW_BACKEND=auto`` picks cuda only when it answers True). Everything imports CuPy
+lazily and answers False, never raises, when CuPy or a GPU is missing.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib
+import os
+from typing import Sequence
+
+from ...errors import BackendError
+
+
+def is_available() -> bool:
+    """CuPy imports and sees at least one CUDA device."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # ImportError, CUDARuntimeError (no driver), ...
+        return False
+
+
+def require_cupy():
+    """Import CuPy or raise a BackendError that says how to get it."""
+    try:
+        import cupy
+    except ImportError as e:
+        raise BackendError("the cuda backend needs CuPy: pip install 'blinkflow[gpu]' (cupy-cuda12x), "
+                           "or set BLINKFLOW_BACKEND=cpu") from e
+    if not is_available():
+        raise BackendError("the cuda backend found no CUDA device; set BLINKFLOW_BACKEND=cpu")
+    return cupy
+
+
+def choose_device(local_rank: int, local_devices: Sequence[int], device_count: int) -> int:
+    """The CUDA ordinal a rank drives.
+
+    When the topology ids of the host's ranks are distinct CUDA ordinals (the usual case: one
+    rank per GPU, ids as ``nvidia-smi`` shows them) each rank takes its own id. Otherwise (more
+    ranks than GPUs, e.g. tests with 2-4 ranks sharing one GPU, or CUDA_VISIBLE_DEVICES
+    renumbering) ranks go round-robin by local rank.
+    """
+    if device_count <= 0:
+        raise BackendError("no CUDA device")
+    ids = list(local_devices)
+    if len(set(ids)) == len(ids) and all(0 <= d < device_count for d in ids):
+        return ids[local_rank]
+    return local_rank % device_count
+
+
+@functools.lru_cache(maxsize=None)
+def multiprocessor_count(device: int) -> int:
+    import cupy
+
+    return int(cupy.cuda.Device(device).attributes["MultiProcessorCount"])
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_aware_mpi() -> bool:
+    """Whether MPI accepts device pointers, asked of the MPI library itself, never guessed.
+
+    mpi4py has no wrapper for ``MPIX_Query_cuda_support`` (Open MPI's and MPICH's extension),
+    so it is looked up in the libmpi mpi4py already loaded (``RTLD_NOLOAD``: never a second
+    copy). Any failure, or an MPI without the extension, answers False: staging is always safe.
+    """
+    try:
+        importlib.import_module("mpi4py.MPI")  # loads libmpi
+    except Exception:  # ImportError, or mpi4py failing to find libmpi outside mpirun
+        return False
+    for name in ("libmpi.so.40", "libmpi.so.12", "libmpi.so"):
+        try:
+            lib = ctypes.CDLL(name, mode=getattr(os, "RTLD_NOLOAD", 4) | ctypes.RTLD_GLOBAL)
+        except OSError:
+            continue
+        query = getattr(lib, "MPIX_Query_cuda_support", None)
+        if query is None:
+            return False
+        query.restype = ctypes.c_int
+        try:
+            return query() == 1
+        except Exception:
+            return False
+    return False
+
+
+def nccl_available() -> bool:
+    try:
+        from cupy.cuda import nccl
+
+        return bool(nccl.available) if hasattr(nccl, "available") else True
+    except Exception:
+        return False

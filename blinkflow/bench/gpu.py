@@ -1,0 +1,206 @@
+"""``python -m blinkflow.bench gpu``: the cuda backend against its peers, on this machine.
+
+Run it under MPI (``mpirun -np 2 python -m blinkflow.bench gpu``); ranks may share one GPU.
+
+1. Kernels (rank 0): the fused reduction (out = a + b, and Blink's reduce-and-forward that also
+   writes a second output) against a device-to-device copy of the same size on the same GPU,
+   as effective memory bandwidth (bytes read + written per second). A reduction that reaches
+   the copy's bandwidth is memory-bound, which is what Blink's fused kernels aim for.
+2. All-reduce over all ranks: ``CudaBackend`` (IPC slots, pipelined tree schedule) against
+   cupy's NCCL all-reduce where NCCL can run (distinct GPUs; NCCL refuses ranks that share
+   one) and against host staging (device -> host, ``MPI_Allreduce``, -> device), which always can.
+
+Every figure is the median of ``--iters`` timed runs after warm-up, timed with CUDA events
+(all-reduce: the slowest rank's median). Sizes are per-rank buffer bytes.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from typing import Callable, Dict, List
+
+import click
+
+SIZES = "256KB,4MB,64MB"
+
+
+def _parse_size(text: str) -> int:
+    text = text.strip().upper()
+    for suffix, mult in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10), ("B", 1)):
+        if text.endswith(suffix):
+            return int(float(text[: -len(suffix)]) * mult)
+    return int(text)
+
+
+def _time(fn: Callable[[], None], iters: int, warmup: int = 3) -> float:
+    """Median seconds of ``fn`` on the current stream, by CUDA events."""
+    import cupy
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
+    return statistics.median(times)
+
+
+def kernel_rows(sizes: List[int], iters: int) -> List[Dict]:
+    import cupy
+
+    from ..backends.cuda.ipc import _MEMCPY_DEFAULT
+    from ..backends.cuda.launch import reduce_ptrs
+    from ..ops import ReduceOp
+
+    rows = []
+    for dtype in ("float32", "float16"):
+        for size in sizes:
+            n = size // cupy.dtype(dtype).itemsize
+            a, b, out, out2 = (cupy.ones(n, dtype=dtype) for _ in range(4))
+            stream = cupy.cuda.get_current_stream().ptr
+            copy = _time(lambda: cupy.cuda.runtime.memcpyAsync(out.data.ptr, a.data.ptr, a.nbytes, _MEMCPY_DEFAULT,
+                                                              stream), iters)
+            red = _time(lambda: reduce_ptrs(dtype, ReduceOp.SUM, out.data.ptr, (a.data.ptr, b.data.ptr), n,
+                                            a.itemsize), iters)
+            fwd = _time(lambda: reduce_ptrs(dtype, ReduceOp.SUM, out.data.ptr, (a.data.ptr, b.data.ptr), n,
+                                            a.itemsize, out2.data.ptr), iters)
+            rows.append({"dtype": dtype, "bytes": size,
+                         "copy_gbps": 2 * size / copy / 1e9,
+                         "reduce_gbps": 3 * size / red / 1e9,
+                         "reduce_forward_gbps": 4 * size / fwd / 1e9,
+                         "reduce_vs_copy": (3 * size / red) / (2 * size / copy)})
+    return rows
+
+
+def _context(comm, schedule: str):
+    from mpi4py import MPI
+
+    from ..backends.base import BackendContext
+    from ..config import get_config
+
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    cross = comm.Split(local.rank, key=comm.rank)
+    ctx = BackendContext(comm=comm, local_comm=local, cross_comm=cross, topology=None,
+                         devices=tuple(range(comm.size)), plan_for=None, config=get_config())
+    if schedule == "plan":
+        from ..planner import make_plan  # lands with the planner branch
+        from ..topology.presets import get_preset
+
+        topo = get_preset("hgx-h100").subset(list(range(comm.size)))
+        ctx.topology = topo
+        ctx.plan_for = lambda collective, root=None: make_plan(topo, collective, root=root)
+    return ctx
+
+
+def _chain_schedule_for(collective, root_device, nelems, chunk_elems, scope, shard_counts=None, devices=()):
+    from ..backends.cuda.schedules import chain_allreduce_schedule
+
+    if collective != "allreduce":
+        raise NotImplementedError(collective)
+    return chain_allreduce_schedule(devices, nelems, chunk_elems, nchannels=min(2, len(devices)))
+
+
+def allreduce_rows(comm, sizes: List[int], iters: int, schedule: str) -> List[Dict]:
+    import cupy
+    from mpi4py import MPI
+
+    from ..backends.cuda import CudaBackend
+    from ..ops import ReduceOp
+
+    ctx = _context(comm, schedule)
+    kwargs = {}
+    if schedule == "chain":
+        kwargs["schedule_for"] = lambda *a, **kw: _chain_schedule_for(*a, devices=ctx.devices, **kw)
+    backend = CudaBackend(ctx, **kwargs)
+    nccl = _nccl_comm(comm, backend.device)
+    rows = []
+    try:
+        with cupy.cuda.Device(backend.device):
+            for size in sizes:
+                n = size // 4
+                buf = cupy.ones(n, dtype=cupy.float32)
+                row = {"ranks": comm.size, "bytes": size}
+                comm.Barrier()
+                row["blinkflow_s"] = _slowest(comm, _time(lambda: backend.allreduce(buf, ReduceOp.SUM), iters))
+
+                def staged():
+                    host = cupy.asnumpy(buf)
+                    comm.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM)
+                    buf.set(host)
+
+                comm.Barrier()
+                row["staged_mpi_s"] = _slowest(comm, _time(staged, iters))
+                if nccl is not None:
+                    from cupy.cuda import nccl as nccl_mod
+
+                    comm.Barrier()
+                    row["nccl_s"] = _slowest(comm, _time(lambda: nccl.allReduce(
+                        buf.data.ptr, buf.data.ptr, n, nccl_mod.NCCL_FLOAT32, nccl_mod.NCCL_SUM,
+                        cupy.cuda.get_current_stream().ptr), iters))
+                for key in [k for k in row if k.endswith("_s")]:
+                    row[key.replace("_s", "_busbw_gbps")] = 2 * (comm.size - 1) / comm.size * size / row[key] / 1e9
+                rows.append(row)
+    finally:
+        backend.close()
+    return rows
+
+
+def _slowest(comm, seconds: float) -> float:
+    from mpi4py import MPI
+
+    return comm.allreduce(seconds, op=MPI.MAX)
+
+
+def _nccl_comm(comm, device: int):
+    """A cupy NCCL communicator, or None where NCCL is missing or ranks share a GPU."""
+    from ..backends.cuda.backend import _gpus_distinct
+    from ..backends.cuda.device import nccl_available
+
+    usable = nccl_available() and _gpus_distinct(comm, device)
+    if not all(comm.allgather(usable)):
+        return None
+    from cupy.cuda import nccl
+
+    uid = comm.bcast(nccl.get_unique_id() if comm.rank == 0 else None, root=0)
+    return nccl.NcclCommunicator(comm.size, uid, comm.rank)
+
+
+@click.command(help=__doc__.split("\n\n")[0])
+@click.option("--sizes", default=SIZES, show_default=True, help="comma-separated buffer sizes (B, KB, MB, GB)")
+@click.option("--iters", default=20, show_default=True, type=click.IntRange(1))
+@click.option("--schedule", type=click.Choice(["chain", "plan"]), default="chain", show_default=True,
+              help="chain: two pipelined chains (no planner needed); plan: the planner's trees on an HGX H100 subset")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def command(sizes: str, iters: int, schedule: str, as_json: bool):
+    from ..backends.cuda.device import is_available
+
+    if not is_available():
+        raise click.ClickException("no CUDA device (or CuPy missing): pip install cupy-cuda12x on a GPU machine")
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    size_list = [_parse_size(s) for s in sizes.split(",") if s.strip()]
+    result = {"ranks": comm.size, "kernels": [], "allreduce": []}
+    if comm.rank == 0:
+        result["kernels"] = kernel_rows(size_list, iters)
+    if comm.size > 1:
+        result["allreduce"] = allreduce_rows(comm, size_list, iters, schedule)
+    if comm.rank != 0:
+        return
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    click.echo(f"{'dtype':8} {'bytes':>10} {'copy GB/s':>10} {'reduce GB/s':>12} {'reduce+fwd GB/s':>16} {'reduce/copy':>12}")
+    for r in result["kernels"]:
+        click.echo(f"{r['dtype']:8} {r['bytes']:>10} {r['copy_gbps']:>10.1f} {r['reduce_gbps']:>12.1f} "
+                   f"{r['reduce_forward_gbps']:>16.1f} {r['reduce_vs_copy']:>12.2f}")
+    if result["allreduce"]:
+        click.echo(f"\nall-reduce, {comm.size} ranks (busbw GB/s; ranks sharing a GPU share its bandwidth)")
+        for r in result["allreduce"]:
+            nccl = f"{r['nccl_busbw_gbps']:.1f}" if "nccl_busbw_gbps" in r else "n/a"
+            click.echo(f"{r['bytes']:>10}  blinkflow {r['blinkflow_busbw_gbps']:.1f}  nccl {nccl}  "
+                       f"staged-mpi {r['staged_mpi_busbw_gbps']:.1f}")

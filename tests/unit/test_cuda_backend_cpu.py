@@ -1,0 +1,64 @@
+"""What of the cuda backend must hold on a machine without CUDA (the CPU suite)."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from blinkflow.backends.cuda import kernels
+from blinkflow.backends.cuda.device import choose_device
+from blinkflow.backends.cuda.launch import host_factor
+from blinkflow.errors import BackendError
+from blinkflow.ops import ReduceOp
+
+
+def test_importing_the_cuda_backend_needs_no_cupy():
+    code = ("import sys, blinkflow, blinkflow.backends.cuda as c\n"
+            "import blinkflow.backends.cuda.backend, blinkflow.backends.cuda.dlpack, blinkflow.bench.gpu\n"
+            "assert 'cupy' not in sys.modules and 'tensorflow' not in sys.modules, sorted(sys.modules)\n"
+            "print(c.is_available())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() in ("True", "False")
+
+
+def test_backend_without_cupy_raises_backend_error():
+    try:
+        import cupy  # noqa: F401
+        pytest.skip("CuPy is installed")
+    except ImportError:
+        pass
+    from blinkflow.backends.cuda import CudaBackend
+
+    with pytest.raises(BackendError, match="CuPy"):
+        CudaBackend(None)
+
+
+def test_choose_device():
+    assert choose_device(2, (0, 1, 5, 3), 8) == 5  # distinct valid ordinals: use them
+    assert choose_device(3, (10, 11, 12, 13), 1) == 0  # virtual ids, one GPU: share it
+    assert choose_device(3, (0, 1, 2, 3), 2) == 1  # more ranks than GPUs: round-robin
+    with pytest.raises(BackendError):
+        choose_device(0, (0,), 0)
+
+
+def test_name_expressions_cover_every_dtype_and_op():
+    exprs = kernels.name_expressions("reduce.cu")
+    for dt in ("float16", "bfloat16", "float32", "float64", "int32", "int64", "uint8"):
+        for op in (ReduceOp.SUM, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.PRODUCT):
+            assert kernels.reduce_name(dt, op) in exprs
+    assert kernels.reduce_name("float32", ReduceOp.AVERAGE) == kernels.reduce_name("float32", ReduceOp.SUM)
+    with pytest.raises(BackendError):
+        kernels.reduce_name("complex64", ReduceOp.SUM)
+    with pytest.raises(BackendError):
+        kernels.pack_name("pack", 3)
+
+
+def test_host_factor_matches_numpy_rounding():
+    assert host_factor("float16", 1 / 3) == float(np.float16(1 / 3))
+    assert host_factor("float32", 1 / 3) == float(np.float32(1 / 3))
+    assert host_factor("float64", 1 / 3) == 1 / 3
+    assert host_factor("int32", 0.5) == 0.5
+    bf = host_factor("bfloat16", 1 / 3)
+    assert np.float32(bf).view(np.uint32) & 0xFFFF == 0  # a bfloat16 value
+    assert abs(bf - 1 / 3) < 2 ** -9
