@@ -18,9 +18,6 @@ install: $(STAMP)
 # PATH: the ranks run `python` from PATH, which must be the venv's (it has TensorFlow).
 demo: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/blinkrun -np 2 python examples/keras_mnist.py
-MPIRUN_FLAGS := --oversubscribe --bind-to none $(shell [ "$$(id -u)" = 0 ] && echo --allow-run-as-root)
-demo: $(STAMP)
-	$(BIN)/mpirun -np 2 $(MPIRUN_FLAGS) -x TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python examples/keras_mnist.py
 
 # Unit, multi-process (mpirun at 1, 2 and 4 ranks) and GPU tests (skipped without a GPU).
 test: $(STAMP)
