@@ -14,9 +14,10 @@ $(STAMP): setup.cfg pyproject.toml
 
 install: $(STAMP)
 
-# The main job.
+# The main job: Horovod's Keras recipe on 2 ranks (examples/keras_mnist.py).
+# blinkrun puts its own interpreter (the venv's) first on the ranks' PATH.
 demo: $(STAMP)
-	$(BIN)/blinkrun topo --preset dgx1-v100
+	$(BIN)/blinkrun -np 2 python examples/keras_mnist.py
 
 # Unit, multi-process (mpirun at 1, 2 and 4 ranks) and GPU tests (skipped without a GPU).
 test: $(STAMP)

@@ -188,9 +188,7 @@ class Engine:
                 reason = stall.inspect(negotiator.table)
                 if reason is not None:
                     state.request_shutdown(reason)
-            elapsed = time.monotonic() - started
-            if elapsed < cycle_s:
-                time.sleep(cycle_s - elapsed)
+            state.wait_for_work(cycle_s - (time.monotonic() - started))
 
     def _shutdown_error(self, reasons) -> ShutdownError:
         who = [(r, why) for r, why in enumerate(reasons) if why is not None]

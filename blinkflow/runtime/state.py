@@ -44,6 +44,8 @@ class SharedState:
         self._lock = threading.Lock()
         self._queue: List[Entry] = []
         self._in_flight: Dict[str, Entry] = {}
+        self._work = threading.Event()
+        """Set by a submission or a shutdown request: the background thread stops sleeping."""
         self.failure: Optional[BlinkflowError] = None
         self.shutdown_reason: Optional[str] = None
         """Set when this rank asks the job to stop (``shutdown()`` or the stall inspector)."""
@@ -61,11 +63,19 @@ class SharedState:
             for entry in entries:
                 self._in_flight[entry.name] = entry
             self._queue.extend(entries)
+            self._work.set()
 
     def drain(self) -> List[Entry]:
         with self._lock:
+            self._work.clear()  # under the lock: a submission after this sets it again
             out, self._queue = self._queue, []
             return out
+
+    def wait_for_work(self, timeout: float) -> None:
+        """Sleep up to ``timeout`` seconds, less if something is submitted (the rest of a cycle:
+        the ranks that submit last then start the negotiation without waiting for a tick)."""
+        if timeout > 0:
+            self._work.wait(timeout)
 
     def complete(self, entry: Entry, result=None, error: Optional[BaseException] = None) -> None:
         with self._lock:
@@ -94,3 +104,4 @@ class SharedState:
         with self._lock:
             if self.shutdown_reason is None:
                 self.shutdown_reason = reason
+            self._work.set()

@@ -1,1 +1,45 @@
+"""``import blinkflow.tensorflow as hvd``: Horovod's ``horovod.tensorflow`` names, on blinkflow.
 
+Importing this module imports TensorFlow and Keras (and checks their versions, see
+:mod:`._compat`); the runtime, and with it MPI, still loads on first use (``hvd.init()``).
+Collectives dispatch on the argument: TF tensors and variables give differentiable tensors,
+numpy arrays give numpy arrays.
+"""
+from __future__ import annotations
+
+import importlib
+
+from .. import _RUNTIME_NAMES
+from ..api import allgather, allreduce, alltoall, broadcast, grouped_allgather, grouped_allreduce, reducescatter
+from ..compression import Compression
+from ..errors import (BlinkflowError, DuplicateNameError, NotInitializedError, ShutdownError,
+                      TensorMismatchError)
+from ..ops import Average, Max, Min, Product, ReduceOp, Sum
+from . import _compat  # noqa: F401  (version check on import)
+from . import callbacks
+from .gradient_tape import DistributedGradientTape
+from .ops import grouped_broadcast
+from .optimizer import DistributedOptimizer, load_model
+from .variables import broadcast_variables
+
+
+def __getattr__(name):
+    # init, size, rank, ... come from the runtime, loaded on first use like ``blinkflow.<name>``.
+    if name in _RUNTIME_NAMES:
+        value = getattr(importlib.import_module("blinkflow.runtime.api"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_RUNTIME_NAMES))
+
+
+__all__ = [
+    "Average", "Sum", "Min", "Max", "Product", "ReduceOp", "Compression",
+    "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "grouped_broadcast",
+    "reducescatter", "alltoall", "DistributedOptimizer", "DistributedGradientTape", "broadcast_variables",
+    "load_model", "callbacks", "BlinkflowError", "NotInitializedError", "ShutdownError", "TensorMismatchError",
+    "DuplicateNameError",
+] + list(_RUNTIME_NAMES)

@@ -1,0 +1,18 @@
+"""Multi-process tests of model.fit with DistributedOptimizer and the callbacks (see fit_script.py)."""
+import os
+
+import pytest
+
+from mpi_launch import run_mpi
+
+pytest.importorskip("tensorflow")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [2, 4])
+def test_fit_optimizer_callbacks_and_saving(n):
+    # At 4 ranks the variants that do not depend on the number of ranks are left to the 2-rank run.
+    extra = ["--core"] if n == 4 else []
+    out = run_mpi(n, ["python", os.path.join(HERE, "fit_script.py")] + extra, timeout=500).stdout
+    assert out.count("FIT OK") == n, out[-3000:]

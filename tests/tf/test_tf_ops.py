@@ -1,0 +1,17 @@
+"""Multi-process tests of the TF collectives, their gradients, DistributedGradientTape,
+broadcast_variables and error mapping, eagerly and in tf.function (see ops_script.py)."""
+import os
+
+import pytest
+
+from mpi_launch import run_mpi
+
+pytest.importorskip("tensorflow")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [2, 4])
+def test_tf_ops_values_gradients_and_errors(n):
+    out = run_mpi(n, ["python", os.path.join(HERE, "ops_script.py")], timeout=400).stdout
+    assert out.count("OPS OK") == n, out[-3000:]
