@@ -100,7 +100,9 @@ def _chain_schedule_for(collective, root_device, nelems, chunk_elems, scope, sha
     from ..backends.cuda.schedules import chain_allreduce_schedule
 
     if collective != "allreduce":
-        raise NotImplementedError(collective)
+        from ..errors import PlanError
+
+        raise PlanError(f"the benchmark's chain schedule serves all-reduce only, not {collective}")
     return chain_allreduce_schedule(devices, nelems, chunk_elems, nchannels=min(2, len(devices)))
 
 

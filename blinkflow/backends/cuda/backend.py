@@ -275,7 +275,7 @@ class CudaBackend(Backend):
             return self._sized(key, buf.dtype.itemsize, make)
         try:
             sched = self._sized(key, buf.dtype.itemsize, make)
-        except (BackendError, PlanError, NotImplementedError):
+        except (BackendError, PlanError):
             return None
         return sched if tuple(tuple(x) for x in sched.shards) == tuple(shards) else None
 
@@ -335,7 +335,7 @@ class CudaBackend(Backend):
             # it has them (an all-reduce: every shard is then complete), else one hop per shard.
             try:
                 sched = self._planned("allreduce", None, buf, "host")
-            except (BackendError, PlanError, NotImplementedError):
+            except (BackendError, PlanError):
                 sched = self._sized(("three-phase-scatter", shards, buf.size), itemsize,
                                     lambda chunk: direct_reducescatter_schedule(self.local_devices, shards, buf.size, chunk))
             self._run(sched, buf, name, op)
