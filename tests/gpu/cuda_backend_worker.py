@@ -19,6 +19,7 @@ from blinkflow.backends.base import BackendContext
 from blinkflow.backends.cuda import CudaBackend
 from blinkflow.backends.cuda.schedules import chain_allreduce_schedule, chain_broadcast_schedule
 from blinkflow.config import Config
+from blinkflow.errors import PlanError
 from blinkflow.ops import ReduceOp
 
 SCHEDULE, HOSTS = sys.argv[1], int(sys.argv[2])
@@ -40,13 +41,13 @@ CHUNK_BYTES = 4096  # small chunks: many pipeline steps and slot reuse even on s
 
 def chain_schedule_for(collective, root_device, nelems, chunk_elems, scope, shard_counts=None):
     if scope == "host" and SCHEDULE == "direct":
-        raise NotImplementedError("no intra-host trees")
+        raise PlanError("no intra-host trees")
     devices = DEVICES if scope == "job" else HOST_DEVICES
     if collective == "allreduce":
         return chain_allreduce_schedule(devices, nelems, chunk_elems, nchannels=min(2, len(devices)))
     if collective == "broadcast":
         return chain_broadcast_schedule(devices, root_device, nelems, chunk_elems)
-    raise NotImplementedError(collective)  # the backend falls back (direct all-gather, ...)
+    raise PlanError(f"no chain schedule for {collective}")  # the backend falls back (direct all-gather, ...)
 
 
 def make_backend():
