@@ -54,8 +54,12 @@ class Backend(abc.ABC):
         buffer after that rank's collective returned."""
 
     @abc.abstractmethod
-    def allreduce(self, buf, op: ReduceOp) -> None:
-        """Combine ``buf`` elementwise across ranks, in place; bitwise identical on every rank."""
+    def allreduce(self, buf, op: ReduceOp, out=None, scale: float = 1.0) -> None:
+        """Combine ``buf`` elementwise across ranks; bitwise identical on every rank.
+
+        In place when ``out`` is None. Otherwise the result times ``scale`` lands in ``out`` (same
+        size and dtype, private to this rank) and ``buf`` is left in an unspecified state: the
+        backend may fold the copy out and the scaling into its last pass over the data."""
 
     @abc.abstractmethod
     def broadcast(self, buf, root: int) -> None:

@@ -150,22 +150,22 @@ class Executor:
         self._mark(names, "E", "COPY_IN")
         op = ReduceOp(first.op)
         backend.scale(buf, first.prescale)
-        backend.allreduce(buf, op.combiner)
-        # After the collective the runtime only reads ``buf``: peers may still be reading this
-        # rank's part of a shared buffer (the cpu backend has no exit barrier), so the postscale
-        # runs on the private copy, which every result is a slice of.
-        self._mark(names, "B", "COPY_OUT")
+        # The result goes to a private array that every result is a slice of: peers may still be
+        # reading this rank's part of a shared ``buf`` after the call (the cpu backend has no exit
+        # barrier). On the host the backend writes it directly, with a float Average's scaling
+        # folded in; device buffers are copied out afterwards.
         scale = first.postscale / self.size if op is ReduceOp.AVERAGE else first.postscale
         if first.device == "cpu":
             private = self.results.empty_like(buf)
-            if dtype.kind in "fc" and scale != 1.0:
-                np.multiply(buf, dtype.type(scale), out=private)  # copy and scale in one pass
+            folded = scale if dtype.kind in "fc" else 1.0
+            backend.allreduce(buf, op.combiner, out=private, scale=folded)
+            if folded != 1.0:
                 scale = 1.0
-            else:
-                private[...] = buf
         else:
+            backend.allreduce(buf, op.combiner)
+            self._mark(names, "B", "COPY_OUT")
             private = buf.copy()
-        self._mark(names, "E", "COPY_OUT")
+            self._mark(names, "E", "COPY_OUT")
         if op is ReduceOp.AVERAGE and dtype.kind in "iu":
             average(backend, private, self.size, first.postscale)
         else:

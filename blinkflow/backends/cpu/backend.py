@@ -28,6 +28,14 @@ from .trees import LocalTrees, local_trees, single_root_star
 _NOT_SHARED = -1
 
 
+def _scaled_copy(src: np.ndarray, dst: np.ndarray, scale: float) -> None:
+    """``dst = src * scale`` in one pass (a plain copy when ``scale`` is 1)."""
+    if scale == 1.0:
+        np.copyto(dst, src)
+    else:
+        np.multiply(src, dst.dtype.type(scale), out=dst)
+
+
 def _flat(arr) -> np.ndarray:
     if not isinstance(arr, np.ndarray):
         raise BackendError(f"the cpu backend works on numpy arrays, got {type(arr).__name__}")
@@ -60,6 +68,7 @@ class CpuBackend(Backend):
         self.aside = Scratch()  # private copies made by the collectives themselves
         self._trees: Optional[LocalTrees] = None
         self._levels: Tuple[list, list] = ([], [])
+        self._forwards: set = set()
         self._cross: Optional[CrossAllreduce] = None
         self._loc = np.zeros(3, dtype=np.int64)  # (window, byte offset, bytes) of our argument
         self._locs = np.zeros((self.lsize, 3), dtype=np.int64)
@@ -91,6 +100,9 @@ class CpuBackend(Backend):
             self._cross = CrossAllreduce(self.cross, plan, devices[self.rank], devices, self.places, self.chunk_bytes)
             self._trees = trees
             self._levels = (trees.reduce_levels(), trees.broadcast_levels())
+            # Trees in which this rank forwards to children: it must keep their shards in its
+            # shared segment, where the children read them.
+            self._forwards = {tree for level in self._levels[1] for tree, _, parent in level if parent == self.lrank}
         return self._trees
 
     # ---- shared-memory plumbing ----------------------------------------------------------------
@@ -158,11 +170,14 @@ class CpuBackend(Backend):
         return kernels.chunk_elems(self.chunk_bytes, dtype.itemsize)
 
     # ---- collectives ---------------------------------------------------------------------------
-    def allreduce(self, buf, op: ReduceOp) -> None:
+    def allreduce(self, buf, op: ReduceOp, out=None, scale: float = 1.0) -> None:
         buf = _flat(buf)
         ufunc = kernels.combiner(op)
         n = buf.shape[0]
+        result = None if out is None else _flat(out)
         if self.size == 1 or n == 0:
+            if result is not None:
+                _scaled_copy(buf, result, scale)
             return
         trees = self._allreduce_trees()
         locs = self._share(buf, [True] * self.lsize)
@@ -199,17 +214,29 @@ class CpuBackend(Backend):
         mark("start", "SHM_BROADCAST")
         # Phase 3: broadcast down the same trees, a barrier between levels. No exit barrier:
         # peers may still read our segment, but nothing writes it before the next call's entry
-        # barrier (user slots alternate, see shm.py).
+        # barrier (user slots alternate, see shm.py). With ``out``, a shard goes from the parent's
+        # segment straight into ``out`` (scaled on the way): one pass over the data fewer than
+        # gathering into the segment and copying out; only shards this rank forwards stay in it.
+        forwards = self._forwards
         for i, level in enumerate(broadcast_levels):
             for tree, child, parent in level:
                 if child == me:
                     off, cnt = shards[tree]
-                    np.copyto(mine[off:off + cnt], self._view(locs, parent, off, cnt, buf.dtype))
+                    src = self._view(locs, parent, off, cnt, buf.dtype)
+                    if result is None or tree in forwards:
+                        np.copyto(mine[off:off + cnt], src)
+                        src = mine[off:off + cnt]
+                    if result is not None:
+                        _scaled_copy(src, result[off:off + cnt], scale)
             if i < len(broadcast_levels) - 1:
                 self._sync()
-        mark("end", "SHM_BROADCAST")
-        if mine is not buf:
+        if result is not None:
+            for tree, (off, cnt) in enumerate(shards):
+                if trees.trees[tree].root == me:
+                    _scaled_copy(mine[off:off + cnt], result[off:off + cnt], scale)
+        elif mine is not buf:
             np.copyto(buf, mine)
+        mark("end", "SHM_BROADCAST")
 
     def broadcast(self, buf, root: int) -> None:
         buf = _flat(buf)

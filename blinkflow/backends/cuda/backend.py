@@ -105,17 +105,21 @@ class CudaBackend(Backend):
             return self._fusion[:nelems * dtype.itemsize].view(dtype)
 
     # ---- collectives ------------------------------------------------------------------------
-    def allreduce(self, buf, op: ReduceOp, dtype: Optional[str] = None) -> None:
-        """In place. ``dtype="bfloat16"`` reduces a ``uint16`` cupy array as bfloat16."""
+    def allreduce(self, buf, op: ReduceOp, out=None, scale: float = 1.0, dtype: Optional[str] = None) -> None:
+        """In place, or into ``out`` times ``scale`` (see Backend.allreduce). ``dtype="bfloat16"``
+        reduces a ``uint16`` cupy array as bfloat16."""
         op = as_reduce_op(op).combiner
         name = self._check(buf, dtype, reduce=True)
-        if buf.size == 0 or self.comm.size == 1:
-            return
-        with self._dev:
-            if not self.multi_host:
-                self._run(self._planned("allreduce", None, buf, "job"), buf, name, op)
-            else:
-                self._three_phase_allreduce(buf, name, op)
+        if buf.size and self.comm.size > 1:
+            with self._dev:
+                if not self.multi_host:
+                    self._run(self._planned("allreduce", None, buf, "job"), buf, name, op)
+                else:
+                    self._three_phase_allreduce(buf, name, op)
+        if out is not None:
+            with self._dev:
+                out[...] = buf
+                self.scale(out, scale)
 
     def broadcast(self, buf, root: int) -> None:
         self._check(buf, None, reduce=False)
