@@ -126,7 +126,7 @@ def test_three_phase_rejects_a_cross_group_on_the_wrong_device():
 # ---- the planner's own plans -----------------------------------------------------------------
 @pytest.mark.parametrize("preset, collectives", [
     ("dgx1-v100", COLLECTIVES),
-    ("dgx1-p100", ("broadcast", "allreduce")),
+    ("dgx1-p100", COLLECTIVES),
 ])
 def test_planner_plans_for_every_dgx1_subset_pass_the_checker(preset, collectives):
     from blinkflow.planner import make_plan
