@@ -161,16 +161,19 @@ class Executor:
             backend.allreduce(buf, op.combiner, out=private, scale=folded)
             if folded != 1.0:
                 scale = 1.0
+            # COPY_OUT below is only the unpacking: the copy itself ran in the backend's gather.
+            self._mark(names, "B", "COPY_OUT")
         else:
             backend.allreduce(buf, op.combiner)
             self._mark(names, "B", "COPY_OUT")
             private = buf.copy()
-            self._mark(names, "E", "COPY_OUT")
         if op is ReduceOp.AVERAGE and dtype.kind in "iu":
             average(backend, private, self.size, first.postscale)
         else:
             backend.scale(private, scale)
-        return [private[start:start + n].reshape(shape) for start, n, shape in zip(starts, sizes, shapes)]
+        results = [private[start:start + n].reshape(shape) for start, n, shape in zip(starts, sizes, shapes)]
+        self._mark(names, "E", "COPY_OUT")
+        return results
 
     def _allgather(self, response: Response, mine: Optional[Request], array):
         first = response.first()

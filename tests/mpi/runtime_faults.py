@@ -70,7 +70,7 @@ def crash():
     if r == n - 1:
         backend = rt._engine._backends["cpu"]
 
-        def broken(buf, op):
+        def broken(buf, op, **kwargs):
             raise RuntimeError("injected backend failure")
 
         backend.allreduce = broken

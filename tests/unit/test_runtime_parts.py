@@ -276,8 +276,11 @@ class _SummingBackend:
     def buffer(self, n, dtype):
         return np.empty(n, dtype)
 
-    def allreduce(self, buf, op):
+    def allreduce(self, buf, op, out=None, scale=1.0):
         buf *= buf.dtype.type(self.size)
+        if out is not None:  # Backend.allreduce's contract: result times scale into out
+            out[...] = buf
+            self.scale(out, scale)
 
     def reducescatter(self, send, recv, counts, op):
         recv[...] = send[:counts[0]] * send.dtype.type(self.size)
