@@ -33,16 +33,12 @@ def as_reduce_op(op) -> ReduceOp:
     """Accept a ReduceOp, its int value or its name ("sum", "Average", ...)."""
     if isinstance(op, ReduceOp):
         return op
-    if isinstance(op, str):
-        try:
-            return ReduceOp[op.upper()]
-        except KeyError:
-            pass
-    elif isinstance(op, int):
-        try:
-            return ReduceOp(op)
-        except ValueError:
-            pass
+    by_name = ReduceOp.__members__.get(op.upper()) if isinstance(op, str) else None
+    by_value = op if isinstance(op, int) and op in ReduceOp._value2member_map_ else None
+    if by_name is not None:
+        return by_name
+    if by_value is not None:
+        return ReduceOp(by_value)
     from .errors import BlinkflowError
 
     raise BlinkflowError(f"unknown reduce op {op!r}; use blinkflow.Average, Sum, Min, Max or Product")

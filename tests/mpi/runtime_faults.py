@@ -108,6 +108,9 @@ def timeline(abort=False):
         bf.allreduce(np.ones(2 + r), name="tl.mismatch")
     except bf.TensorMismatchError:
         pass
+    else:
+        if n > 1:  # one rank alone has nobody to disagree with
+            raise AssertionError("shapes 2 and 3 for 'tl.mismatch' did not raise TensorMismatchError")
     if abort:
         bf.barrier()
         os.kill(os.getpid(), signal.SIGKILL)
