@@ -45,6 +45,10 @@ class Config:
     """trace | debug | info | warning | error | fatal."""
     chunk_bytes: int = 0
     """Pipeline chunk size of the executors in bytes (0 = tuned automatically)."""
+    cpu_single_copy: int = 1
+    """1: on a host where ranks may read each other's memory (Linux cross-memory attach), large
+    all-reduces read peers' tensors in place instead of first copying them into shared memory;
+    0: always copy through shared memory."""
     split_hosts: int = 0
     """For tests of the multi-host path on one machine: treat the job's ranks as this many hosts
     (consecutive blocks of ranks, no shared memory between blocks). 0 = real host names."""
@@ -64,6 +68,8 @@ class Config:
             raise ConfigError(f"{ENV_PREFIX}LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if self.split_hosts < 0:
             raise ConfigError(f"{ENV_PREFIX}SPLIT_HOSTS must be >= 0, got {self.split_hosts}")
+        if self.cpu_single_copy not in (0, 1):
+            raise ConfigError(f"{ENV_PREFIX}CPU_SINGLE_COPY must be 0 or 1, got {self.cpu_single_copy}")
         if self.chunk_bytes < 0:
             raise ConfigError(f"{ENV_PREFIX}CHUNK_BYTES must be >= 0, got {self.chunk_bytes}")
 

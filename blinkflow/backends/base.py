@@ -61,6 +61,17 @@ class Backend(abc.ABC):
         size and dtype, private to this rank) and ``buf`` is left in an unspecified state: the
         backend may fold the copy out and the scaling into its last pass over the data."""
 
+    def allreduce_pieces(self, pieces: Sequence[Any], op: ReduceOp, out, scale: float = 1.0) -> None:
+        """All-reduce the concatenation of ``pieces`` (flat arrays of ``out``'s dtype, ``out.size``
+        elements in all, the same shapes on every rank) into ``out`` times ``scale``. The pieces
+        are only read, and not after the call returns. By default they are packed into
+        :meth:`buffer` and reduced there; a backend that can read its peers' pieces where they
+        lie overrides this to skip the packing copy."""
+        buf = self.buffer(out.shape[0], out.dtype)
+        for piece, start in zip(pieces, _starts(pieces)):
+            buf[start:start + piece.shape[0]] = piece
+        self.allreduce(buf, op, out=out, scale=scale)
+
     @abc.abstractmethod
     def broadcast(self, buf, root: int) -> None:
         """Overwrite ``buf`` on every rank with rank ``root``'s ``buf``, in place."""
@@ -96,3 +107,10 @@ class Backend(abc.ABC):
 
     def close(self) -> None:
         """Release shared memory, IPC handles, streams. Safe to call twice."""
+
+
+def _starts(pieces: Sequence[Any]):
+    at = 0
+    for piece in pieces:
+        yield at
+        at += piece.shape[0]

@@ -50,6 +50,7 @@ communicator cannot be trusted any more (MPI_Finalize, or a new init on it, woul
 
 _DTYPES = {"bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
            "float16", "float32", "float64"}
+_NAMES = {np.dtype(name): name for name in _DTYPES}  # native byte order only: '>f4' is not a key
 
 
 # ---- lifecycle -----------------------------------------------------------------------------------
@@ -159,14 +160,19 @@ def _auto_name(op: str) -> str:
 
 
 def _as_array(tensor):
-    module = type(tensor).__module__
-    array, device = (tensor, "cuda") if module.startswith("cupy") else (np.asarray(tensor), "cpu")
+    array, device = (tensor, "cuda") if type(tensor).__module__.startswith("cupy") else (np.asarray(tensor), "cpu")
+    if array.dtype in _NAMES:  # the common case, without numpy's slow dtype.name
+        return array, device
     if array.dtype.name not in _DTYPES:
         raise BlinkflowError(f"dtype {array.dtype} is not supported by blinkflow collectives; use one of "
                              f"{', '.join(sorted(_DTYPES))}")
-    if not array.dtype.isnative:  # '>f4' is named float32 too, but its bytes would travel as they are
-        array = array.astype(array.dtype.newbyteorder("="))
-    return array, device
+    # '>f4' is named float32 too, but its bytes would travel as they are
+    return array.astype(array.dtype.newbyteorder("=")), device
+
+
+def _dtype_name(array) -> str:
+    """The name of a (native, supported) dtype; a dict lookup, not numpy's ``dtype.name``."""
+    return _NAMES[array.dtype]
 
 
 def _label(name: Optional[str]) -> str:
@@ -207,26 +213,18 @@ def _check_user_name(name: Optional[str]) -> None:
         raise BlinkflowError(f"tensor name {name!r}: names starting with '__bf' are reserved for blinkflow")
 
 
-def _allreduce_requests(engine, tensors, op, names, prescale_factor, postscale_factor, compression, auto,
-                        grouped=False):
-    """Requests for all-reduces of ``tensors``; validates everything before an automatic name is
-    drawn (a call that fails locally must not shift the names of later calls)."""
-    op = as_reduce_op(op)
-    arrays, contexts = [], []
+def _allreduce_arrays(tensors, op, name, compression):
+    """Compressed arrays, devices and decompression contexts of all-reduce inputs, validated before
+    an automatic name is drawn (a call that fails locally must not shift later calls' names)."""
+    arrays, devices, contexts = [], [], []
     for tensor in tensors:
         compressed, ctx = compression.compress(tensor)
-        arrays.append(_as_array(compressed))
+        array, device = _as_array(compressed)
+        _no_bool_average(array, op, "allreduce", name)
+        arrays.append(array)
+        devices.append(device)
         contexts.append(ctx)
-        _no_bool_average(arrays[-1][0], op, "allreduce", names[0])
-    if grouped:
-        base = names[0] if names and names[0] is not None else auto()
-        names = [f"{base}.{i}" for i in range(len(tensors))]
-    else:
-        names = [n if n is not None else auto() for n in names]
-    out = [(Request(name, Kind.ALLREDUCE, array.dtype.name, tuple(array.shape), int(op), -1, float(prescale_factor),
-                    float(postscale_factor), None, device), array)
-           for name, (array, device) in zip(names, arrays)]
-    return out, contexts
+    return arrays, devices, contexts
 
 
 def allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -234,21 +232,34 @@ def allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscal
     """Submit an all-reduce; returns a handle for :func:`synchronize`."""
     engine = _running("blinkflow.allreduce")
     _check_user_name(name)
-    reqs, ctxs = _allreduce_requests(engine, [tensor], op, [name], prescale_factor, postscale_factor, compression,
-                                     lambda: _auto_name("allreduce"))
-    return _submit(engine, reqs, lambda results: compression.decompress(results[0], ctxs[0]))
+    op = as_reduce_op(op)
+    (array,), (device,), (ctx,) = _allreduce_arrays([tensor], op, name, compression)
+    name = name if name is not None else _auto_name("allreduce")
+    request = Request(name, Kind.ALLREDUCE, _dtype_name(array), tuple(array.shape), int(op), -1,
+                      float(prescale_factor), float(postscale_factor), None, device)
+    return _submit(engine, [(request, array)], lambda results: compression.decompress(results[0], ctx))
 
 
 def grouped_allreduce_async(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
                             compression=Compression.none) -> int:
-    """Submit all-reduces of ``tensors`` negotiated together (fused where they fit); the handle
-    returns a list. Member ``i`` travels as ``<name>.<i>``."""
+    """Submit all-reduces of ``tensors`` (dtypes may differ) negotiated as one unit and fused
+    where they fit; the handle returns a list. The group travels under one name: every rank must
+    pass the same number of tensors with the same shapes and dtypes, in the same order."""
     engine = _running("blinkflow.grouped_allreduce")
     _check_user_name(name)
-    tensors = list(tensors)
-    reqs, ctxs = _allreduce_requests(engine, tensors, op, [name] * len(tensors), prescale_factor, postscale_factor,
-                                     compression, lambda: _auto_name("grouped_allreduce"), grouped=True)
-    return _submit(engine, reqs, lambda results: [compression.decompress(r, c) for r, c in zip(results, ctxs)])
+    op = as_reduce_op(op)
+    arrays, devices, ctxs = _allreduce_arrays(list(tensors), op, name, compression)
+    if len(set(devices)) > 1:
+        raise BlinkflowError(f"grouped_allreduce {_label(name)}: the tensors mix numpy and cupy arrays; group "
+                             "tensors of one device together")
+    name = name if name is not None else _auto_name("grouped_allreduce")
+    parts = tuple((_dtype_name(a), tuple(a.shape)) for a in arrays)
+    dtypes = {d for d, _ in parts}
+    request = Request(name, Kind.ALLREDUCE, dtypes.pop() if len(dtypes) == 1 else "mixed", (len(parts),), int(op),
+                      -1, float(prescale_factor), float(postscale_factor), None,
+                      devices[0] if devices else "cpu", parts=parts)
+    return _submit(engine, [(request, arrays)],
+                   lambda results: [compression.decompress(r, c) for r, c in zip(results[0], ctxs)])
 
 
 def allgather_async(tensor, name=None) -> int:
@@ -257,7 +268,7 @@ def allgather_async(tensor, name=None) -> int:
     array, device = _as_array(tensor)
     _need_dims(array, "allgather", name)
     name = name if name is not None else _auto_name("allgather")
-    request = Request(name, Kind.ALLGATHER, array.dtype.name, tuple(array.shape), device=device)
+    request = Request(name, Kind.ALLGATHER, _dtype_name(array), tuple(array.shape), device=device)
     return _submit(engine, [(request, array)], lambda results: results[0])
 
 
@@ -268,7 +279,7 @@ def grouped_allgather_async(tensors, name=None) -> int:
     for i, (array, _) in enumerate(arrays):
         _need_dims(array, "allgather", f"{name}.{i}" if name is not None else None)
     base = name if name is not None else _auto_name("grouped_allgather")
-    reqs = [(Request(f"{base}.{i}", Kind.ALLGATHER, array.dtype.name, tuple(array.shape), device=device), array)
+    reqs = [(Request(f"{base}.{i}", Kind.ALLGATHER, _dtype_name(array), tuple(array.shape), device=device), array)
             for i, (array, device) in enumerate(arrays)]
     return _submit(engine, reqs, list)
 
@@ -281,7 +292,7 @@ def broadcast_async(tensor, root_rank, name=None) -> int:
         raise BlinkflowError(f"broadcast root_rank {root_rank} is not a rank of this job (size {engine.job.size})")
     array, device = _as_array(tensor)
     name = name if name is not None else _auto_name("broadcast")
-    request = Request(name, Kind.BROADCAST, array.dtype.name, tuple(array.shape), root=root_rank, device=device)
+    request = Request(name, Kind.BROADCAST, _dtype_name(array), tuple(array.shape), root=root_rank, device=device)
     return _submit(engine, [(request, array)], lambda results: results[0])
 
 
@@ -293,7 +304,7 @@ def reducescatter_async(tensor, op=Average, name=None) -> int:
     _need_dims(array, "reducescatter", name)
     _no_bool_average(array, op, "reducescatter", name)
     name = name if name is not None else _auto_name("reducescatter")
-    request = Request(name, Kind.REDUCESCATTER, array.dtype.name, tuple(array.shape), op=int(op), device=device)
+    request = Request(name, Kind.REDUCESCATTER, _dtype_name(array), tuple(array.shape), op=int(op), device=device)
     return _submit(engine, [(request, array)], lambda results: results[0])
 
 
@@ -315,7 +326,7 @@ def alltoall_async(tensor, splits=None, name=None) -> int:
             raise BlinkflowError(f"alltoall {_label(name)}: splits {list(parts)} must be {world} non-negative "
                                  f"numbers summing to the first dimension {n}")
     name = name if name is not None else _auto_name("alltoall")
-    request = Request(name, Kind.ALLTOALL, array.dtype.name, tuple(array.shape), splits=parts, device=device)
+    request = Request(name, Kind.ALLTOALL, _dtype_name(array), tuple(array.shape), splits=parts, device=device)
     with_splits = splits is not None
     return _submit(engine, [(request, array)], lambda results: results[0] if with_splits else results[0][0])
 

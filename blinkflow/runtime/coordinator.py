@@ -93,8 +93,9 @@ def validate(name: str, requests: Tuple[Optional[Request], ...], joined: List[in
     if len(signatures) > 1:
         what = _what_differs([q for _, q in present])
         sent = "; ".join(f"rank {r}: {q.describe()}" for r, q in present)
-        return (f"ranks disagree on the {what} of tensor {name!r}: {sent}. Every rank must submit the "
-                f"same collective under one name (give distinct names to different tensors).")
+        return (f"ranks disagree on the {what} of tensor {name!r}: {sent}{_first_member_difference(present)}. "
+                "Every rank must submit the same collective under one name (give distinct names to different "
+                "tensors).")
     first = present[0][1]
     if joined and any(requests[r] is None for r in joined):
         if first.kind is Kind.ALLREDUCE and ReduceOp(first.op) not in (ReduceOp.SUM, ReduceOp.AVERAGE):
@@ -110,6 +111,20 @@ def validate(name: str, requests: Tuple[Optional[Request], ...], joined: List[in
 def _what_differs(requests: List[Request]) -> str:
     fields = [("collective", lambda q: q.kind), ("dtype", lambda q: q.dtype),
               ("shape", lambda q: q.signature()[2]), ("reduce op", lambda q: q.op), ("root rank", lambda q: q.root),
-              ("scale factors", lambda q: (q.prescale, q.postscale)), ("device", lambda q: q.device)]
+              ("scale factors", lambda q: (q.prescale, q.postscale)), ("device", lambda q: q.device),
+              ("group members", lambda q: q.parts)]
     names = [label for label, get in fields if len({get(q) for q in requests}) > 1]
     return ", ".join(names) or "parameters"
+
+
+def _first_member_difference(present: List[Tuple[int, Request]]) -> str:
+    """For grouped all-reduces: the first member the ranks disagree on, rank by rank."""
+    groups = [(r, q.parts) for r, q in present]
+    if any(parts is None for _, parts in groups):
+        return ""
+    for i in range(max(len(parts) for _, parts in groups)):
+        if len({parts[i] if i < len(parts) else None for _, parts in groups}) > 1:
+            sent = "; ".join(f"rank {r}: " + (f"{parts[i][0]}{list(parts[i][1])}" if i < len(parts) else "no member")
+                             for r, parts in groups)
+            return f" (first differing member: #{i}: {sent})"
+    return ""

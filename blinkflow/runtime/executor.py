@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import BlinkflowError, ShutdownError, TensorMismatchError
 from ..ops import ReduceOp
-from .fusion import make_batches, offsets
+from .fusion import Batch, Piece, make_batches, offsets
 from .messages import Kind, Request, Response
 from .result_pool import ResultPool
 from .state import Entry, SharedState
@@ -79,31 +79,52 @@ class Executor:
 
     def run(self, responses: List[Response], pending: Dict[str, Entry],
             on_done: Callable[[Response], None]) -> None:
+        entries = [pending.pop(r.name, None) for r in responses]
+        # Results per response, member by member; a response completes with its last piece.
+        outputs: List[List[Any]] = []
+        remaining: List[int] = []
+        for index, response in enumerate(responses):
+            count = len(response.first().members()) if response.kind is Kind.ALLREDUCE else 1
+            outputs.append([None] * count)
+            remaining.append(count)
+            if count == 0:  # an empty group: nothing to move
+                self._finish(response, entries[index], [], on_done)
+        started = set()
         for batch in make_batches(responses, self.fusion_threshold):
-            entries = [pending.pop(r.name, None) for r in batch]
-            first = batch[0]
-            if first.kind is Kind.ERROR:
-                self._mark([first.name], "E", "NEGOTIATE")  # keep the track's begin/end balanced
-                error = _ERRORS.get(first.error_type, BlinkflowError)
-                for entry in entries:
-                    if entry is not None:
-                        self.state.complete(entry, error=error(first.error, first.name) if error is TensorMismatchError
-                                            else error(first.error))
-                on_done(first)
+            if batch.kind is Kind.ERROR:
+                index = batch.pieces[0].response
+                response, entry = responses[index], entries[index]
+                self._mark([response.name], "E", "NEGOTIATE")  # keep the track's begin/end balanced
+                error = _ERRORS.get(response.error_type, BlinkflowError)
+                if entry is not None:
+                    self.state.complete(entry, error=error(response.error, response.name)
+                                        if error is TensorMismatchError else error(response.error))
+                on_done(response)
                 continue
-            names = [r.name for r in batch]
-            self._mark(names, "E", "NEGOTIATE")
-            self._mark(names, "B", first.kind.name)
+            names = list(dict.fromkeys(responses[p.response].name for p in batch.pieces))
+            self._mark([n for n in names if n not in started], "E", "NEGOTIATE")
+            started.update(names)  # a group split over several batches ends negotiating once
+            self._mark(names, "B", batch.kind.name)
             self.batch_timeline.tracks = names
-            self.running = (first.kind, names)
-            results = self._execute(first.kind, batch, entries)
+            self.running = (batch.kind, names)
+            results = self._execute(batch, responses, entries)
             self.running = None
             self.batch_timeline.tracks = []
-            self._mark(names, "E", first.kind.name)
-            for response, entry, result in zip(batch, entries, results):
-                if entry is not None:
-                    self.state.complete(entry, result)
-                on_done(response)
+            self._mark(names, "E", batch.kind.name)
+            for piece, result in zip(batch.pieces, results):
+                index = piece.response
+                outputs[index][piece.member] = result
+                remaining[index] -= 1
+                if remaining[index] == 0:
+                    response = responses[index]
+                    grouped = response.kind is Kind.ALLREDUCE and response.first().parts is not None
+                    self._finish(response, entries[index], outputs[index] if grouped else outputs[index][0],
+                                 on_done)
+
+    def _finish(self, response: Response, entry: Optional[Entry], result, on_done) -> None:
+        if entry is not None:
+            self.state.complete(entry, result)
+        on_done(response)
 
     # ---- timeline -----------------------------------------------------------------------------
     def _mark(self, names: List[str], ph: str, what: str) -> None:
@@ -113,60 +134,73 @@ class Executor:
             (self.timeline.start if ph == "B" else self.timeline.end)(name, what)
 
     # ---- one batch ----------------------------------------------------------------------------
-    def _execute(self, kind: Kind, batch: List[Response], entries: List[Optional[Entry]]) -> List[Any]:
-        if kind is Kind.ALLREDUCE:
-            return self._allreduce(batch, entries)
-        response, entry = batch[0], entries[0]
-        if kind is Kind.BARRIER:
+    def _execute(self, batch: Batch, responses: List[Response], entries: List[Optional[Entry]]) -> List[Any]:
+        if batch.kind is Kind.ALLREDUCE:
+            return self._allreduce(batch.pieces, responses, entries)
+        index = batch.pieces[0].response
+        response, entry = responses[index], entries[index]
+        if batch.kind is Kind.BARRIER:
             self.comm.Barrier()
             return [None]
-        if kind is Kind.JOIN:
+        if batch.kind is Kind.JOIN:
             return [response.last_joined]
         mine = response.requests[self.rank]
         array = entry.array if entry is not None else None
         run = {Kind.ALLGATHER: self._allgather, Kind.BROADCAST: self._broadcast,
-               Kind.REDUCESCATTER: self._reducescatter, Kind.ALLTOALL: self._alltoall}[kind]
+               Kind.REDUCESCATTER: self._reducescatter, Kind.ALLTOALL: self._alltoall}[batch.kind]
         return [run(response, mine, array)]
 
-    def _allreduce(self, batch: List[Response], entries: List[Optional[Entry]]) -> List[Any]:
-        first = batch[0].first()
-        dtype = np.dtype(first.dtype)
-        shapes = [r.first().shape for r in batch]
-        sizes = [_count(s) for s in shapes]
+    def _allreduce(self, pieces: List[Piece], responses: List[Response],
+                   entries: List[Optional[Entry]]) -> List[Any]:
+        first = responses[pieces[0].response].first()
+        dtype = np.dtype(pieces[0].dtype)
+        shapes = [p.shape for p in pieces]
+        sizes = [p.size for p in pieces]
         starts = offsets(sizes)
         total = sum(sizes)
         xp = _xp(first.device)
         if total == 0:
             return [xp.empty(s, dtype) for s in shapes]
         backend = self.backend_for(first.device)
-        buf = backend.buffer(total, dtype)
-        names = [r.name for r in batch]
-        self._mark(names, "B", "COPY_IN")
-        for entry, start, n, shape in zip(entries, starts, sizes, shapes):
+        names = list(dict.fromkeys(responses[p.response].name for p in pieces))
+        inputs = []
+        for piece in pieces:
+            entry = entries[piece.response]
             if entry is None:
-                buf[start:start + n] = 0  # a joined rank adds nothing
+                inputs.append(xp.zeros(piece.size, dtype))  # a joined rank adds nothing
             else:
-                buf[start:start + n].reshape(shape)[...] = entry.array
-        self._mark(names, "E", "COPY_IN")
+                array = entry.array[piece.member] if entry.request.parts is not None else entry.array
+                inputs.append(array.ravel())  # contiguous: a strided 1-d view is copied, not passed on
         op = ReduceOp(first.op)
-        backend.scale(buf, first.prescale)
         # The result goes to a private array that every result is a slice of: peers may still be
-        # reading this rank's part of a shared ``buf`` after the call (the cpu backend has no exit
+        # reading this rank's part of a shared buffer after the call (the cpu backend has no exit
         # barrier). On the host the backend writes it directly, with a float Average's scaling
         # folded in; device buffers are copied out afterwards.
         scale = first.postscale / self.size if op is ReduceOp.AVERAGE else first.postscale
-        if first.device == "cpu":
-            private = self.results.empty_like(buf)
+        if first.device == "cpu" and first.prescale == 1.0:
+            # The backend packs the inputs (timeline: COPY_IN) or reads them in place.
+            private = self.results.empty(total * dtype.itemsize).view(dtype)
             folded = scale if dtype.kind in "fc" else 1.0
-            backend.allreduce(buf, op.combiner, out=private, scale=folded)
+            backend.allreduce_pieces(inputs, op.combiner, out=private, scale=folded)
             if folded != 1.0:
                 scale = 1.0
-            # COPY_OUT below is only the unpacking: the copy itself ran in the backend's gather.
-            self._mark(names, "B", "COPY_OUT")
+            self._mark(names, "B", "COPY_OUT")  # only the unpacking: the copy ran in the backend
         else:
-            backend.allreduce(buf, op.combiner)
+            buf = backend.buffer(total, dtype)
+            self._mark(names, "B", "COPY_IN")
+            xp.concatenate(inputs, out=buf)  # one call packs them all (hundreds of gradients per step)
+            self._mark(names, "E", "COPY_IN")
+            backend.scale(buf, first.prescale)
+            if first.device == "cpu":
+                private = self.results.empty(total * dtype.itemsize).view(dtype)
+                folded = scale if dtype.kind in "fc" else 1.0
+                backend.allreduce(buf, op.combiner, out=private, scale=folded)
+                if folded != 1.0:
+                    scale = 1.0
+            else:
+                backend.allreduce(buf, op.combiner)
+                private = buf.copy()
             self._mark(names, "B", "COPY_OUT")
-            private = buf.copy()
         if op is ReduceOp.AVERAGE and dtype.kind in "iu":
             average(backend, private, self.size, first.postscale)
         else:

@@ -2,53 +2,86 @@
 
 Every rank groups the same ordered list of responses the same way (the grouping is a pure
 function of the responses and the threshold), so no extra message is needed to agree on it.
-All-reduces fuse when they share dtype, reduce op, scale factors and device, up to
-``threshold`` bytes per batch; a tensor larger than the threshold runs alone (the backend buffer
-grows to fit it). Other collectives run one by one.
+The unit of fusion is a :class:`Piece`, one tensor: a whole all-reduce response, or one member
+of a grouped one (a group may mix dtypes, and may be larger than the threshold). Pieces fuse
+when they share dtype, reduce op, scale factors and device, up to ``threshold`` bytes per batch;
+a tensor larger than the threshold runs alone (the backend buffer grows to fit it). Other
+collectives run one by one.
 """
 from __future__ import annotations
 
-from typing import List
+import dataclasses
+import functools
+import math
+from typing import List, NamedTuple, Tuple
 
 import numpy as np
 
 from .messages import Kind, Response
 
 
-def _nbytes(response: Response) -> int:
-    request = response.first()
-    return int(np.prod(request.shape, dtype=np.int64)) * np.dtype(request.dtype).itemsize
+class Piece(NamedTuple):
+    """One tensor of a cycle's responses (a tuple: a step makes hundreds of them)."""
+
+    response: int
+    """Position of its response in the cycle's list."""
+    member: int
+    """Its position in a grouped all-reduce (0 otherwise)."""
+    dtype: str
+    shape: Tuple[int, ...]
+    size: int
+    """Elements."""
 
 
-def _fusion_key(response: Response):
-    r = response.first()
-    return (r.dtype, r.op, r.prescale, r.postscale, r.device)
+@dataclasses.dataclass
+class Batch:
+    """What runs as one collective: fused all-reduce pieces, or one other response (one piece)."""
+
+    kind: Kind
+    pieces: List[Piece]
 
 
-def make_batches(responses: List[Response], threshold: int) -> List[List[Response]]:
-    """Group ``responses`` into batches that each run as one collective.
+def pieces_of(index: int, response: Response) -> List[Piece]:
+    """The tensors ``response`` moves: one per group member, else one."""
+    if response.kind is not Kind.ALLREDUCE:
+        return [Piece(index, 0, "", (), 0)]  # runs whole: the executor reads the response itself
+    return [Piece(index, m, dtype, shape, math.prod(shape))
+            for m, (dtype, shape) in enumerate(response.first().members())]
 
-    Batches keep the order of their first member; an all-reduce joins the earliest open batch of
-    its key that still has room, so interleaved dtypes still fuse.
+
+def make_batches(responses: List[Response], threshold: int) -> List[Batch]:
+    """Group the pieces of ``responses`` into batches that each run as one collective.
+
+    Batches keep the order of their first piece; an all-reduce piece joins the earliest open
+    batch of its key that still has room, so interleaved dtypes still fuse. A response with no
+    pieces (an empty group) is in no batch.
     """
-    batches: List[List[Response]] = []
-    open_batches = {}  # fusion key -> (batch, bytes so far)
-    for response in responses:
+    batches: List[Batch] = []
+    open_batches = {}  # fusion key -> [batch, bytes so far]
+    for index, response in enumerate(responses):
         if response.kind is not Kind.ALLREDUCE:
-            batches.append([response])
+            batches.append(Batch(response.kind, pieces_of(index, response)))
             continue
-        key = _fusion_key(response)
-        size = _nbytes(response)
-        current = open_batches.get(key)
-        if current is not None and current[1] + size <= threshold:
-            current[0].append(response)
-            open_batches[key] = (current[0], current[1] + size)
-            continue
-        batch = [response]
-        batches.append(batch)
-        if size < threshold:  # a tensor that fills the buffer alone leaves the open batch open
-            open_batches[key] = (batch, size)
+        r = response.first()
+        common = (r.op, r.prescale, r.postscale, r.device)
+        for piece in pieces_of(index, response):
+            key = (piece.dtype, common)
+            nbytes = piece.size * _itemsize(piece.dtype)
+            current = open_batches.get(key)
+            if current is not None and current[1] + nbytes <= threshold:
+                current[0].pieces.append(piece)
+                current[1] += nbytes
+                continue
+            batch = Batch(Kind.ALLREDUCE, [piece])
+            batches.append(batch)
+            if nbytes < threshold:  # a tensor that fills the buffer alone leaves the open batch open
+                open_batches[key] = [batch, nbytes]
     return batches
+
+
+@functools.lru_cache(maxsize=None)
+def _itemsize(dtype: str) -> int:
+    return np.dtype(dtype).itemsize
 
 
 def offsets(sizes: List[int]) -> List[int]:

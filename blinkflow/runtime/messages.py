@@ -47,6 +47,11 @@ class Request:
     postscale: float = 1.0
     splits: Optional[Tuple[int, ...]] = None
     device: str = "cpu"
+    parts: Optional[Tuple[Tuple[str, Tuple[int, ...]], ...]] = None
+    """A grouped all-reduce: (dtype, shape) of each member. The group is negotiated, cached,
+    validated and completed as one unit (Horovod negotiates each member: at a few hundred
+    gradients per step that per-tensor bookkeeping would cost more than the reduction itself).
+    ``dtype`` is then the members' common dtype (or "mixed") and ``shape`` is (members,)."""
     waited: float = dataclasses.field(default=0.0, compare=False)
     """Seconds the tensor had waited on its rank when this request was sent (a late report of a
     cache hit); lets the stall inspector date it from its submission. Not part of equality."""
@@ -54,11 +59,21 @@ class Request:
     def signature(self) -> tuple:
         """What must be identical on every rank for the request to be valid."""
         shape = self.shape[1:] if self.kind in (Kind.ALLGATHER, Kind.ALLTOALL) else self.shape
-        return (self.kind, self.dtype, shape, self.op, self.root, self.prescale, self.postscale, self.device)
+        return (self.kind, self.dtype, shape, self.op, self.root, self.prescale, self.postscale, self.device,
+                self.parts)
+
+    def members(self) -> Tuple[Tuple[str, Tuple[int, ...]], ...]:
+        """(dtype, shape) of every tensor this request moves: a group's members, else itself."""
+        return self.parts if self.parts is not None else ((self.dtype, self.shape),)
 
     def describe(self) -> str:
         """Human-readable, for mismatch messages."""
-        parts = [self.kind.label, f"dtype={self.dtype}", f"shape={list(self.shape)}"]
+        if self.parts is not None:
+            shown = ", ".join(f"{d}{list(s)}" for d, s in self.parts[:4])
+            more = f", ... ({len(self.parts)} in all)" if len(self.parts) > 4 else ""
+            parts = [f"{self.kind.label} group of {len(self.parts)} tensors [{shown}{more}]"]
+        else:
+            parts = [self.kind.label, f"dtype={self.dtype}", f"shape={list(self.shape)}"]
         if self.kind in (Kind.ALLREDUCE, Kind.REDUCESCATTER):
             from ..ops import ReduceOp
 

@@ -326,6 +326,76 @@ def case_join(r, n):
     close(bf.allreduce(np.ones(2), op=bf.Sum, name="after.join"), np.full(2, float(n)), "float64")
 
 
+def case_single_copy(r, n):
+    """All-reduces large enough for the cpu backend's single-copy path (peers' tensors read and
+    results written in place, by cross-memory attach), when the host allows it: every op and
+    dtype, odd sizes, 3-d and strided inputs, large groups mixing dtypes, a group of mostly small
+    tensors, a joined rank's zeros; inputs untouched, results bitwise identical on every rank."""
+    backend = rt._engine._backends["cpu"]
+    expect = os.environ.get("EXPECT_SINGLE_COPY")
+    if expect is not None and n > 1 and os.environ.get("BLINKFLOW_CPU_SINGLE_COPY", "1") == "1":
+        assert (backend.peer_memory is not None) == (expect == "1"), (expect, backend.peer_memory)
+    big = 70_001  # elements: above the single-copy threshold for every dtype, not divisible by 2, 3, 4
+    counted = dict(backend.stats)
+    results = []
+    for dtype in DTYPES:
+        for op in OPS:
+            if dtype == "bool" and op == bf.Average:
+                continue
+            x = value(r, (big,), dtype, op)
+            before = x.copy()
+            got = bf.allreduce(x, op=op, name=f"sc.{dtype}.{op.name}")
+            close(got, expected_allreduce((big,), dtype, op, n), dtype)
+            assert np.array_equal(x, before), "an input was written"
+            results.append(got)
+    cube = value(r, (40, 50, 60), "float32")
+    got = bf.allreduce(cube[:, ::2], op=bf.Average, name="sc.strided")  # strided: copied, then in place
+    close(got, expected_allreduce((40, 50, 60), "float32", bf.Average, n)[:, ::2], "float32")
+    results.append(got)
+    shapes = [((big,), "float32"), ((300, 401), "float64"), ((5,), "float32"), ((big,), "int64"), ((), "float32")]
+    outs = bf.grouped_allreduce([value(r, s, d) for s, d in shapes], op=bf.Sum, name="sc.group")
+    for got, (s, d) in zip(outs, shapes):
+        close(got, expected_allreduce(s, d, bf.Sum, n), d)
+    results += outs
+    mostly_small = [((20,), "float32")] * 50 + [((1_000_000,), "float32")]  # mean piece > the threshold
+    outs = bf.grouped_allreduce([value(r, s, d) for s, d in mostly_small], op=bf.Max, name="sc.small")
+    for got, (s, d) in zip(outs, mostly_small):
+        close(got, expected_allreduce(s, d, bf.Max, n), d)
+    results += outs
+    if expect == "1" and n > 1 and os.environ.get("BLINKFLOW_CPU_SINGLE_COPY", "1") == "1":
+        # At least the 44 op x dtype cases and the strided one (how the groups are batched
+        # depends on the fusion threshold of the launch).
+        assert backend.stats["single_copy"] - counted["single_copy"] >= 45, (counted, backend.stats)
+    for i, got in enumerate(results):  # bitwise identical on every rank
+        every = bf.allgather(np.ascontiguousarray(got).reshape(1, -1).view(np.uint8), name=f"sc.same.{i}")
+        assert all(np.array_equal(every[0], row) for row in every), i
+    if n > 1:  # the last rank joins; the others reduce with its zeros
+        if r == n - 1:
+            bf.join()
+        else:
+            got = bf.allreduce(value(r, (big,), "float32"), op=bf.Sum, name="sc.joined")
+            want = sum(value(q, (big,), "float32").astype(np.float64) for q in range(n - 1))
+            close(got, want.astype(np.float32), "float32")
+            bf.join()
+
+
+def case_idle_is_quiet(r, n):
+    """An idle runtime leaves the CPU to the application: its background thread neither spins in
+    MPI waiting for its peers' cycles nor negotiates every millisecond (it used 20-70% of a core
+    per rank here before, 12% with aligned cycles alone; now 2-3%). Measured in CPU time, which
+    other load cannot inflate."""
+    import resource
+
+    bf.barrier()
+    start, used = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF)
+    time.sleep(2.0)
+    now = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (now.ru_utime - used.ru_utime) + (now.ru_stime - used.ru_stime)
+    share = cpu / (time.monotonic() - start)
+    assert share < 0.10, f"an idle rank used {share:.0%} of a core"
+    close(bf.allreduce(np.ones(2), op=bf.Sum, name="after.idle"), np.full(2, float(n)), "float64")
+
+
 def case_cache_fast_path(r, n):
     """Steady state: names negotiated before complete through the bit-vector all-reduce alone."""
     def fence():
@@ -344,7 +414,7 @@ def case_cache_fast_path(r, n):
     after = dict(stats)
     fence()
     assert after["slow_paths"] == before["slow_paths"], (before, after)
-    assert after["cache_hits"] - before["cache_hits"] == 50, (before, after)
+    assert after["cache_hits"] - before["cache_hits"] == 10, (before, after)  # a group is one cached unit
 
 
 def case_threads(r, n):

@@ -15,11 +15,45 @@ def _case_names():
         return re.findall(r"^def case_(\w+)\(", f.read(), re.M)
 
 
+def cross_memory_attach_works() -> bool:
+    """Whether this machine lets a process read a sibling's memory (what the cpu backend's
+    single-copy path needs): fork two children and have one read the other."""
+    import ctypes
+    import multiprocessing
+
+    def target(pid, address, queue):
+        from blinkflow.backends.cpu.cma import PeerMemory
+        import numpy as np
+
+        try:
+            got = np.zeros(1, np.int64)
+            PeerMemory().read(pid, got, np.array([[address, 8]], np.uint64))
+            queue.put(int(got[0]) == 12345)
+        except Exception:  # noqa: BLE001 - any failure means "no"
+            queue.put(False)
+
+    ctx = multiprocessing.get_context("fork")
+    value = ctypes.c_int64(12345)
+    queue = ctx.Queue()
+    holder = ctx.Process(target=__import__("time").sleep, args=(30,))
+    holder.start()
+    try:
+        # The holder is a fork of this process: ``value`` sits at the same address in it.
+        reader = ctx.Process(target=target, args=(holder.pid, ctypes.addressof(value), queue))
+        reader.start()
+        reader.join(30)
+        return bool(queue.get(timeout=5))
+    finally:
+        holder.kill()
+        holder.join()
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_every_collective(n):
     # A small fusion buffer, so "larger than the fusion buffer" and multi-batch fusion both happen.
-    out = run_mpi(n, ["python", CASES], timeout=240, env={"BLINKFLOW_FUSION_THRESHOLD": "65536"}).stdout
+    env = {"BLINKFLOW_FUSION_THRESHOLD": "65536", "EXPECT_SINGLE_COPY": str(int(cross_memory_attach_works()))}
+    out = run_mpi(n, ["python", CASES], timeout=240, env=env).stdout
     for case in _case_names():
         ranks = sorted(int(r) for r in re.findall(rf"^OK {case} rank (\d+)$", out, re.M))
         assert ranks == list(range(n)), f"case {case} did not pass on every rank:\n{out[-3000:]}"
@@ -42,3 +76,14 @@ def test_response_cache_off_and_constantly_evicting(capacity):
     out = run_mpi(3, ["python", CASES] + cases, timeout=240,
                   env={"BLINKFLOW_CACHE_CAPACITY": capacity, "BLINKFLOW_CYCLE_TIME": "3"}).stdout
     assert len(re.findall(r"^OK ", out, re.M)) == 3 * len(cases), out
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n,env", [(3, {"BLINKFLOW_CPU_SINGLE_COPY": "0"}), (4, {"BLINKFLOW_SPLIT_HOSTS": "2"})],
+                         ids=["shared-memory-copy", "two-hosts"])
+def test_large_allreduces_without_single_copy_and_across_hosts(n, env):
+    """The large all-reduces again: packed through shared memory (single copy off), and with
+    single copy inside each of two hosts plus the cross-host phase."""
+    cases = ["single_copy", "allreduce_everything", "large_and_many"]
+    out = run_mpi(n, ["python", CASES] + cases, timeout=240, env=env).stdout
+    assert len(re.findall(r"^OK ", out, re.M)) == n * len(cases), out

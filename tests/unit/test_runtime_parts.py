@@ -105,9 +105,31 @@ def test_fusion_groups_by_dtype_and_op_within_the_threshold():
     responses = [resp("a", 10), resp("b", 10, "float64"), resp("c", 10), resp("big", 1000),
                  Response(Kind.BROADCAST, "bc", (Request("bc", Kind.BROADCAST, "int8", (1,), root=0),)),
                  resp("d", 5), resp("e", 5, op=ReduceOp.MAX)]
-    batches = [[r.name for r in b] for b in make_batches(responses, threshold=100)]
-    assert batches == [["a", "c", "d"], ["b"], ["big"], ["bc"], ["e"]]
-    assert [[r.name for r in b] for b in make_batches(responses[:3], threshold=0)] == [["a"], ["b"], ["c"]]
+    names = lambda batches: [[responses[p.response].name for p in b.pieces] for b in batches]
+    assert names(make_batches(responses, threshold=100)) == [["a", "c", "d"], ["b"], ["big"], ["bc"], ["e"]]
+    assert names(make_batches(responses[:3], threshold=0)) == [["a"], ["b"], ["c"]]
+
+
+def group(name, parts, op=ReduceOp.SUM):
+    return Request(name, Kind.ALLREDUCE, "mixed", (len(parts),), int(op), parts=tuple(parts))
+
+
+def test_a_group_splits_by_dtype_and_threshold_and_fuses_with_single_tensors():
+    g = group("g", [("float32", (10,)), ("float64", (2, 5)), ("float32", (30,)), ("float32", ())])
+    responses = [Response(Kind.ALLREDUCE, "a", (ar("a", (5,)),)), Response(Kind.ALLREDUCE, "g", (g,)),
+                 Response(Kind.ALLREDUCE, "empty", (group("empty", []),))]
+    batches = make_batches(responses, threshold=100)  # 25 float32 elements per batch
+    got = [[(p.response, p.member, p.size) for p in b.pieces] for b in batches]
+    assert got == [[(0, 0, 5), (1, 0, 10), (1, 3, 1)], [(1, 1, 10)], [(1, 2, 30)]]
+
+
+def test_group_mismatch_names_the_first_differing_member():
+    ours = group("g", [("float32", (3,)), ("float32", (4,))])
+    theirs = group("g", [("float32", (3,)), ("float64", (4,))])
+    message = validate("g", (ours, theirs), [])
+    assert "group members" in message and "#1" in message and "float64[4]" in message, message
+    shorter = validate("g", (ours, group("g", [("float32", (3,))])), [])
+    assert "#1" in shorter and "rank 1: no member" in shorter, shorter
 
 
 @pytest.mark.parametrize("n,size", [(0, 3), (1, 4), (7, 3), (8, 4), (5, 1)])
@@ -272,6 +294,7 @@ class _SummingBackend:
 
         self.size = size
         self.scale = lambda buf, factor: Backend.scale(self, buf, factor)
+        self.allreduce_pieces = lambda pieces, op, out, scale=1.0: Backend.allreduce_pieces(self, pieces, op, out, scale)
 
     def buffer(self, n, dtype):
         return np.empty(n, dtype)

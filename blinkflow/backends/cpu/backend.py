@@ -20,12 +20,18 @@ import numpy as np
 from ...errors import BackendError
 from ...ops import ReduceOp
 from ..base import Backend, BackendContext
-from . import kernels
+from . import cma, kernels
 from .cross import CrossAllreduce, Scratch
 from .shm import SharedArena
 from .trees import LocalTrees, local_trees, single_root_star
 
 _NOT_SHARED = -1
+#: Bytes of the control window per rank: where its tensors are, for peers reading them in place.
+_CONTROL_BYTES = 1 << 20
+#: Single copy pays a system call per run and chunk; below this mean tensor size, packing the
+#: tensors into shared memory (one memcpy each) is cheaper. The same on every rank: the tensors'
+#: shapes are.
+MIN_SINGLE_COPY_PIECE_BYTES = 64 * 1024
 
 
 def _scaled_copy(src: np.ndarray, dst: np.ndarray, scale: float) -> None:
@@ -34,6 +40,25 @@ def _scaled_copy(src: np.ndarray, dst: np.ndarray, scale: float) -> None:
         np.copyto(dst, src)
     else:
         np.multiply(src, dst.dtype.type(scale), out=dst)
+
+
+class _Segments:
+    """This rank's own pieces as one virtual array: the views that cover an element range."""
+
+    def __init__(self, pieces: Sequence[np.ndarray]):
+        self.pieces = [p for p in pieces if p.shape[0]]
+        self.starts = np.cumsum([0] + [p.shape[0] for p in self.pieces])
+
+    def within(self, lo: int, hi: int):
+        """(offset from ``lo``, view) for every piece overlapping elements ``[lo, hi)``."""
+        first = int(np.searchsorted(self.starts, lo, side="right")) - 1
+        for i in range(first, len(self.pieces)):
+            start = int(self.starts[i])
+            if start >= hi:
+                break
+            a, b = max(lo, start), min(hi, int(self.starts[i + 1]))
+            if a < b:
+                yield a - lo, self.pieces[i][a - start:b - start]
 
 
 def _flat(arr) -> np.ndarray:
@@ -78,6 +103,14 @@ class CpuBackend(Backend):
         self.local_ranks: List[int] = self.local.allgather(self.rank)  # global rank of each local rank
         self.nhosts = sum(1 for lr, _, _ in self.places if lr == 0)
         self.even = len({ls for _, ls, _ in self.places}) == 1
+        # Reading peers' tensors in place (one copy fewer), where every local rank can.
+        self.peer_memory: Optional[cma.PeerMemory] = None
+        self.local_pids: List[int] = []
+        if self.lsize > 1 and (ctx.config is None or ctx.config.cpu_single_copy):
+            self.peer_memory, self.local_pids = cma.probe(self.local)
+        self._tmp = Scratch()  # one chunk of a peer's tensors on its way into a reduction
+        self.stats = {"single_copy": 0, "packed": 0}
+        """All-reduces of pieces by path (tests and debugging)."""
         self._syncs = 0  # full barriers of local_comm so far
         self._syncs_at_buffer = -1
         self._closed = False
@@ -185,13 +218,9 @@ class CpuBackend(Backend):
         shards = trees.shards(n)
         chunk = self._chunk(buf.dtype)
         me = self.lrank
-
-        reduce_levels, broadcast_levels = self._levels
-        mark = self._mark
-        mark("start", "SHM_REDUCE")
-        # Phase 1: reduce up the trees, deepest level first, a barrier between levels. After the
-        # last level only the owners read their shards (phase 2), so that barrier can go when
-        # there is a phase 2.
+        reduce_levels = self._levels[0]
+        self._mark("start", "SHM_REDUCE")
+        # Phase 1: reduce up the trees, deepest level first, a barrier between levels.
         for i, level in enumerate(reduce_levels):
             for tree, node, kids in level:
                 if node == me:
@@ -199,11 +228,144 @@ class CpuBackend(Backend):
                     out = mine[off:off + cnt]
                     inputs = [out] + [self._view(locs, k, off, cnt, buf.dtype) for k in kids]
                     kernels.reduce_into(out, inputs, ufunc, chunk)
-            if i < len(reduce_levels) - 1 or self.nhosts == 1:
+            if i < len(reduce_levels) - 1:
                 self._sync()
+        self._cross_and_broadcast(buf, mine, locs, shards, ufunc, result, scale)
+
+    def allreduce_pieces(self, pieces: Sequence[np.ndarray], op: ReduceOp, out, scale: float = 1.0) -> None:
+        """All-reduce the concatenation of ``pieces`` into ``out`` (see Backend.allreduce_pieces).
+
+        Where the host's ranks can read and write each other's memory (:mod:`.cma`) and the
+        trees are one-hop stars (the cpu-host plan), nothing is packed or staged in shared
+        memory. Each shard's owner walks it in cache-sized chunks: it combines its own pieces,
+        read in place, with each peer's slice, pulled into a scratch chunk (owner first, then
+        the others by local rank: the shared-memory path's order), scales the chunk, and while
+        the chunk is still in cache writes it into its own ``out`` and pushes it into every
+        peer's ``out``. Each input byte is read once and each result byte written once, the
+        least memory traffic an out-of-place all-reduce allows; two barriers (entry: everyone's
+        addresses are published; exit: every push has landed) are the only synchronisation.
+        Across hosts the owners all-reduce their shards between reducing and pushing (Blink's
+        three-phase protocol). Otherwise the pieces are packed into the shared buffer and reduced
+        there.
+        """
+        result = _flat(out)
+        n = result.shape[0]
+        if self.size == 1 or n == 0 or not self._single_copy(pieces, result.nbytes):
+            self.stats["packed"] += 1
+            self._mark("start", "COPY_IN")
+            buf = self.buffer(n, result.dtype)
+            np.concatenate([_flat(p) for p in pieces], out=buf)
+            self._mark("end", "COPY_IN")
+            self.allreduce(buf, op, out=result, scale=scale)
+            return
+        self.stats["single_copy"] += 1
+        ufunc = kernels.combiner(op)
+        trees = self._allreduce_trees()
+        pieces = [_flat(p) for p in pieces]
+        tables, outs = self._publish(pieces, result)
+        shards = trees.shards(n)
+        me = self.lrank
+        one_host = self.nhosts == 1
+        mark = self._mark
+        mark("start", "SHM_REDUCE")
+        mine = []
+        for tree, node, kids in self._levels[0][0]:
+            if node == me:
+                off, cnt = shards[tree]
+                mine.append((off, cnt, kids))
+                self._pull_reduce(result, off, cnt, pieces, kids, tables, outs if one_host else None, ufunc,
+                                  scale if one_host else 1.0)
+        mark("end", "SHM_REDUCE")
+        if not one_host:
+            mark("start", "CROSS_ALLREDUCE")
+            for off, cnt, kids in mine:
+                shard = result[off:off + cnt]
+                self._cross.run(shard, off / n, ufunc, self.scratch)
+                _scaled_copy(shard, shard, scale)
+                self._push(shard, off, kids, outs)
+            mark("end", "CROSS_ALLREDUCE")
+        self._sync()  # every push has landed, and nobody reads our pieces any more
+
+    def _single_copy(self, pieces: Sequence[np.ndarray], nbytes: int) -> bool:
+        """Whether this call reads peers' tensors in place: the same answer on every rank (the
+        probe's answer is the host's, trees and sizes agree, every rank has the same pieces)."""
+        if self.peer_memory is None or nbytes < MIN_SINGLE_COPY_PIECE_BYTES * max(1, len(pieces)):
+            return False
+        self._allreduce_trees()
+        reduce_levels, broadcast_levels = self._levels
+        return len(reduce_levels) == 1 and len(broadcast_levels) == 1
+
+    def _publish(self, pieces: Sequence[np.ndarray], out: np.ndarray) -> Tuple[List[cma.PieceTable], List[int]]:
+        """Write where this rank's pieces and ``out`` are into its control segment, synchronise
+        (the entry barrier) and read every local rank's: (piece tables, ``out`` addresses). A
+        table that would not fit is replaced by a private packed copy (a local choice: peers
+        just read one run)."""
+        control = self.arena.control(_CONTROL_BYTES)
+        mine = control.mine.view(np.uint64)
+        rows = cma.PieceTable.rows_of(pieces)
+        if 2 + 2 * rows.shape[0] > mine.shape[0]:
+            packed = self.aside.get(sum(p.size for p in pieces), pieces[0].dtype)
+            np.concatenate(pieces, out=packed)
+            rows = cma.PieceTable.rows_of([packed])
+        mine[0] = rows.shape[0]
+        mine[1] = out.__array_interface__["data"][0]
+        mine[2:2 + 2 * rows.shape[0]] = rows.reshape(-1)
+        self._sync()
+        tables, outs = [], []
+        for q in range(self.lsize):
+            theirs = control.segments[q].view(np.uint64)
+            count = int(theirs[0])
+            outs.append(int(theirs[1]))
+            tables.append(cma.PieceTable(theirs[2:2 + 2 * count].reshape(count, 2).copy()))
+        return tables, outs
+
+    def _pull_reduce(self, result: np.ndarray, offset: int, count: int, pieces: Sequence[np.ndarray],
+                     kids: Sequence[int], tables: Sequence[cma.PieceTable], outs: Optional[Sequence[int]], ufunc,
+                     scale: float) -> None:
+        """``result[offset:+count] = (own (+) kids[0]'s (+) kids[1]'s ...) * scale``, chunk by chunk:
+        our own pieces are read in place, each kid's chunk is pulled into a cache-sized buffer;
+        with ``outs`` each finished chunk is also pushed into the kids' results."""
+        dst = result[offset:offset + count]
+        chunk = self._chunk(dst.dtype)
+        item = dst.dtype.itemsize
+        tmp = self._tmp.get(min(chunk, count), dst.dtype)
+        read, pids = self.peer_memory.read, self.local_pids
+        own = _Segments(pieces)
+        for lo in range(0, count, chunk):
+            hi = min(count, lo + chunk)
+            span = ((offset + lo) * item, (offset + hi) * item)
+            o, t = dst[lo:hi], tmp[:hi - lo]
+            read(pids[kids[0]], t, tables[kids[0]].runs(*span))
+            for at, mine in own.within(offset + lo, offset + hi):
+                ufunc(mine, t[at:at + mine.shape[0]], out=o[at:at + mine.shape[0]])
+            for q in kids[1:]:
+                read(pids[q], t, tables[q].runs(*span))
+                ufunc(o, t, out=o)
+            if scale != 1.0:
+                np.multiply(o, o.dtype.type(scale), out=o)
+            if outs is not None:
+                self._push(o, offset + lo, kids, outs)
+
+    def _push(self, values: np.ndarray, offset: int, kids: Sequence[int], outs: Sequence[int]) -> None:
+        """Write ``values`` at element ``offset`` of every kid's result."""
+        nbytes = values.nbytes
+        at = offset * values.dtype.itemsize
+        for q in kids:
+            self.peer_memory.write(self.local_pids[q], values, np.array([[outs[q] + at, nbytes]], np.uint64))
+
+    def _cross_and_broadcast(self, buf: np.ndarray, mine: np.ndarray, locs, shards, ufunc,
+                             result: Optional[np.ndarray], scale: float) -> None:
+        """Phases 2 and 3 of an all-reduce whose phase 1 left every tree root's shard reduced over
+        the host in ``mine`` (its shared segment, at ``locs``)."""
+        trees, me, mark = self._trees, self.lrank, self._mark
+        # After the last reduce level only the owners read their shards (phase 2), so the
+        # level's barrier can go when there is a phase 2.
+        if self.nhosts == 1:
+            self._sync()
         mark("end", "SHM_REDUCE")
         # Phase 2: each shard's owner all-reduces it with its counterparts on the other hosts.
         # Only the owner touches its shard here, so no barrier is needed before this phase.
+        n = mine.shape[0]
         if self.nhosts > 1:
             mark("start", "CROSS_ALLREDUCE")
             for tree, (off, cnt) in enumerate(shards):
@@ -214,15 +376,17 @@ class CpuBackend(Backend):
         mark("start", "SHM_BROADCAST")
         # Phase 3: broadcast down the same trees, a barrier between levels. No exit barrier:
         # peers may still read our segment, but nothing writes it before the next call's entry
-        # barrier (user slots alternate, see shm.py). With ``out``, a shard goes from the parent's
-        # segment straight into ``out`` (scaled on the way): one pass over the data fewer than
-        # gathering into the segment and copying out; only shards this rank forwards stay in it.
+        # barrier (user slots alternate, see shm.py). With ``result``, a shard goes from the
+        # parent's segment straight into it (scaled on the way): one pass over the data fewer
+        # than gathering into the segment and copying out; only shards this rank forwards stay
+        # in the segment.
         forwards = self._forwards
+        broadcast_levels = self._levels[1]
         for i, level in enumerate(broadcast_levels):
             for tree, child, parent in level:
                 if child == me:
                     off, cnt = shards[tree]
-                    src = self._view(locs, parent, off, cnt, buf.dtype)
+                    src = self._view(locs, parent, off, cnt, mine.dtype)
                     if result is None or tree in forwards:
                         np.copyto(mine[off:off + cnt], src)
                         src = mine[off:off + cnt]

@@ -19,6 +19,8 @@ Two windows serve two purposes:
 * the *staging* window receives arguments that live in ordinary process memory. Only the
   backend writes it, after a collective's entry barrier, so one slot is enough and it may be
   replaced freely.
+* the *control* window holds each rank's table of where its tensors are, for peers that read
+  them in place by cross-memory attach (:mod:`.cma`).
 """
 from __future__ import annotations
 
@@ -82,6 +84,7 @@ class SharedArena:
         self._previous_user: Optional[_Window] = None
         self._user_slot = 0
         self._staging: Optional[_Window] = None
+        self._control: Optional[_Window] = None
 
     # ---- allocation (collective) ------------------------------------------------------------
     def _new(self, nbytes: int) -> _Window:
@@ -106,6 +109,13 @@ class SharedArena:
             self._staging = self._new(nbytes)
             self._retire(old)
         return self._staging
+
+    def control(self, nbytes: int) -> _Window:
+        """A small window where each rank publishes where its tensors are (see cma.py); made
+        once, at the first call (collective), with the same ``nbytes`` on every rank."""
+        if self._control is None:
+            self._control = self._new(nbytes)
+        return self._control
 
     def _retire(self, win: Optional[_Window]) -> None:
         """Free ``win`` (collective: every rank retires the same window at the same call)."""
@@ -136,4 +146,4 @@ class SharedArena:
             if win is not None:
                 win.free()
         self.windows = []
-        self._user = self._previous_user = self._staging = None
+        self._user = self._previous_user = self._staging = self._control = None

@@ -1,0 +1,74 @@
+"""Cross-memory attach: address runs of a rank's pieces, its own-piece views, and the system
+calls themselves on this process (a process may always read and write its own memory)."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from blinkflow.backends.cpu.backend import _Segments
+from blinkflow.backends.cpu.cma import IOV_MAX, PeerMemory, PieceTable
+from blinkflow.errors import BackendError
+
+
+def _memory():
+    try:
+        return PeerMemory()
+    except AttributeError:
+        pytest.skip("no process_vm_readv in this C library")
+
+
+def _bytes_of(pieces):
+    return np.concatenate([p.view(np.uint8) for p in pieces]) if pieces else np.empty(0, np.uint8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(0, 40), min_size=1, max_size=12), data=st.data())
+def test_runs_cover_exactly_the_requested_bytes(sizes, data):
+    pieces = [np.arange(n, dtype=np.int16) + 100 * i for i, n in enumerate(sizes)]
+    whole = _bytes_of(pieces)
+    table = PieceTable(PieceTable.rows_of(pieces))
+    lo = data.draw(st.integers(0, whole.size))
+    hi = data.draw(st.integers(lo, whole.size))
+    if hi == lo:
+        return
+    runs = table.runs(lo, hi)
+    assert (runs[:, 1] > 0).all() and int(runs[:, 1].sum()) == hi - lo
+    got = np.empty(hi - lo, np.uint8)
+    _memory().read(__import__("os").getpid(), got, runs)
+    assert np.array_equal(got, whole[lo:hi])
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(0, 30), min_size=1, max_size=10), data=st.data())
+def test_segments_are_views_covering_an_element_range(sizes, data):
+    pieces = [np.arange(n, dtype=np.float32) + 1000 * i for i, n in enumerate(sizes)]
+    whole = np.concatenate(pieces)
+    lo = data.draw(st.integers(0, whole.size))
+    hi = data.draw(st.integers(lo, whole.size))
+    out = np.full(hi - lo, -1, np.float32)
+    for at, view in _Segments(pieces).within(lo, hi):
+        assert any(np.shares_memory(view, p) for p in pieces)
+        out[at:at + view.size] = view
+    assert np.array_equal(out, whole[lo:hi])
+
+
+def test_write_then_read_own_memory_in_many_runs():
+    import os
+
+    memory = _memory()
+    target = np.zeros(3 * (IOV_MAX + 7), np.uint8)  # more runs than one call may carry
+    runs = np.array([[target.ctypes.data + 3 * i, 2] for i in range(IOV_MAX + 7)], np.uint64)
+    values = np.arange(2 * (IOV_MAX + 7), dtype=np.uint64).astype(np.uint8)
+    memory.write(os.getpid(), values, runs)
+    assert np.array_equal(target.reshape(-1, 3)[:IOV_MAX + 7, :2].reshape(-1), values)
+    back = np.empty_like(values)
+    memory.read(os.getpid(), back, runs)
+    assert np.array_equal(back, values)
+
+
+def test_a_failed_transfer_is_a_backend_error_that_says_how_to_opt_out():
+    import os
+
+    memory = _memory()
+    with pytest.raises(BackendError, match="BLINKFLOW_CPU_SINGLE_COPY=0"):
+        memory.read(os.getpid(), np.empty(8, np.uint8), np.array([[8, 8]], np.uint64))  # page 0: unmapped
