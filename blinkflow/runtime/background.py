@@ -1,7 +1,8 @@
 """The background thread: every MPI call of the runtime happens here.
 
 ``init`` starts it and waits until it has set the job up (:func:`job.discover`, the backend);
-then it cycles every ``BLINKFLOW_CYCLE_TIME`` ms: negotiate, execute, inspect stalls. It stops
+then it cycles every ``BLINKFLOW_CYCLE_TIME`` ms while there is work (and ever less often while
+there is none, waking at once on a submission): negotiate, execute, inspect stalls. It stops
 when any rank asks to shut down (all ranks leave the loop in the same cycle, so collective
 teardown such as freeing shared-memory windows stays matched), or when MPI reports a failed peer.
 """
@@ -25,6 +26,10 @@ from .response_cache import ResponseCache
 from .stall import StallInspector
 from .state import SharedState
 from .timeline import Timeline
+
+
+#: Longest sleep between the negotiations of an idle runtime (the stall inspector's cadence then).
+IDLE_CYCLE_MAX_S = 0.02
 
 
 def make_backend(device: str, config: Config, ctx: BackendContext):
@@ -163,19 +168,22 @@ class Engine:
         cache.evict = evict
         executor = self._executor = Executor(job.rank, job.size, job.comm, self._backend, state, config.fusion_threshold,
                             self._timeline, self._batch_timeline)
-        cycle_s = config.cycle_time / 1000.0
+        cycle_s = idle_s = config.cycle_time / 1000.0
 
         def done(response: Response) -> None:
             cache.put(response)
 
         while True:
-            started = time.monotonic()
             new = state.drain()
             if self._timeline is not None:
                 for entry in new:
                     self._timeline.end(entry.name, "QUEUED")
                     self._timeline.start(entry.name, "NEGOTIATE")
             responses, reasons = negotiator.cycle(new, state.shutdown_reason)
+            # Every rank leaves the negotiation at about the same moment: pacing the next cycle
+            # from here (not from this cycle's start, which differs by how long each rank waited)
+            # keeps the ranks' cycles aligned, so an idle cycle hardly waits for its peers.
+            synced = time.monotonic()
             if responses and logger.isEnabledFor(logging.DEBUG):
                 logger.debug("running %s", ", ".join(f"{r.kind.label} {r.name!r}" for r in responses))
             executor.run(responses, negotiator.pending, done)
@@ -188,7 +196,16 @@ class Engine:
                 reason = stall.inspect(negotiator.table)
                 if reason is not None:
                     state.request_shutdown(reason)
-            state.wait_for_work(cycle_s - (time.monotonic() - started))
+            # Idle: sleep out the cycle, or less if something is submitted; the longer the
+            # runtime stays idle the longer the cycle (doubling, up to IDLE_CYCLE_MAX_S), so a rank
+            # computing its next step loses no CPU to empty negotiations. Submitting wakes the
+            # thread at once, on every rank, so this adds no latency. With tensors still pending
+            # (some rank has not submitted them yet) the next negotiation starts at once: it
+            # waits (quietly) for the late ranks, which join it the moment they submit, so a
+            # collective's latency is the ranks' skew, not a cycle time.
+            idle_s = cycle_s if responses or negotiator.pending else min(2 * idle_s, max(cycle_s, IDLE_CYCLE_MAX_S))
+            if not negotiator.pending:
+                state.wait_for_work(idle_s - (time.monotonic() - synced))
 
     def _shutdown_error(self, reasons) -> ShutdownError:
         who = [(r, why) for r, why in enumerate(reasons) if why is not None]

@@ -1,6 +1,7 @@
 """One negotiation cycle: which tensors are ready on every rank, in one order for all.
 
-Steady state costs one ``Allreduce(BAND)`` of a small packed bit vector::
+Steady state costs one ``Allreduce(BAND)`` of a small packed bit vector (non-blocking, waited on
+without spinning: :mod:`quiet_wait`)::
 
     [flags (8 bits) | cache-hit bits (capacity) | invalid bits (capacity)]
 
@@ -21,6 +22,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from . import quiet_wait
 from .coordinator import MessageTable
 from .messages import JOIN_NAME, Kind, Response
 from .response_cache import HIT, INVALID, ResponseCache
@@ -89,7 +91,7 @@ class Negotiator:
             bits[_FLAGS + cap + bit] = False
         packed = np.packbits(bits)
         agreed = np.empty_like(packed)
-        self.comm.Allreduce(packed, agreed, op=self.band)
+        quiet_wait.wait(self.comm.Iallreduce(packed, agreed, op=self.band))  # see quiet_wait: no spinning
         agreed_bits = np.unpackbits(agreed, count=self._nbits).astype(np.bool_)
 
         invalid_any = np.flatnonzero(~agreed_bits[_FLAGS + cap:])

@@ -27,13 +27,21 @@ class FakeWorld:
         return every
 
 
+class Done:
+    """A request that has completed (the fake collectives complete on the call)."""
+
+    def Test(self):
+        return True
+
+
 class FakeComm:
     def __init__(self, world, rank):
         self.world, self.rank = world, rank
 
-    def Allreduce(self, send, recv, op):
+    def Iallreduce(self, send, recv, op):
         every = self.world.exchange(self.rank, send.copy())
         recv[...] = np.bitwise_and.reduce(np.stack(every), axis=0)
+        return Done()
 
     def gather(self, obj, root=0):
         every = self.world.exchange(self.rank, obj)
