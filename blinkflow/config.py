@@ -27,8 +27,10 @@ class Config:
 
     fusion_threshold: int = 64 * 1024 * 1024
     """Bytes of tensors fused into one collective (Horovod's default, 64 MiB)."""
-    cycle_time: float = 1.0
-    """Milliseconds between background negotiation cycles."""
+    cycle_time: float = 20.0
+    """Milliseconds between the negotiation rounds of a runtime with nothing to negotiate (stall
+    checks, join and shutdown travel on them). Submitted tensors are negotiated at once, so unlike
+    Horovod's cycle this is no latency; short cycles only cost idle CPU."""
     cache_capacity: int = 1024
     """Entries of the response cache (0 disables the fast path)."""
     timeline: Optional[str] = None

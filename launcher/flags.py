@@ -47,7 +47,7 @@ def _mb_to_bytes(mb) -> str:
 SETTING_FLAGS = (
     SettingFlag("--fusion-threshold-mb", "fusion_threshold", click.FLOAT,
                 "Fuse up to this many MiB of tensors into one collective.", _mb_to_bytes),
-    SettingFlag("--cycle-time-ms", "cycle_time", click.FLOAT, "Milliseconds between negotiation cycles."),
+    SettingFlag("--cycle-time-ms", "cycle_time", click.FLOAT, "Milliseconds between the negotiation rounds of an idle runtime."),
     SettingFlag("--cache-capacity", "cache_capacity", click.INT, "Entries of the response cache (0 disables it)."),
     SettingFlag("--timeline-filename", "timeline", click.STRING, "Write a Chrome-trace timeline to this file."),
     SettingFlag("--stall-check-warning-time-seconds", "stall_check_time_seconds", click.FLOAT,

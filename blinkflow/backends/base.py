@@ -62,7 +62,7 @@ class Backend(abc.ABC):
         backend may fold the copy out and the scaling into its last pass over the data."""
 
     def allreduce_pieces(self, pieces: Sequence[Any], op: ReduceOp, out, scale: float = 1.0) -> None:
-        """All-reduce the concatenation of ``pieces`` (flat arrays of ``out``'s dtype, ``out.size``
+        """All-reduce the concatenation of ``pieces`` (flat C-contiguous arrays of ``out``'s dtype, ``out.size``
         elements in all, the same shapes on every rank) into ``out`` times ``scale``. The pieces
         are only read, and not after the call returns. By default they are packed into
         :meth:`buffer` and reduced there; a backend that can read its peers' pieces where they

@@ -1,8 +1,8 @@
 """The background thread: every MPI call of the runtime happens here.
 
 ``init`` starts it and waits until it has set the job up (:func:`job.discover`, the backend);
-then it cycles every ``BLINKFLOW_CYCLE_TIME`` ms while there is work (and ever less often while
-there is none, waking at once on a submission): negotiate, execute, inspect stalls. It stops
+then it negotiates, executes and inspects stalls in rounds: at once when a tensor is submitted,
+back to back while tensors are pending, else every ``BLINKFLOW_CYCLE_TIME`` ms. It stops
 when any rank asks to shut down (all ranks leave the loop in the same cycle, so collective
 teardown such as freeing shared-memory windows stays matched), or when MPI reports a failed peer.
 """
@@ -26,10 +26,6 @@ from .response_cache import ResponseCache
 from .stall import StallInspector
 from .state import SharedState
 from .timeline import Timeline
-
-
-#: Longest sleep between the negotiations of an idle runtime (the stall inspector's cadence then).
-IDLE_CYCLE_MAX_S = 0.02
 
 
 def make_backend(device: str, config: Config, ctx: BackendContext):
@@ -168,7 +164,7 @@ class Engine:
         cache.evict = evict
         executor = self._executor = Executor(job.rank, job.size, job.comm, self._backend, state, config.fusion_threshold,
                             self._timeline, self._batch_timeline)
-        cycle_s = idle_s = config.cycle_time / 1000.0
+        cycle_s = config.cycle_time / 1000.0
 
         def done(response: Response) -> None:
             cache.put(response)
@@ -179,7 +175,7 @@ class Engine:
                 for entry in new:
                     self._timeline.end(entry.name, "QUEUED")
                     self._timeline.start(entry.name, "NEGOTIATE")
-            responses, reasons = negotiator.cycle(new, state.shutdown_reason)
+            responses, reasons = negotiator.cycle(new, state.shutdown_reason, state.work_submitted)
             # Every rank leaves the negotiation at about the same moment: pacing the next cycle
             # from here (not from this cycle's start, which differs by how long each rank waited)
             # keeps the ranks' cycles aligned, so an idle cycle hardly waits for its peers.
@@ -196,16 +192,15 @@ class Engine:
                 reason = stall.inspect(negotiator.table)
                 if reason is not None:
                     state.request_shutdown(reason)
-            # Idle: sleep out the cycle, or less if something is submitted; the longer the
-            # runtime stays idle the longer the cycle (doubling, up to IDLE_CYCLE_MAX_S), so a rank
-            # computing its next step loses no CPU to empty negotiations. Submitting wakes the
-            # thread at once, on every rank, so this adds no latency. With tensors still pending
-            # (some rank has not submitted them yet) the next negotiation starts at once: it
-            # waits (quietly) for the late ranks, which join it the moment they submit, so a
-            # collective's latency is the ranks' skew, not a cycle time.
-            idle_s = cycle_s if responses or negotiator.pending else min(2 * idle_s, max(cycle_s, IDLE_CYCLE_MAX_S))
+            # Nothing pending here: sleep until a submission (or a shutdown request) wakes the
+            # thread, or for a cycle at most. Submissions are negotiated at once on every rank, so
+            # the cycle is not a latency: only stall checks, join and shutdown ride on idle
+            # rounds, and rare idle rounds (20 ms by default) leave a computing rank its CPU and
+            # seldom overlap a submission. With tensors pending (some rank has not submitted
+            # them yet) the next round starts at once and waits quietly for the late ranks,
+            # which join it the moment they submit: a collective's latency is the ranks' skew.
             if not negotiator.pending:
-                state.wait_for_work(idle_s - (time.monotonic() - synced))
+                state.wait_for_work(cycle_s - (time.monotonic() - synced))
 
     def _shutdown_error(self, reasons) -> ShutdownError:
         who = [(r, why) for r, why in enumerate(reasons) if why is not None]

@@ -8,17 +8,20 @@ Results are always new arrays; inputs are never written.
 """
 from __future__ import annotations
 
+import collections
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
 from ..errors import BlinkflowError, ShutdownError, TensorMismatchError
 from ..ops import ReduceOp
-from .fusion import Batch, Piece, make_batches, offsets
+from .fusion import Batch, make_batches
 from .messages import Kind, Request, Response
 from .result_pool import ResultPool
 from .state import Entry, SharedState
 
+#: Lists of responses whose batches the executor remembers (a training loop cycles through a few).
+_PLANS_KEPT = 64
 _ERRORS = {"TensorMismatchError": TensorMismatchError, "ShutdownError": ShutdownError}
 
 
@@ -67,6 +70,7 @@ class Executor:
         self.batch_timeline.timeline = timeline
         self.results = ResultPool(capacity=max(4 * fusion_threshold, 256 << 20))
         """Recycled host memory for all-reduce results (fresh pages cost more than the reduction)."""
+        self._plans: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
         self.running: Optional[tuple] = None
         """(kind, names) of the batch being executed, for the error if the backend fails in it."""
 
@@ -90,7 +94,7 @@ class Executor:
             if count == 0:  # an empty group: nothing to move
                 self._finish(response, entries[index], [], on_done)
         started = set()
-        for batch in make_batches(responses, self.fusion_threshold):
+        for batch in self._batches(responses):
             if batch.kind is Kind.ERROR:
                 index = batch.pieces[0].response
                 response, entry = responses[index], entries[index]
@@ -101,7 +105,7 @@ class Executor:
                                         if error is TensorMismatchError else error(response.error))
                 on_done(response)
                 continue
-            names = list(dict.fromkeys(responses[p.response].name for p in batch.pieces))
+            names = [responses[i].name for i in batch.responses]
             self._mark([n for n in names if n not in started], "E", "NEGOTIATE")
             started.update(names)  # a group split over several batches ends negotiating once
             self._mark(names, "B", batch.kind.name)
@@ -111,6 +115,12 @@ class Executor:
             self.running = None
             self.batch_timeline.tracks = []
             self._mark(names, "E", batch.kind.name)
+            if batch.whole is not None and batch.kind is Kind.ALLREDUCE:  # one response, all its pieces
+                outputs[batch.whole], remaining[batch.whole] = results, 0
+                response = responses[batch.whole]
+                self._finish(response, entries[batch.whole],
+                             results if response.first().parts is not None else results[0], on_done)
+                continue
             for piece, result in zip(batch.pieces, results):
                 index = piece.response
                 outputs[index][piece.member] = result
@@ -120,6 +130,22 @@ class Executor:
                     grouped = response.kind is Kind.ALLREDUCE and response.first().parts is not None
                     self._finish(response, entries[index], outputs[index] if grouped else outputs[index][0],
                                  on_done)
+
+    def _batches(self, responses: List[Response]) -> List[Batch]:
+        """``make_batches``, remembered for the last lists of responses seen. The response cache
+        returns the very same Response objects every step, so identity is the key (hashing them
+        would hash every rank's request of every member); the entry keeps its responses alive, so
+        an id cannot be reused while it is remembered."""
+        key = tuple(id(r) for r in responses)
+        known = self._plans.get(key)
+        if known is not None and all(a is b for a, b in zip(known[0], responses)):
+            self._plans.move_to_end(key)
+            return known[1]
+        batches = make_batches(responses, self.fusion_threshold)
+        self._plans[key] = (list(responses), batches)
+        if len(self._plans) > _PLANS_KEPT:
+            self._plans.popitem(last=False)
+        return batches
 
     def _finish(self, response: Response, entry: Optional[Entry], result, on_done) -> None:
         if entry is not None:
@@ -136,7 +162,7 @@ class Executor:
     # ---- one batch ----------------------------------------------------------------------------
     def _execute(self, batch: Batch, responses: List[Response], entries: List[Optional[Entry]]) -> List[Any]:
         if batch.kind is Kind.ALLREDUCE:
-            return self._allreduce(batch.pieces, responses, entries)
+            return self._allreduce(batch, responses, entries)
         index = batch.pieces[0].response
         response, entry = responses[index], entries[index]
         if batch.kind is Kind.BARRIER:
@@ -150,27 +176,28 @@ class Executor:
                Kind.REDUCESCATTER: self._reducescatter, Kind.ALLTOALL: self._alltoall}[batch.kind]
         return [run(response, mine, array)]
 
-    def _allreduce(self, pieces: List[Piece], responses: List[Response],
-                   entries: List[Optional[Entry]]) -> List[Any]:
+    def _allreduce(self, batch: Batch, responses: List[Response], entries: List[Optional[Entry]]) -> List[Any]:
+        pieces = batch.pieces
         first = responses[pieces[0].response].first()
         dtype = np.dtype(pieces[0].dtype)
-        shapes = [p.shape for p in pieces]
-        sizes = [p.size for p in pieces]
-        starts = offsets(sizes)
-        total = sum(sizes)
+        starts, total = batch.starts, batch.total
         xp = _xp(first.device)
         if total == 0:
-            return [xp.empty(s, dtype) for s in shapes]
+            return [xp.empty(p.shape, dtype) for p in pieces]
         backend = self.backend_for(first.device)
-        names = list(dict.fromkeys(responses[p.response].name for p in pieces))
-        inputs = []
-        for piece in pieces:
-            entry = entries[piece.response]
-            if entry is None:
-                inputs.append(xp.zeros(piece.size, dtype))  # a joined rank adds nothing
-            else:
-                array = entry.array[piece.member] if entry.request.parts is not None else entry.array
-                inputs.append(array.ravel())  # contiguous: a strided 1-d view is copied, not passed on
+        names = [responses[i].name for i in batch.responses]
+        whole = entries[batch.whole] if batch.whole is not None else None
+        if whole is not None and whole.request.parts is not None:
+            inputs = [a.ravel() for a in whole.array]  # a whole group: its members, in order
+        else:
+            inputs = []
+            for piece in pieces:
+                entry = entries[piece.response]
+                if entry is None:
+                    inputs.append(xp.zeros(piece.size, dtype))  # a joined rank adds nothing
+                else:
+                    array = entry.array[piece.member] if entry.request.parts is not None else entry.array
+                    inputs.append(array.ravel())  # contiguous: a strided 1-d view is copied, not passed on
         op = ReduceOp(first.op)
         # The result goes to a private array that every result is a slice of: peers may still be
         # reading this rank's part of a shared buffer after the call (the cpu backend has no exit
@@ -205,7 +232,7 @@ class Executor:
             average(backend, private, self.size, first.postscale)
         else:
             backend.scale(private, scale)
-        results = [private[start:start + n].reshape(shape) for start, n, shape in zip(starts, sizes, shapes)]
+        results = [private[start:start + p.size].reshape(p.shape) for start, p in zip(starts, pieces)]
         self._mark(names, "E", "COPY_OUT")
         return results
 

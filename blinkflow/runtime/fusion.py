@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import List, NamedTuple, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -35,10 +35,38 @@ class Piece(NamedTuple):
 
 @dataclasses.dataclass
 class Batch:
-    """What runs as one collective: fused all-reduce pieces, or one other response (one piece)."""
+    """What runs as one collective: fused all-reduce pieces, or one other response (one piece).
+
+    The layout below is computed once per batch: the executor reuses a cycle's batches while the
+    same responses come back from the response cache (every step of a training loop)."""
 
     kind: Kind
     pieces: List[Piece]
+    members: int = 0
+    """How many pieces the response of the first piece has in all (for :attr:`whole`)."""
+
+    @functools.cached_property
+    def responses(self) -> List[int]:
+        """Indexes of the responses with pieces here, in order."""
+        return list(dict.fromkeys(p.response for p in self.pieces))
+
+    @functools.cached_property
+    def whole(self) -> Optional[int]:
+        """The response whose pieces these are, all of them in order (a group that fits one
+        batch: the common case), else None."""
+        first = self.pieces[0].response
+        if len(self.pieces) == self.members and all(p.response == first and p.member == m
+                                                    for m, p in enumerate(self.pieces)):
+            return first
+        return None
+
+    @functools.cached_property
+    def starts(self) -> List[int]:
+        return offsets([p.size for p in self.pieces])
+
+    @functools.cached_property
+    def total(self) -> int:
+        return sum(p.size for p in self.pieces)
 
 
 def pieces_of(index: int, response: Response) -> List[Piece]:
@@ -72,7 +100,7 @@ def make_batches(responses: List[Response], threshold: int) -> List[Batch]:
                 current[0].pieces.append(piece)
                 current[1] += nbytes
                 continue
-            batch = Batch(Kind.ALLREDUCE, [piece])
+            batch = Batch(Kind.ALLREDUCE, [piece], len(response.first().members()))
             batches.append(batch)
             if nbytes < threshold:  # a tensor that fills the buffer alone leaves the open batch open
                 open_batches[key] = [batch, nbytes]

@@ -71,6 +71,11 @@ class SharedState:
             out, self._queue = self._queue, []
             return out
 
+    @property
+    def work_submitted(self) -> threading.Event:
+        """Set from a submission (or a shutdown request) until the next :meth:`drain`."""
+        return self._work
+
     def wait_for_work(self, timeout: float) -> None:
         """Sleep up to ``timeout`` seconds, less if something is submitted (the rest of a cycle:
         the ranks that submit last then start the negotiation without waiting for a tick)."""

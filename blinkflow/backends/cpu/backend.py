@@ -254,7 +254,7 @@ class CpuBackend(Backend):
             self.stats["packed"] += 1
             self._mark("start", "COPY_IN")
             buf = self.buffer(n, result.dtype)
-            np.concatenate([_flat(p) for p in pieces], out=buf)
+            np.concatenate(pieces, out=buf)  # (flat and contiguous: Backend.allreduce_pieces' contract)
             self._mark("end", "COPY_IN")
             self.allreduce(buf, op, out=result, scale=scale)
             return
