@@ -1,5 +1,6 @@
-"""``python -m blinkflow.bench allreduce``: blinkflow's all-reduce against MPI_Allreduce, measured
-in the same processes, alternating call by call so both see the same machine load.
+"""``python -m blinkflow.bench allreduce``: blinkflow's all-reduce against MPI_Allreduce (in place
+and out of place), measured in the same processes, rotating call by call so all see the same
+machine load.
 
 Run it under ``mpirun`` (or ``blinkrun``). For each size it reports the median over repetitions
 of the slowest rank's time, the algorithm bandwidth (bytes / time) and the bus bandwidth
@@ -115,7 +116,12 @@ def _sum():
 
 
 def measure(comm, sizes: List[int], via: str, small: bool = True, reps: int = 0) -> Dict:
-    """Alternate blinkflow and MPI_Allreduce call by call; return the report as a dict."""
+    """Rotate blinkflow, in-place and out-of-place MPI_Allreduce call by call; return the report.
+
+    MPI is measured both ways, as nccl-tests reports both: out of place (``recvbuf`` apart from
+    ``sendbuf``) is what ``blinkflow.allreduce`` does (it returns a new array and never writes
+    its input), in place is MPI's fastest mode (at sizes near the last-level cache it keeps the
+    working set half as large)."""
     MPI = _mpi()
     n = comm.Get_size()
     ours = _Blinkflow(via, comm)
@@ -125,23 +131,24 @@ def measure(comm, sizes: List[int], via: str, small: bool = True, reps: int = 0)
         src = np.random.default_rng(comm.Get_rank()).uniform(-1, 1, nelems).astype(np.float32)
         a = ours.array(nelems)
         m = np.empty(nelems, np.float32)
-        t_ours, t_mpi = [], []
+        recv = np.empty(nelems, np.float32)
+        times = {"blinkflow": [], "in_place": [], "out_of_place": []}
+        calls = {
+            # Each side's input is refreshed just before its own call, so every side starts with
+            # it equally warm in cache (at 16 MiB per rank that decides who wins).
+            "blinkflow": (lambda: a.__setitem__(Ellipsis, src), lambda: ours.allreduce(a)),
+            "in_place": (lambda: m.__setitem__(Ellipsis, src), lambda: comm.Allreduce(MPI.IN_PLACE, m, op=MPI.SUM)),
+            "out_of_place": (lambda: m.__setitem__(Ellipsis, src), lambda: comm.Allreduce(m, recv, op=MPI.SUM)),
+        }
+        order = list(calls)
         for rep in range((reps or _reps(nbytes)) + 1):
-            first, second = (t_ours, t_mpi) if rep % 2 == 0 else (t_mpi, t_ours)
-            for out in (first, second):
-                # Each side's input is refreshed just before its own call, so both start with
-                # it equally warm in cache (at 16 MiB per rank that decides who wins).
-                if out is t_ours:
-                    a[...] = src
-                    s = _timed(comm, lambda: ours.allreduce(a))
-                else:
-                    m[...] = src
-                    s = _timed(comm, lambda: comm.Allreduce(MPI.IN_PLACE, m, op=MPI.SUM))
+            for side in order[rep % 3:] + order[:rep % 3]:  # every side goes first, second and third
+                refresh, call = calls[side]
+                refresh()
+                s = _timed(comm, call)
                 if rep:  # the first round warms caches, windows and plans
-                    out.append(s)
-        results.append({"bytes": nbytes, "blinkflow": _row("blinkflow", nbytes, t_ours, n),
-                        "mpi": _row("MPI_Allreduce", nbytes, t_mpi, n),
-                        "speedup": statistics.median(t_mpi) / statistics.median(t_ours)})
+                    times[side].append(s)
+        results.append(_compare(nbytes, n, times, "MPI_Allreduce"))
     report = {"ranks": n, "via": via, "dtype": "float32", "allreduce": results}
     if small:
         report["small_tensors"] = _small_tensors(comm, ours, reps or 15)
@@ -149,45 +156,59 @@ def measure(comm, sizes: List[int], via: str, small: bool = True, reps: int = 0)
     return report
 
 
+def _compare(nbytes: int, size: int, times: Dict[str, List[float]], mpi_name: str) -> Dict:
+    ours = statistics.median(times["blinkflow"])
+    return {"bytes": nbytes, "blinkflow": _row("blinkflow", nbytes, times["blinkflow"], size),
+            "mpi": _row(f"{mpi_name} in place", nbytes, times["in_place"], size),
+            "mpi_out_of_place": _row(f"{mpi_name} out of place", nbytes, times["out_of_place"], size),
+            "speedup": statistics.median(times["in_place"]) / ours,
+            "speedup_out_of_place": statistics.median(times["out_of_place"]) / ours}
+
+
 def _small_tensors(comm, ours: _Blinkflow, reps: int) -> Dict:
     MPI = _mpi()
     n = SMALL_BYTES // 4
     tensors = [np.full(n, i, np.float32) for i in range(SMALL_TENSORS)]
+    outputs = [np.empty_like(t) for t in tensors]
     flat = ours.array(n * SMALL_TENSORS) if ours.via == "backend" else None
-    t_ours, t_mpi = [], []
+    times = {"blinkflow": [], "in_place": [], "out_of_place": []}
 
-    def per_tensor():
+    def in_place():
         for t in tensors:
             comm.Allreduce(MPI.IN_PLACE, t, op=MPI.SUM)
 
+    def out_of_place():
+        for t, o in zip(tensors, outputs):
+            comm.Allreduce(t, o, op=MPI.SUM)
+
+    calls = {"blinkflow": lambda: ours.grouped(tensors, flat), "in_place": in_place, "out_of_place": out_of_place}
+    order = list(calls)
     for rep in range(reps + 1):
-        first, second = (t_ours, t_mpi) if rep % 2 == 0 else (t_mpi, t_ours)
-        for out in (first, second):
-            if out is t_ours:
-                s = _timed(comm, lambda: ours.grouped(tensors, flat))
-            else:
-                s = _timed(comm, per_tensor)
+        for side in order[rep % 3:] + order[:rep % 3]:
+            s = _timed(comm, calls[side])
             if rep:
-                out.append(s)
-    total = SMALL_BYTES * SMALL_TENSORS
-    size = comm.Get_size()
-    return {"tensors": SMALL_TENSORS, "tensor_bytes": SMALL_BYTES,
-            "blinkflow": _row("blinkflow grouped", total, t_ours, size),
-            "mpi": _row("MPI_Allreduce per tensor", total, t_mpi, size),
-            "speedup": statistics.median(t_mpi) / statistics.median(t_ours)}
+                times[side].append(s)
+    report = _compare(SMALL_BYTES * SMALL_TENSORS, comm.Get_size(), times, "MPI_Allreduce per tensor")
+    report.update(tensors=SMALL_TENSORS, tensor_bytes=SMALL_BYTES)
+    report["blinkflow"]["name"] = "blinkflow grouped"
+    return report
 
 
 def _print_table(report: Dict) -> None:
-    print(f"all-reduce float32, {report['ranks']} ranks, blinkflow via {report['via']} (median of the slowest rank)")
-    print(f"{'size':>10} {'blinkflow ms':>13} {'algbw':>7} {'busbw':>7} {'MPI ms':>9} {'algbw':>7} {'busbw':>7} {'speedup':>8}")
+    print(f"all-reduce float32, {report['ranks']} ranks, blinkflow via {report['via']} (median of the slowest rank); "
+          "MPI_Allreduce in place and out of place")
+    print(f"{'size':>10} {'blinkflow ms':>13} {'busbw':>7} {'MPI in-place ms':>16} {'busbw':>7} {'speedup':>8} "
+          f"{'MPI out-of-place ms':>20} {'busbw':>7} {'speedup':>8}")
     for r in report["allreduce"]:
-        b, m = r["blinkflow"], r["mpi"]
-        print(f"{_human(r['bytes']):>10} {b['seconds'] * 1e3:13.3f} {b['algbw_gbps']:7.2f} {b['busbw_gbps']:7.2f} "
-              f"{m['seconds'] * 1e3:9.3f} {m['algbw_gbps']:7.2f} {m['busbw_gbps']:7.2f} {r['speedup']:7.2f}x")
+        b, m, o = r["blinkflow"], r["mpi"], r["mpi_out_of_place"]
+        print(f"{_human(r['bytes']):>10} {b['seconds'] * 1e3:13.3f} {b['busbw_gbps']:7.2f} {m['seconds'] * 1e3:16.3f} "
+              f"{m['busbw_gbps']:7.2f} {r['speedup']:7.2f}x {o['seconds'] * 1e3:20.3f} {o['busbw_gbps']:7.2f} "
+              f"{r['speedup_out_of_place']:7.2f}x")
     s = report.get("small_tensors")
     if s:
-        print(f"{s['tensors']} x {_human(s['tensor_bytes'])}: blinkflow grouped {s['blinkflow']['seconds'] * 1e3:.3f} ms, "
-              f"MPI_Allreduce per tensor {s['mpi']['seconds'] * 1e3:.3f} ms, speedup {s['speedup']:.2f}x")
+        print(f"{s['tensors']} x {_human(s['tensor_bytes'])}: blinkflow grouped {s['blinkflow']['seconds'] * 1e3:.3f} ms; "
+              f"one MPI_Allreduce per tensor in place {s['mpi']['seconds'] * 1e3:.3f} ms ({s['speedup']:.2f}x), "
+              f"out of place {s['mpi_out_of_place']['seconds'] * 1e3:.3f} ms ({s['speedup_out_of_place']:.2f}x)")
 
 
 def _human(nbytes: int) -> str:

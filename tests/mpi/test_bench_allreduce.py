@@ -15,8 +15,10 @@ def test_bench_allreduce_json(via):
     assert report["ranks"] == 2 and report["via"] == via
     assert [r["bytes"] for r in report["allreduce"]] == [4096, 65536]
     for r in report["allreduce"]:
-        for side in ("blinkflow", "mpi"):
+        for side in ("blinkflow", "mpi", "mpi_out_of_place"):
             assert r[side]["seconds"] > 0
             assert r[side]["busbw_gbps"] == pytest.approx(r[side]["algbw_gbps"])  # 2(n-1)/n = 1 at n = 2
+        assert r["speedup"] == pytest.approx(r["mpi"]["seconds"] / r["blinkflow"]["seconds"])
+        assert r["speedup_out_of_place"] == pytest.approx(r["mpi_out_of_place"]["seconds"] / r["blinkflow"]["seconds"])
     small = report["small_tensors"]
-    assert small["tensors"] == 200 and small["speedup"] > 0
+    assert small["tensors"] == 200 and small["speedup"] > 0 and small["speedup_out_of_place"] > 0
