@@ -160,6 +160,8 @@ def _auto_name(op: str) -> str:
 
 
 def _as_array(tensor):
+    if type(tensor) is np.ndarray and tensor.dtype in _NAMES:  # the common case, checked cheaply
+        return tensor, "cpu"
     array, device = (tensor, "cuda") if type(tensor).__module__.startswith("cupy") else (np.asarray(tensor), "cpu")
     if array.dtype in _NAMES:  # the common case, without numpy's slow dtype.name
         return array, device
@@ -216,15 +218,20 @@ def _check_user_name(name: Optional[str]) -> None:
 def _allreduce_arrays(tensors, op, name, compression):
     """Compressed arrays, devices and decompression contexts of all-reduce inputs, validated before
     an automatic name is drawn (a call that fails locally must not shift later calls' names)."""
-    arrays, devices, contexts = [], [], []
-    for tensor in tensors:
-        compressed, ctx = compression.compress(tensor)
-        array, device = _as_array(compressed)
-        _no_bool_average(array, op, "allreduce", name)
-        arrays.append(array)
-        devices.append(device)
-        contexts.append(ctx)
-    return arrays, devices, contexts
+    if compression is Compression.none:  # hundreds of gradients per step: skip the identity calls
+        pairs = [_as_array(tensor) for tensor in tensors]
+        contexts = [None] * len(pairs)
+    else:
+        contexts = []
+        pairs = []
+        for tensor in tensors:
+            compressed, ctx = compression.compress(tensor)
+            pairs.append(_as_array(compressed))
+            contexts.append(ctx)
+    if op is Average:
+        for array, _ in pairs:
+            _no_bool_average(array, op, "allreduce", name)
+    return [a for a, _ in pairs], [d for _, d in pairs], contexts
 
 
 def allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -258,6 +265,8 @@ def grouped_allreduce_async(tensors, op=Average, name=None, prescale_factor=1.0,
     request = Request(name, Kind.ALLREDUCE, dtypes.pop() if len(dtypes) == 1 else "mixed", (len(parts),), int(op),
                       -1, float(prescale_factor), float(postscale_factor), None,
                       devices[0] if devices else "cpu", parts=parts)
+    if compression is Compression.none:
+        return _submit(engine, [(request, arrays)], lambda results: results[0])
     return _submit(engine, [(request, arrays)],
                    lambda results: [compression.decompress(r, c) for r, c in zip(results[0], ctxs)])
 
