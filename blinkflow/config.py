@@ -17,6 +17,8 @@ from typing import Mapping, Optional
 from .errors import ConfigError
 
 ENV_PREFIX = "BLINKFLOW_"
+#: Settings that must be equal on every rank (checked at init).
+AGREED_FIELDS = ("fusion_threshold", "cache_capacity", "backend", "chunk_bytes", "cpu_single_copy", "split_hosts")
 BACKENDS = ("auto", "cpu", "cuda")
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 
@@ -74,6 +76,11 @@ class Config:
             raise ConfigError(f"{ENV_PREFIX}CPU_SINGLE_COPY must be 0 or 1, got {self.cpu_single_copy}")
         if self.chunk_bytes < 0:
             raise ConfigError(f"{ENV_PREFIX}CHUNK_BYTES must be >= 0, got {self.chunk_bytes}")
+
+    def agreed(self) -> tuple:
+        """The settings every rank of a job must share, as ((field, value), ...): ranks that
+        disagree would fuse, cache or choose data paths differently and wait for each other."""
+        return tuple((name, getattr(self, name)) for name in AGREED_FIELDS)
 
     @staticmethod
     def env_name(field: str) -> str:

@@ -15,7 +15,7 @@ import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..config import Config
-from ..errors import PlanError
+from ..errors import ConfigError, PlanError
 from ..topology.discover import discover_job
 
 
@@ -67,7 +67,9 @@ def discover(comm, config: Config) -> Job:
     from mpi4py import MPI
 
     rank, size = comm.Get_rank(), comm.Get_size()
-    gathered = comm.allgather((MPI.Get_processor_name(), os.getpid()))
+    gathered = comm.allgather((MPI.Get_processor_name(), os.getpid(), config.agreed()))
+    _check_config(config, [agreed for _, _, agreed in gathered])
+    gathered = [(m, p) for m, p, _ in gathered]
     machines = [m for m, _ in gathered]
     found = discover_job(comm, config)  # hosts by name, or split_hosts blocks; topology; devices
     hosts, topology, devices = list(found.hosts), found.topology, tuple(found.devices)
@@ -100,6 +102,21 @@ def _planner(topology, devices) -> Callable[..., Any]:
         return cache[key]
 
     return plan_for
+
+
+def _check_config(config: Config, every: List[tuple]) -> None:
+    """Every rank must share the settings that decide fusion, caching and data paths (ranks that
+    disagree would wait for each other forever); raises ConfigError on every rank otherwise."""
+    if all(agreed == every[0] for agreed in every):
+        return
+    differ = [name for i, (name, _) in enumerate(every[0]) if len({agreed[i][1] for agreed in every}) > 1]
+    groups: Dict[tuple, List[int]] = {}
+    for r, agreed in enumerate(every):
+        groups.setdefault(tuple(v for name, v in agreed if name in differ), []).append(r)
+    described = "; ".join(f"ranks {ranks}: " + ", ".join(f"{config.env_name(n)}={v}" for n, v in zip(differ, values))
+                          for values, ranks in groups.items())
+    raise ConfigError(f"ranks disagree on settings that must be equal everywhere ({described}); set them the same "
+                      "on every rank (blinkrun flags do)")
 
 
 def _check_agreement(comm, topology, plan, failure: Optional[BaseException] = None) -> None:

@@ -9,6 +9,7 @@ stall    the last rank never submits tensor 'stuck': rank 0 warns, then shuts th
          (BLINKFLOW_STALL_CHECK_TIME_SECONDS / _SHUTDOWN_TIME_SECONDS set by the test).
 timeline runs a few collectives with BLINKFLOW_TIMELINE set; with ``abort`` every rank then
          SIGKILLs itself, leaving the trace without its closing bracket.
+config   the last rank starts with another setting: init raises ConfigError everywhere.
 """
 import os
 import signal
@@ -117,9 +118,29 @@ def timeline(abort=False):
     bf.shutdown()
 
 
+def config_mismatch():
+    """The last rank turns single copy off: init must raise ConfigError on every rank, naming the
+    setting and the ranks on each side, instead of hanging in a collective only some ranks run."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    r, n = world.Get_rank(), world.Get_size()
+    if r == n - 1:
+        os.environ["BLINKFLOW_CPU_SINGLE_COPY"] = "0"
+    try:
+        bf.init()
+    except bf.ConfigError as e:
+        print(f"CONFIG rank {r}: {e}", flush=True)
+    else:
+        raise AssertionError("init accepted ranks with different settings")
+
+
 def main():
-    bf.init()
     mode = sys.argv[1]
+    if mode == "config":
+        config_mismatch()
+        return
+    bf.init()
     if mode == "kill":
         kill(then_shutdown="shutdown" in sys.argv[2:])
     elif mode == "crash":

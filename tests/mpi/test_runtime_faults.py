@@ -105,3 +105,13 @@ def test_timeline_is_valid_chrome_trace(abort, tmp_path):
                     depth[e["tid"]] = depth.get(e["tid"], 0) + (1 if e["ph"] == "B" else -1)
                     assert depth[e["tid"]] >= 0
             assert set(depth.values()) == {0}
+
+
+@pytest.mark.mpi
+def test_ranks_with_different_settings_fail_init_everywhere():
+    proc = _run_with([], 3, ["config"], {}, timeout=90)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = re.findall(r"^CONFIG rank (\d): (.*)$", proc.stdout, re.M)
+    assert sorted(int(r) for r, _ in lines) == [0, 1, 2], proc.stdout + proc.stderr
+    for _, message in lines:
+        assert "ranks [0, 1]: BLINKFLOW_CPU_SINGLE_COPY=1" in message and "ranks [2]: BLINKFLOW_CPU_SINGLE_COPY=0" in message
