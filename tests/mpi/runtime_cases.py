@@ -330,11 +330,30 @@ def case_single_copy(r, n):
     """All-reduces large enough for the cpu backend's single-copy path (peers' tensors read and
     results written in place, by cross-memory attach), when the host allows it: every op and
     dtype, odd sizes, 3-d and strided inputs, large groups mixing dtypes, a group of mostly small
-    tensors, a joined rank's zeros; inputs untouched, results bitwise identical on every rank."""
+    tensors, a joined rank's zeros; inputs untouched, results bitwise identical on every rank.
+    The path's size threshold (a speed choice, shards of 4 MiB) is lowered on every rank for the
+    small cases; one tensor above the real threshold checks the default choice."""
+    from blinkflow.backends.cpu import backend as cpu_backend
+
     backend = rt._engine._backends["cpu"]
     expect = os.environ.get("EXPECT_SINGLE_COPY")
+    used = expect == "1" and n > 1 and os.environ.get("BLINKFLOW_CPU_SINGLE_COPY", "1") == "1"
     if expect is not None and n > 1 and os.environ.get("BLINKFLOW_CPU_SINGLE_COPY", "1") == "1":
         assert (backend.peer_memory is not None) == (expect == "1"), (expect, backend.peer_memory)
+    counted = dict(backend.stats)
+    large = cpu_backend.MIN_SINGLE_COPY_SHARD_BYTES * backend.lsize // 4 + 3  # float32 elements
+    got = bf.allreduce(value(r, (large,), "float32"), op=bf.Sum, name="sc.large")
+    close(got, expected_allreduce((large,), "float32", bf.Sum, n), "float32")
+    if used:
+        assert backend.stats["single_copy"] == counted["single_copy"] + 1, (counted, backend.stats)
+    threshold, cpu_backend.MIN_SINGLE_COPY_SHARD_BYTES = cpu_backend.MIN_SINGLE_COPY_SHARD_BYTES, 0
+    try:
+        _single_copy_cases(r, n, backend, used)
+    finally:
+        cpu_backend.MIN_SINGLE_COPY_SHARD_BYTES = threshold
+
+
+def _single_copy_cases(r, n, backend, used):
     big = 70_001  # elements: above the single-copy threshold for every dtype, not divisible by 2, 3, 4
     counted = dict(backend.stats)
     results = []
@@ -362,7 +381,7 @@ def case_single_copy(r, n):
     for got, (s, d) in zip(outs, mostly_small):
         close(got, expected_allreduce(s, d, bf.Max, n), d)
     results += outs
-    if expect == "1" and n > 1 and os.environ.get("BLINKFLOW_CPU_SINGLE_COPY", "1") == "1":
+    if used:
         # At least the 44 op x dtype cases and the strided one (how the groups are batched
         # depends on the fusion threshold of the launch).
         assert backend.stats["single_copy"] - counted["single_copy"] >= 45, (counted, backend.stats)

@@ -71,10 +71,10 @@ def crash():
     if r == n - 1:
         backend = rt._engine._backends["cpu"]
 
-        def broken(buf, op, **kwargs):
+        def broken(*args, **kwargs):
             raise RuntimeError("injected backend failure")
 
-        backend.allreduce = broken
+        backend.allreduce = backend.allreduce_pieces = broken  # every way into an all-reduce
     died = time.monotonic()
     try:
         bf.allreduce(np.ones(8), name="boom")
