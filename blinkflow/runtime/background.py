@@ -165,6 +165,7 @@ class Engine:
         executor = self._executor = Executor(job.rank, job.size, job.comm, self._backend, state, config.fusion_threshold,
                             self._timeline, self._batch_timeline)
         cycle_s = config.cycle_time / 1000.0
+        stalled_s = 0.0
 
         def done(response: Response) -> None:
             cache.put(response)
@@ -175,7 +176,8 @@ class Engine:
                 for entry in new:
                     self._timeline.end(entry.name, "QUEUED")
                     self._timeline.start(entry.name, "NEGOTIATE")
-            responses, reasons = negotiator.cycle(new, state.shutdown_reason, state.work_submitted)
+            responses, reasons = negotiator.cycle(new, state.shutdown_reason, state.work_submitted,
+                                                  state.abort_check)
             # Every rank leaves the negotiation at about the same moment: pacing the next cycle
             # from here (not from this cycle's start, which differs by how long each rank waited)
             # keeps the ranks' cycles aligned, so an idle cycle hardly waits for its peers.
@@ -199,8 +201,14 @@ class Engine:
             # seldom overlap a submission. With tensors pending (some rank has not submitted
             # them yet) the next round starts at once and waits quietly for the late ranks,
             # which join it the moment they submit: a collective's latency is the ranks' skew.
+            # A round that moved nothing while tensors are pending (each rank holds some that
+            # others lack, e.g. submitted in different orders) completes at once and would
+            # repeat in a tight loop: back off, doubling up to 1 ms, until something happens.
+            stalled_s = 0.0 if responses or new else min(max(2 * stalled_s, 50e-6), min(cycle_s, 1e-3))
             if not negotiator.pending:
                 state.wait_for_work(cycle_s - (time.monotonic() - synced))
+            elif stalled_s:
+                state.wait_for_work(stalled_s)
 
     def _shutdown_error(self, reasons) -> ShutdownError:
         who = [(r, why) for r, why in enumerate(reasons) if why is not None]

@@ -92,6 +92,7 @@ class Executor:
             outputs.append([None] * count)
             remaining.append(count)
             if count == 0:  # an empty group: nothing to move
+                self._mark([response.name], "E", "NEGOTIATE")
                 self._finish(response, entries[index], [], on_done)
         started = set()
         for batch in self._batches(responses):

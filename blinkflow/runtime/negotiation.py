@@ -69,10 +69,11 @@ class Negotiator:
             if entry.bit == bit:
                 entry.bit = None
 
-    def cycle(self, new_entries: List[Entry], shutdown_reason: Optional[str], wake=None
+    def cycle(self, new_entries: List[Entry], shutdown_reason: Optional[str], wake=None, failure=None
               ) -> Tuple[List[Response], Optional[List[Optional[str]]]]:
         """Run one cycle; returns (responses to execute, every rank's shutdown reason or None).
-        ``wake`` (a threading.Event) is set when new work is submitted meanwhile."""
+        ``wake`` (a threading.Event) is set when new work is submitted meanwhile; ``failure()``
+        returns the runtime's failure, if any (see quiet_wait)."""
         invalid = self.add(new_entries)
         now = time.monotonic()
         joined = JOIN_NAME in self.pending
@@ -92,7 +93,7 @@ class Negotiator:
             bits[_FLAGS + cap + bit] = False
         packed = np.packbits(bits)
         agreed = np.empty_like(packed)
-        quiet_wait.wait(self.comm.Iallreduce(packed, agreed, op=self.band), wake)  # see quiet_wait: no spinning
+        quiet_wait.wait(self.comm.Iallreduce(packed, agreed, op=self.band), wake, failure)  # no spinning
         agreed_bits = np.unpackbits(agreed, count=self._nbits).astype(np.bool_)
 
         invalid_any = np.flatnonzero(~agreed_bits[_FLAGS + cap:])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 #: Test without sleeping this long first: ranks that submit together meet within it, and an
 #: idle round every 20 ms spends at most 1% of a core here.
@@ -23,12 +23,15 @@ MAX_SLEEP_S = 1e-3
 SLEEP_FRACTION = 0.125
 
 
-def wait(request, wake: Optional[threading.Event] = None) -> None:
+def wait(request, wake: Optional[threading.Event] = None,
+         failure: Optional[Callable[[], Optional[BaseException]]] = None) -> None:
     """Complete ``request`` (an ``MPI.Request``), testing it with growing sleeps in between.
 
     ``wake`` is set when this rank has new work: peers usually have theirs at about the same
     moment, so the round is about to complete and the sleeps start small again. (It stays set
     until the background thread drains the work, so it shortens the sleeps once, not forever.)
+    ``failure`` is asked between sleeps; an error it returns (a peer found dead by the watchdog,
+    whose part of the request may never come) is raised instead of waiting on.
     """
     if request.Test():
         return
@@ -37,6 +40,9 @@ def wait(request, wake: Optional[threading.Event] = None) -> None:
         waited = time.perf_counter() - start
         if waited <= SPIN_S:
             continue
+        error = failure() if failure is not None else None
+        if error is not None:
+            raise error
         pause = min(MAX_SLEEP_S, waited * SLEEP_FRACTION)
         if wake is None:
             time.sleep(pause)

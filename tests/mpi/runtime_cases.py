@@ -349,8 +349,32 @@ def case_single_copy(r, n):
     threshold, cpu_backend.MIN_SINGLE_COPY_SHARD_BYTES = cpu_backend.MIN_SINGLE_COPY_SHARD_BYTES, 0
     try:
         _single_copy_cases(r, n, backend, used)
+        if os.environ.get("SINGLE_COPY_MANY_PIECES") == "1":
+            _single_copy_many_pieces(r, n, cpu_backend, backend, used)
     finally:
         cpu_backend.MIN_SINGLE_COPY_SHARD_BYTES = threshold
+    if os.environ.get("BLINKFLOW_CPU_SINGLE_COPY") == "0":
+        assert backend.stats["single_copy"] == 0, backend.stats
+
+
+def _single_copy_many_pieces(r, n, cpu_backend, backend, used):
+    """More pieces than a rank's address table holds (it then publishes a packed private copy),
+    and tensors of every size straddling chunk boundaries (run with a small chunk)."""
+    piece, cpu_backend.MIN_SINGLE_COPY_PIECE_BYTES = cpu_backend.MIN_SINGLE_COPY_PIECE_BYTES, 0
+    try:
+        counted = dict(backend.stats)
+        many = [np.full(1, r + 1 + i % 7, np.float32) for i in range(140_000)]
+        outs = bf.grouped_allreduce(many, op=bf.Sum, name="sc.many")
+        want = [sum(q + 1 + i % 7 for q in range(n)) for i in range(7)]
+        assert all(o[0] == want[i % 7] for i, o in enumerate(outs))
+        ragged = [value(r, (k * 37 + 1,), "float64") for k in range(60)]
+        outs = bf.grouped_allreduce(ragged, op=bf.Sum, name="sc.ragged")
+        for got, k in zip(outs, range(60)):
+            close(got, expected_allreduce((k * 37 + 1,), "float64", bf.Sum, n), "float64")
+        if used:
+            assert backend.stats["single_copy"] - counted["single_copy"] == 2, (counted, backend.stats)
+    finally:
+        cpu_backend.MIN_SINGLE_COPY_PIECE_BYTES = piece
 
 
 def _single_copy_cases(r, n, backend, used):

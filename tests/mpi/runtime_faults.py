@@ -10,6 +10,7 @@ stall    the last rank never submits tensor 'stuck': rank 0 warns, then shuts th
 timeline runs a few collectives with BLINKFLOW_TIMELINE set; with ``abort`` every rank then
          SIGKILLs itself, leaving the trace without its closing bracket.
 config   the last rank starts with another setting: init raises ConfigError everywhere.
+cma      the last rank's cross-memory reads fail inside a single-copy all-reduce: all raise.
 """
 import os
 import signal
@@ -135,6 +136,30 @@ def config_mismatch():
         raise AssertionError("init accepted ranks with different settings")
 
 
+def cma_failure():
+    """The last rank's cross-memory reads fail mid-all-reduce (as if the kernel refused): every
+    rank must raise, naming it, instead of the others waiting in the exit barrier forever."""
+    from blinkflow.backends.cpu import backend as cpu_backend
+
+    r, n = bf.rank(), bf.size()
+    backend = rt._engine._backends["cpu"]
+    if backend.peer_memory is None:
+        print(f"NOCMA rank {r}", flush=True)
+        return
+    cpu_backend.MIN_SINGLE_COPY_SHARD_BYTES = 0  # on every rank: this all-reduce takes the path
+    if r == n - 1:
+        def refused(*args, **kwargs):
+            raise bf.BackendError("injected: process_vm_readv refused")
+
+        backend.peer_memory.read = refused
+    try:
+        bf.allreduce(np.ones(1 << 20, np.float32), op=bf.Sum, name="cma")
+    except bf.ShutdownError as e:
+        print(f"CMAFAIL rank {r}: {e}", flush=True)
+    else:
+        raise AssertionError("the all-reduce returned")
+
+
 def main():
     mode = sys.argv[1]
     if mode == "config":
@@ -147,6 +172,8 @@ def main():
         crash()
     elif mode == "stall":
         stall()
+    elif mode == "cma":
+        cma_failure()
     elif mode == "timeline":
         timeline(abort="abort" in sys.argv[2:])
     print(f"END rank {bf.rank() if bf.is_initialized() else '?'}", flush=True)

@@ -115,3 +115,14 @@ def test_ranks_with_different_settings_fail_init_everywhere():
     assert sorted(int(r) for r, _ in lines) == [0, 1, 2], proc.stdout + proc.stderr
     for _, message in lines:
         assert "ranks [0, 1]: BLINKFLOW_CPU_SINGLE_COPY=1" in message and "ranks [2]: BLINKFLOW_CPU_SINGLE_COPY=0" in message
+
+
+@pytest.mark.mpi
+def test_a_failed_single_copy_transfer_raises_on_every_rank():
+    proc = _run_with([], 3, ["cma"], {}, timeout=90)
+    if "NOCMA" in proc.stdout:
+        pytest.skip("no cross-memory attach between processes here")
+    failed = dict(re.findall(r"^CMAFAIL rank (\d): (.*)$", proc.stdout, re.M))
+    assert sorted(failed) == ["0", "1", "2"], proc.stdout + proc.stderr[-3000:]
+    for message in failed.values():
+        assert "single-copy all-reduce failed (rank 2: BackendError: injected" in message, message

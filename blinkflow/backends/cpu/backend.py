@@ -113,6 +113,7 @@ class CpuBackend(Backend):
             self.peer_memory, self.local_pids = cma.probe(self.local)
         self._tmp = Scratch()  # one chunk of a peer's tensors on its way into a reduction
         self.stats = {"single_copy": 0, "packed": 0}
+        self._flag = np.zeros(1, np.int8)  # the single-copy path's exit: did some rank fail?
         """All-reduces of pieces by path (tests and debugging)."""
         self._syncs = 0  # full barriers of local_comm so far
         self._syncs_at_buffer = -1
@@ -271,27 +272,53 @@ class CpuBackend(Backend):
         one_host = self.nhosts == 1
         mark = self._mark
         mark("start", "SHM_REDUCE")
+        # A transfer that fails here fails on this rank only: the protocol goes on (the peers
+        # wait in its collectives) and the exit collective tells every rank, which all raise.
+        failure: Optional[BaseException] = None
         mine = []
         for tree, node, kids in self._levels[0][0]:
             if node == me:
                 off, cnt = shards[tree]
                 mine.append((off, cnt, kids))
-                self._pull_reduce(result, off, cnt, pieces, kids, tables, outs if one_host else None, ufunc,
-                                  scale if one_host else 1.0)
+                try:
+                    self._pull_reduce(result, off, cnt, pieces, kids, tables, outs if one_host else None, ufunc,
+                                      scale if one_host else 1.0)
+                except Exception as e:  # noqa: BLE001 - reported to every rank below
+                    failure = failure or e
         mark("end", "SHM_REDUCE")
         if not one_host:
             mark("start", "CROSS_ALLREDUCE")
             for off, cnt, kids in mine:
                 shard = result[off:off + cnt]
-                self._cross.run(shard, off / n, ufunc, self.scratch)
-                _scaled_copy(shard, shard, scale)
-                self._push(shard, off, kids, outs)
+                self._cross.run(shard, off / n, ufunc, self.scratch)  # even after a failure: hosts wait for it
+                if failure is None:
+                    try:
+                        _scaled_copy(shard, shard, scale)
+                        self._push(shard, off, kids, outs)
+                    except Exception as e:  # noqa: BLE001 - reported to every rank below
+                        failure = e
             mark("end", "CROSS_ALLREDUCE")
         # Our shards went out with the reduction; the others' arrive meanwhile: on the timeline
         # the broadcast phase is the wait for the last of them.
         mark("start", "SHM_BROADCAST")
-        self._sync()  # every push has landed, and nobody reads our pieces any more
+        self._exit(failure)  # every push has landed, and nobody reads our pieces any more
         mark("end", "SHM_BROADCAST")
+
+    def _exit(self, failure: Optional[BaseException]) -> None:
+        """The single-copy path's exit barrier, which also tells every rank (of every host: a
+        failed host's shards would be wrong elsewhere too) whether some rank failed; then all raise."""
+        from mpi4py import MPI
+
+        comm = self.local if self.nhosts == 1 else self.comm
+        self._flag[0] = failure is not None
+        comm.Allreduce(MPI.IN_PLACE, self._flag, op=MPI.MAX)
+        self._syncs += 1
+        if self._flag[0]:
+            why = comm.allgather(None if failure is None else f"{type(failure).__name__}: {failure}")
+            ranks = range(self.size) if comm is self.comm else self.local_ranks
+            text = "; ".join(f"rank {ranks[r]}: {w}" for r, w in enumerate(why) if w)
+            raise BackendError(f"the single-copy all-reduce failed ({text}); set BLINKFLOW_CPU_SINGLE_COPY=0 to "
+                               "copy through shared memory instead")
 
     def _single_copy(self, pieces: Sequence[np.ndarray], nbytes: int) -> bool:
         """Whether this call reads peers' tensors in place: the same answer on every rank (the
@@ -502,6 +529,8 @@ class CpuBackend(Backend):
         if not self._closed:
             self._closed = True
             self.arena.close()
+            if self.peer_memory is not None:
+                cma.disallow_peers()
 
     # ---- helpers -----------------------------------------------------------------------------
     def _check_counts(self, counts, nsend, nrecv, what) -> None:

@@ -25,6 +25,8 @@ from ...errors import BackendError
 
 #: Kernel limit on iovecs per call (``IOV_MAX``, 1024 on Linux).
 IOV_MAX = 1024
+#: Bytes per call at most: the kernel stops at MAX_RW_COUNT (2 GiB - 4 KiB) and returns a short count.
+MAX_CALL_BYTES = 1 << 30
 _PR_SET_PTRACER = 0x59616D61  # "Yama"
 _PR_SET_PTRACER_ANY = ctypes.c_ulong(-1)
 
@@ -60,8 +62,7 @@ class PeerMemory:
     def _move(self, name: str, pid: int, local: np.ndarray, runs: np.ndarray) -> None:
         call = self._calls[name]
         address = local.__array_interface__["data"][0]
-        for first in range(0, runs.shape[0], IOV_MAX):
-            batch = np.ascontiguousarray(runs[first:first + IOV_MAX])
+        for batch in _calls_of(runs):
             want = int(batch[:, 1].sum())
             self._local[0], self._local[1] = address, want
             got = call(pid, self._local.ctypes.data, 1, batch.ctypes.data, batch.shape[0], 0)
@@ -71,6 +72,27 @@ class PeerMemory:
                 raise BackendError(f"{name} of {want} bytes with process {pid} failed ({how}); set "
                                    "BLINKFLOW_CPU_SINGLE_COPY=0 to copy through shared memory instead")
             address += want
+
+
+def _calls_of(runs: np.ndarray):
+    """``runs`` cut into the batches of single system calls: at most IOV_MAX runs and MAX_CALL_BYTES
+    bytes each (Linux moves at most ~2 GiB per call and reports a short count beyond)."""
+    if runs.shape[0] <= IOV_MAX and int(runs[:, 1].sum()) <= MAX_CALL_BYTES:
+        yield np.ascontiguousarray(runs)
+        return
+    batch, total = [], 0
+    for address, length in runs.tolist():
+        while length:
+            take = min(length, MAX_CALL_BYTES - total)
+            batch.append((address, take))
+            total += take
+            address += take
+            length -= take
+            if total == MAX_CALL_BYTES or len(batch) == IOV_MAX:
+                yield np.array(batch, np.uint64)
+                batch, total = [], 0
+    if batch:
+        yield np.array(batch, np.uint64)
 
 
 class PieceTable:
@@ -108,8 +130,13 @@ class PieceTable:
         return out
 
 
+_allowed = False
+"""Whether :func:`allow_peers` changed this process's ptracer setting (and must undo it)."""
+
+
 def allow_peers() -> None:
     """Let same-user processes read this one under Yama ``ptrace_scope=1`` (no-op elsewhere)."""
+    global _allowed
     try:
         with open("/proc/sys/kernel/yama/ptrace_scope") as f:
             if f.read().strip() != "1":
@@ -117,9 +144,17 @@ def allow_peers() -> None:
     except OSError:
         return
     try:
-        _libc().prctl(_PR_SET_PTRACER, _PR_SET_PTRACER_ANY, 0, 0, 0)
+        _allowed = _libc().prctl(_PR_SET_PTRACER, _PR_SET_PTRACER_ANY, 0, 0, 0) == 0
     except (AttributeError, OSError):  # pragma: no cover - no prctl: probe() will say no
         pass
+
+
+def disallow_peers() -> None:
+    """Undo :func:`allow_peers` (when single copy is not used, or no longer)."""
+    global _allowed
+    if _allowed:
+        _libc().prctl(_PR_SET_PTRACER, 0, 0, 0, 0)
+        _allowed = False
 
 
 def probe(local_comm) -> Tuple[Optional[PeerMemory], List[int]]:
@@ -150,4 +185,6 @@ def probe(local_comm) -> Tuple[Optional[PeerMemory], List[int]]:
     ok = local_comm.allreduce(ok, op=MPI.LAND)  # every write has landed (or failed) by now
     ok = ok and all(int(landing[q]) == seen[q][3] for q in range(size) if q != me)
     ok = local_comm.allreduce(ok, op=MPI.LAND)  # keeps every token alive until all have checked
+    if not ok:
+        disallow_peers()
     return (memory if ok else None), pids
