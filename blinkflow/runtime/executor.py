@@ -116,21 +116,15 @@ class Executor:
             self.running = None
             self.batch_timeline.tracks = []
             self._mark(names, "E", batch.kind.name)
-            if batch.whole is not None and batch.kind is Kind.ALLREDUCE:  # one response, all its pieces
-                outputs[batch.whole], remaining[batch.whole] = results, 0
-                response = responses[batch.whole]
-                self._finish(response, entries[batch.whole],
-                             results if response.first().parts is not None else results[0], on_done)
+            if batch.whole is not None:  # one response, all its pieces: nothing to assemble
+                self._finish(responses[batch.whole], entries[batch.whole], results, on_done)
                 continue
             for piece, result in zip(batch.pieces, results):
                 index = piece.response
                 outputs[index][piece.member] = result
                 remaining[index] -= 1
                 if remaining[index] == 0:
-                    response = responses[index]
-                    grouped = response.kind is Kind.ALLREDUCE and response.first().parts is not None
-                    self._finish(response, entries[index], outputs[index] if grouped else outputs[index][0],
-                                 on_done)
+                    self._finish(responses[index], entries[index], outputs[index], on_done)
 
     def _batches(self, responses: List[Response]) -> List[Batch]:
         """``make_batches``, remembered for the last lists of responses seen. The response cache
@@ -148,9 +142,11 @@ class Executor:
             self._plans.popitem(last=False)
         return batches
 
-    def _finish(self, response: Response, entry: Optional[Entry], result, on_done) -> None:
+    def _finish(self, response: Response, entry: Optional[Entry], outputs: List[Any], on_done) -> None:
+        """Complete ``response`` with its pieces' results: a group gets the list, others the one."""
         if entry is not None:
-            self.state.complete(entry, result)
+            grouped = response.kind is Kind.ALLREDUCE and response.first().parts is not None
+            self.state.complete(entry, outputs if grouped else outputs[0])
         on_done(response)
 
     # ---- timeline -----------------------------------------------------------------------------
@@ -205,30 +201,27 @@ class Executor:
         # barrier). On the host the backend writes it directly, with a float Average's scaling
         # folded in; device buffers are copied out afterwards.
         scale = first.postscale / self.size if op is ReduceOp.AVERAGE else first.postscale
-        if first.device == "cpu" and first.prescale == 1.0:
-            # The backend packs the inputs (timeline: COPY_IN) or reads them in place.
+        on_host = first.device == "cpu"
+        if on_host:
             private = self.results.empty(total * dtype.itemsize).view(dtype)
             folded = scale if dtype.kind in "fc" else 1.0
+        if on_host and first.prescale == 1.0:
+            # The backend packs the inputs (timeline: COPY_IN) or reads them in place.
             backend.allreduce_pieces(inputs, op.combiner, out=private, scale=folded)
-            if folded != 1.0:
-                scale = 1.0
-            self._mark(names, "B", "COPY_OUT")  # only the unpacking: the copy ran in the backend
         else:
             buf = backend.buffer(total, dtype)
             self._mark(names, "B", "COPY_IN")
             xp.concatenate(inputs, out=buf)  # one call packs them all (hundreds of gradients per step)
             self._mark(names, "E", "COPY_IN")
             backend.scale(buf, first.prescale)
-            if first.device == "cpu":
-                private = self.results.empty(total * dtype.itemsize).view(dtype)
-                folded = scale if dtype.kind in "fc" else 1.0
+            if on_host:
                 backend.allreduce(buf, op.combiner, out=private, scale=folded)
-                if folded != 1.0:
-                    scale = 1.0
             else:
                 backend.allreduce(buf, op.combiner)
                 private = buf.copy()
-            self._mark(names, "B", "COPY_OUT")
+        if on_host and folded != 1.0:
+            scale = 1.0  # already applied by the backend
+        self._mark(names, "B", "COPY_OUT")  # on the host only the unpacking: the copy ran in the backend
         if op is ReduceOp.AVERAGE and dtype.kind in "iu":
             average(backend, private, self.size, first.postscale)
         else:

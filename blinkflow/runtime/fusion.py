@@ -52,13 +52,11 @@ class Batch:
 
     @functools.cached_property
     def whole(self) -> Optional[int]:
-        """The response whose pieces these are, all of them in order (a group that fits one
-        batch: the common case), else None."""
+        """The all-reduce response whose pieces these are, all of them in order (a group that fits
+        one batch: the common case), else None."""
         first = self.pieces[0].response
-        if len(self.pieces) == self.members and all(p.response == first and p.member == m
-                                                    for m, p in enumerate(self.pieces)):
-            return first
-        return None
+        in_order = all(p.response == first and p.member == m for m, p in enumerate(self.pieces))
+        return first if self.kind is Kind.ALLREDUCE and len(self.pieces) == self.members and in_order else None
 
     @functools.cached_property
     def starts(self) -> List[int]:
@@ -100,7 +98,7 @@ def make_batches(responses: List[Response], threshold: int) -> List[Batch]:
                 current[0].pieces.append(piece)
                 current[1] += nbytes
                 continue
-            batch = Batch(Kind.ALLREDUCE, [piece], len(response.first().members()))
+            batch = Batch(Kind.ALLREDUCE, [piece], len(r.members()))
             batches.append(batch)
             if nbytes < threshold:  # a tensor that fills the buffer alone leaves the open batch open
                 open_batches[key] = [batch, nbytes]

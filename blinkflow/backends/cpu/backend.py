@@ -113,8 +113,8 @@ class CpuBackend(Backend):
             self.peer_memory, self.local_pids = cma.probe(self.local)
         self._tmp = Scratch()  # one chunk of a peer's tensors on its way into a reduction
         self.stats = {"single_copy": 0, "packed": 0}
-        self._flag = np.zeros(1, np.int8)  # the single-copy path's exit: did some rank fail?
         """All-reduces of pieces by path (tests and debugging)."""
+        self._flag = np.zeros(1, np.int8)  # the single-copy path's exit: did some rank fail?
         self._syncs = 0  # full barriers of local_comm so far
         self._syncs_at_buffer = -1
         self._closed = False
