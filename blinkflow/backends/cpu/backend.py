@@ -399,10 +399,12 @@ class CpuBackend(Backend):
 
     def _push(self, values: np.ndarray, offset: int, kids: Sequence[int], outs: Sequence[int]) -> None:
         """Write ``values`` at element ``offset`` of every kid's result."""
-        nbytes = values.nbytes
+        run = np.empty((1, 2), np.uint64)
+        run[0, 1] = values.nbytes
         at = offset * values.dtype.itemsize
         for q in kids:
-            self.peer_memory.write(self.local_pids[q], values, np.array([[outs[q] + at, nbytes]], np.uint64))
+            run[0, 0] = outs[q] + at
+            self.peer_memory.write(self.local_pids[q], values, run)
 
     def _cross_and_broadcast(self, buf: np.ndarray, mine: np.ndarray, locs, shards, ufunc,
                              result: Optional[np.ndarray], scale: float) -> None:
