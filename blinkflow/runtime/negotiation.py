@@ -3,7 +3,10 @@
 Steady state costs one ``Allreduce(BAND)`` of a small packed bit vector (non-blocking, waited on
 without spinning: :mod:`quiet_wait`)::
 
-    [flags (8 bits) | cache-hit bits (capacity) | invalid bits (capacity)]
+    [flags (1 byte) | cache-hit bits (capacity, padded to bytes) | invalid bits (likewise)]
+
+(bit ``i`` of a region is bit ``i % 8`` of its byte ``i // 8``; the vector is built and read
+byte by byte: a steady-state cycle touches only the bytes of the bits in play).
 
 Cache-hit bits are AND-ed (ready everywhere); flags and invalid bits need OR, so they travel
 inverted and come back through the same AND (not(OR(x)) == AND(not x)). Flags: some rank has
@@ -28,8 +31,8 @@ from .messages import JOIN_NAME, Kind, Response
 from .response_cache import HIT, INVALID, ResponseCache
 from .state import Entry
 
-_FLAGS = 8
-_NO_REQUESTS, _NO_SHUTDOWN, _NO_JOIN = 0, 1, 2
+#: Flag bits of byte 0 (set = "no", so that AND across ranks answers "nobody").
+_NO_REQUESTS, _NO_SHUTDOWN, _NO_JOIN = 1, 2, 4
 
 
 class Negotiator:
@@ -45,7 +48,12 @@ class Negotiator:
         # A cache hit that waits this long is also reported to the coordinator, so the stall
         # inspector can see who has it (hits are otherwise invisible to rank 0).
         self.report_after_s = report_after_s
-        self._nbits = _FLAGS + 2 * cache.capacity
+        region = -(-cache.capacity // 8)
+        self._hits = slice(1, 1 + region)
+        self._invalid_at = 1 + region
+        self._blank = np.zeros(1 + 2 * region, np.uint8)
+        """Nothing cached on this rank, nothing invalid (invalid bits travel inverted)."""
+        self._blank[self._invalid_at:] = 0xFF
         self.stats = {"cycles": 0, "slow_paths": 0, "cache_hits": 0}
         """Counters for tests and debugging: the fast path shows as cycles without slow paths."""
 
@@ -79,41 +87,35 @@ class Negotiator:
         joined = JOIN_NAME in self.pending
         to_send = [e for e in self.pending.values() if not e.sent and self._must_send(e, now)]
 
-        bits = np.zeros(self._nbits, np.bool_)
-        bits[_NO_REQUESTS] = not to_send
-        bits[_NO_SHUTDOWN] = shutdown_reason is None
-        bits[_NO_JOIN] = not joined
-        cap = self.cache.capacity
+        packed = self._blank.copy()
+        packed[0] = ((_NO_REQUESTS if not to_send else 0) | (_NO_SHUTDOWN if shutdown_reason is None else 0)
+                     | (_NO_JOIN if not joined else 0))
         if not joined:
             for e in self.pending.values():
                 if e.bit is not None:
-                    bits[_FLAGS + e.bit] = True
-        bits[_FLAGS + cap:] = True
+                    packed[1 + (e.bit >> 3)] |= 1 << (e.bit & 7)
         for bit in invalid:
-            bits[_FLAGS + cap + bit] = False
-        packed = np.packbits(bits)
+            packed[self._invalid_at + (bit >> 3)] &= 0xFF ^ (1 << (bit & 7))
         agreed = np.empty_like(packed)
         quiet_wait.wait(self.comm.Iallreduce(packed, agreed, op=self.band), wake, failure)  # no spinning
-        agreed_bits = np.unpackbits(agreed, count=self._nbits).astype(np.bool_)
+        flags = int(agreed[0])
 
-        invalid_any = np.flatnonzero(~agreed_bits[_FLAGS + cap:])
-        hit_all = np.flatnonzero(agreed_bits[_FLAGS:_FLAGS + cap])
-        invalid_set = set(int(b) for b in invalid_any)
-        responses = [self.cache.get(int(b)) for b in hit_all
-                     if int(b) not in invalid_set and self.cache.has_bit(int(b))]
+        invalid_set = set(_bits_of(~agreed[self._invalid_at:]))
+        responses = [self.cache.get(b) for b in _bits_of(agreed[self._hits])
+                     if b not in invalid_set and self.cache.has_bit(b)]
         for bit in invalid_set:
             self.cache.evict(bit)  # calls on_evict: their entries negotiate in full next cycle
 
         self.stats["cycles"] += 1
         self.stats["cache_hits"] += len(responses)
         reasons = None
-        if not agreed_bits[_NO_SHUTDOWN]:
+        if not flags & _NO_SHUTDOWN:
             reasons = self.comm.allgather(shutdown_reason)
-        if not agreed_bits[_NO_JOIN]:
+        if not flags & _NO_JOIN:
             # Someone joined: it cannot vote on cache bits, so everything goes to the coordinator.
             to_send = [e for e in self.pending.values() if not e.sent]
         hit_names = [r.name for r in responses]
-        if not agreed_bits[_NO_REQUESTS] or (not agreed_bits[_NO_JOIN] and reasons is None):
+        if not flags & _NO_REQUESTS or (not flags & _NO_JOIN and reasons is None):
             responses += self._slow_path(to_send, hit_names)
         elif self.table is not None:
             # A hit some rank had reported earlier (stall report, join) must not linger on the
@@ -142,3 +144,12 @@ class Negotiator:
                 self.table.forget(name)
             ready = self.table.pop_ready()
         return self.comm.bcast(ready, root=0)
+
+
+def _bits_of(region: np.ndarray) -> List[int]:
+    """Indices of the set bits of a byte region, ascending (bit i: byte i // 8, bit i % 8)."""
+    out = []
+    for j in np.flatnonzero(region).tolist():
+        byte = int(region[j])
+        out.extend(8 * j + k for k in range(8) if byte >> k & 1)
+    return out
