@@ -22,6 +22,7 @@ can only make a free block look busy for one more call, never the reverse.
 """
 from __future__ import annotations
 
+import contextlib
 import mmap
 import sys
 from typing import List, Tuple
@@ -99,16 +100,11 @@ def _huge_block(size: int):
 
     The mapping is one huge page larger than asked, so that a boundary falls inside it wherever
     the kernel puts it; the slack is never touched, so it costs address space, not memory."""
-    flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
-    if not flags:  # pragma: no cover - not a POSIX mmap
-        return mmap.mmap(-1, size), 0
-    block = mmap.mmap(-1, size + HUGE_PAGE, flags=flags)
+    block = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     address = np.frombuffer(block, np.uint8, 1).__array_interface__["data"][0]
     start = -address % HUGE_PAGE
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)  # absent where the platform has no such advice
     if advice is not None:
-        try:
-            block.madvise(advice, start, -(-size // PAGE) * PAGE)
-        except OSError:  # kernels built without transparent huge pages: plain pages
-            pass
+        with contextlib.suppress(OSError):  # a kernel without transparent huge pages: plain pages
+            block.madvise(advice, start, size)  # (size is whole pages: see ResultPool.empty)
     return block, start

@@ -85,11 +85,13 @@ def test_calls_are_cut_below_the_kernels_per_call_limit(monkeypatch):
     monkeypatch.setattr(cma, "MAX_CALL_BYTES", 10)
     monkeypatch.setattr(cma, "IOV_MAX", 3)
     runs = np.array([[100, 25], [200, 3], [300, 4], [400, 1], [500, 1]], np.uint64)
-    calls = [c.tolist() for c in cma._calls_of(runs)]
+    batches = list(cma._calls_of(runs))
+    calls = [c.tolist() for c, _ in batches]
+    assert [total for _, total in batches] == [sum(n for _, n in c) for c in calls]  # what each call must move
     assert all(sum(n for _, n in c) <= 10 and len(c) <= 3 for c in calls)
     flat = [(a, n) for c in calls for a, n in c]
     assert flat[:3] == [(100, 10), (110, 10), (120, 5)] and sum(n for _, n in flat) == 34
     covered = sorted((a, a + n) for a, n in flat)  # every byte once, in order
     assert [a for a, _ in covered] == [a for a, _ in flat]
     small = np.array([[1, 2]], np.uint64)
-    assert [c.tolist() for c in cma._calls_of(small)] == [[[1, 2]]]
+    assert [(c.tolist(), total) for c, total in cma._calls_of(small)] == [([[1, 2]], 2)]

@@ -64,11 +64,7 @@ class PeerMemory:
     def _move(self, name: str, pid: int, local: np.ndarray, runs: np.ndarray) -> None:
         call = self._calls[name]
         address = local.__array_interface__["data"][0]
-        # One run (a chunk of one large tensor, the common case) goes straight to the kernel:
-        # in a pipeline of megabyte chunks the Python around each call is a tenth of its time.
-        single = runs.shape[0] == 1 and runs.flags.c_contiguous and int(runs[0, 1]) <= MAX_CALL_BYTES
-        for batch in ((runs,) if single else _calls_of(runs)):
-            want = int(batch[0, 1]) if single else int(batch[:, 1].sum())
+        for batch, want in _calls_of(runs):
             self._local[0], self._local[1] = address, want
             got = call(pid, self._local_at, 1, batch.__array_interface__["data"][0], batch.shape[0], 0)
             if got != want:
@@ -80,11 +76,16 @@ class PeerMemory:
 
 
 def _calls_of(runs: np.ndarray):
-    """``runs`` cut into the batches of single system calls: at most IOV_MAX runs and MAX_CALL_BYTES
-    bytes each (Linux moves at most ~2 GiB per call and reports a short count beyond)."""
-    if runs.shape[0] <= IOV_MAX and int(runs[:, 1].sum()) <= MAX_CALL_BYTES:
-        yield np.ascontiguousarray(runs)
-        return
+    """``runs`` cut into the batches of single system calls, with their byte counts: at most
+    IOV_MAX runs and MAX_CALL_BYTES bytes each (Linux moves at most ~2 GiB per call and reports a
+    short count beyond). The common cases (one run: a chunk of one large tensor; a few runs)
+    cost no more than a sum: in a pipeline of megabyte chunks the Python around each call is a
+    tenth of its time."""
+    if runs.shape[0] <= IOV_MAX:
+        total = int(runs[0, 1]) if runs.shape[0] == 1 else int(runs[:, 1].sum())
+        if total <= MAX_CALL_BYTES:
+            yield np.ascontiguousarray(runs), total
+            return
     batch, total = [], 0
     for address, length in runs.tolist():
         while length:
@@ -94,10 +95,10 @@ def _calls_of(runs: np.ndarray):
             address += take
             length -= take
             if total == MAX_CALL_BYTES or len(batch) == IOV_MAX:
-                yield np.array(batch, np.uint64)
+                yield np.array(batch, np.uint64), total
                 batch, total = [], 0
     if batch:
-        yield np.array(batch, np.uint64)
+        yield np.array(batch, np.uint64), total
 
 
 class PieceTable:
@@ -108,10 +109,7 @@ class PieceTable:
         self.starts = np.zeros(rows.shape[0], np.int64)
         if rows.shape[0] > 1:
             np.cumsum(rows[:-1, 1], out=self.starts[1:])
-        # The same as Python ints, for runs that fall inside one piece (bisect, no numpy).
-        self._starts = self.starts.tolist()
-        self._ends = (self.starts + rows[:, 1].astype(np.int64)).tolist()
-        self._addresses = rows[:, 0].tolist()
+        self._starts = self.starts.tolist()  # for bisect: a chunk's piece found without numpy calls
 
     @staticmethod
     def rows_of(pieces: Sequence[np.ndarray]) -> np.ndarray:
@@ -128,9 +126,9 @@ class PieceTable:
     def runs(self, lo: int, hi: int) -> np.ndarray:
         """Address runs of bytes ``[lo, hi)`` of the concatenation."""
         first = bisect.bisect_right(self._starts, lo) - 1
-        if first >= 0 and hi <= self._ends[first]:  # inside one piece
-            return np.array([[self._addresses[first] + lo - self._starts[first], hi - lo]], np.uint64)
-        last = int(np.searchsorted(self.starts, hi, side="left"))
+        last = bisect.bisect_left(self._starts, hi)
+        if first >= 0 and last - first == 1:  # inside one piece
+            return np.array([[int(self.rows[first, 0]) + lo - self._starts[first], hi - lo]], np.uint64)
         starts = self.starts[first:last]
         rows = self.rows[first:last]
         begin = np.maximum(starts, lo)
