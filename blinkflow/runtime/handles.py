@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from _thread import allocate_lock
 from typing import Any, Callable, Dict, List, Optional
 
 # How often a waiting user thread wakes to re-check; waiting never depends on MPI progress.
@@ -19,33 +20,44 @@ _IDS = itertools.count(1)
 
 
 class Slot:
-    """The result of one tensor's collective; the first outcome wins."""
+    """The result of one tensor's collective; the first outcome wins.
 
-    __slots__ = ("_event", "_lock", "result", "error")
+    Two raw locks instead of a ``threading.Event`` (see :mod:`.doorbell`): ``_claim`` makes the
+    first outcome the only one, ``_pending`` is held until that outcome is published and is
+    what a waiter sleeps on."""
+
+    __slots__ = ("_claim", "_pending", "finished", "result", "error")
 
     def __init__(self):
-        self._event = threading.Event()
-        self._lock = threading.Lock()
+        self._claim = allocate_lock()
+        self._pending = allocate_lock()
+        self._pending.acquire()
+        self.finished = False
         self.result: Any = None
         self.error: Optional[BaseException] = None
 
     def set_result(self, value) -> None:
-        with self._lock:
-            if not self._event.is_set():
-                self.result = value
-                self._event.set()
+        self._settle(value, None)
 
     def set_error(self, error: BaseException) -> None:
-        with self._lock:
-            if not self._event.is_set():
-                self.error = error
-                self._event.set()
+        self._settle(None, error)
+
+    def _settle(self, value, error: Optional[BaseException]) -> None:
+        if self._claim.acquire(False):
+            self.result, self.error = value, error
+            self.finished = True
+            self._pending.release()
 
     def done(self) -> bool:
-        return self._event.is_set()
+        return self.finished
 
     def wait(self, timeout: float) -> bool:
-        return self._event.wait(timeout)
+        if self.finished:
+            return True
+        if self._pending.acquire(True, timeout):
+            self._pending.release()  # for any other thread waiting on the same slot
+            return True
+        return self.finished
 
 
 class Handle:

@@ -10,7 +10,6 @@ already waited, so the added latency stays a small fraction of the wait itself.
 """
 from __future__ import annotations
 
-import threading
 import time
 from typing import Callable, Optional
 
@@ -23,13 +22,14 @@ MAX_SLEEP_S = 1e-3
 SLEEP_FRACTION = 0.125
 
 
-def wait(request, wake: Optional[threading.Event] = None,
+def wait(request, wake=None,
          failure: Optional[Callable[[], Optional[BaseException]]] = None) -> None:
     """Complete ``request`` (an ``MPI.Request``), testing it with growing sleeps in between.
 
-    ``wake`` is set when this rank has new work: peers usually have theirs at about the same
-    moment, so the round is about to complete and the sleeps start small again. (It stays set
-    until the background thread drains the work, so it shortens the sleeps once, not forever.)
+    ``wake`` (a ``threading.Event`` or a :class:`~.doorbell.Doorbell`) is set when this rank has
+    new work: peers usually have theirs at about the same moment, so the round is about to
+    complete and the sleeps start small again. (It stays set until the background thread drains
+    the work, so it shortens the sleeps once, not forever.)
     ``failure`` is asked between sleeps; an error it returns (a peer found dead by the watchdog,
     whose part of the request may never come) is raised instead of waiting on.
     """

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 
 from ..config import Config
 from ..errors import BlinkflowError, DuplicateNameError
+from .doorbell import Doorbell
 from .handles import HandleTable, Slot
 from .messages import Request
 
@@ -44,7 +45,7 @@ class SharedState:
         self._lock = threading.Lock()
         self._queue: List[Entry] = []
         self._in_flight: Dict[str, Entry] = {}
-        self._work = threading.Event()
+        self._work = Doorbell()
         """Set by a submission or a shutdown request: the background thread stops sleeping."""
         self.failure: Optional[BlinkflowError] = None
         self.shutdown_reason: Optional[str] = None
@@ -72,7 +73,7 @@ class SharedState:
             return out
 
     @property
-    def work_submitted(self) -> threading.Event:
+    def work_submitted(self) -> Doorbell:
         """Set from a submission (or a shutdown request) until the next :meth:`drain`."""
         return self._work
 
