@@ -5,8 +5,10 @@ without spinning: :mod:`quiet_wait`)::
 
     [flags (1 byte) | cache-hit bits (capacity, padded to bytes) | invalid bits (likewise)]
 
-(bit ``i`` of a region is bit ``i % 8`` of its byte ``i // 8``; the vector is built and read
-byte by byte: a steady-state cycle touches only the bytes of the bits in play).
+(bit ``i`` of a region is bit ``i % 8`` of its byte ``i // 8``: a region is a little-endian
+integer, so the vector is built and read with Python's integer operations, a handful of C calls
+per cycle whatever the capacity; a cycle runs right after a large reduction has flushed the
+caches, where every extra Python or numpy call costs ten times its warm price).
 
 Cache-hit bits are AND-ed (ready everywhere); flags and invalid bits need OR, so they travel
 inverted and come back through the same AND (not(OR(x)) == AND(not x)). Flags: some rank has
@@ -23,7 +25,6 @@ import dataclasses
 import time
 from typing import Dict, List, Optional, Tuple
 
-import numpy as np
 
 from . import quiet_wait
 from .coordinator import MessageTable
@@ -48,12 +49,13 @@ class Negotiator:
         # A cache hit that waits this long is also reported to the coordinator, so the stall
         # inspector can see who has it (hits are otherwise invisible to rank 0).
         self.report_after_s = report_after_s
-        region = -(-cache.capacity // 8)
-        self._hits = slice(1, 1 + region)
-        self._invalid_at = 1 + region
-        self._blank = np.zeros(1 + 2 * region, np.uint8)
-        """Nothing cached on this rank, nothing invalid (invalid bits travel inverted)."""
-        self._blank[self._invalid_at:] = 0xFF
+        region = self._region = -(-cache.capacity // 8)
+        self._ones = (1 << 8 * region) - 1
+        self._none_invalid = self._ones.to_bytes(region, "little")
+        """The invalid region when this rank found nothing invalid (invalid bits travel inverted)."""
+        self._agreed = bytearray(1 + 2 * region)
+        view = memoryview(self._agreed)
+        self._agreed_hits, self._agreed_invalid = view[1:1 + region], view[1 + region:]
         self.stats = {"cycles": 0, "slow_paths": 0, "cache_hits": 0}
         """Counters for tests and debugging: the fast path shows as cycles without slow paths."""
 
@@ -87,21 +89,28 @@ class Negotiator:
         joined = JOIN_NAME in self.pending
         to_send = [e for e in self.pending.values() if not e.sent and self._must_send(e, now)]
 
-        packed = self._blank.copy()
-        packed[0] = ((_NO_REQUESTS if not to_send else 0) | (_NO_SHUTDOWN if shutdown_reason is None else 0)
-                     | (_NO_JOIN if not joined else 0))
+        hits = 0
         if not joined:
             for e in self.pending.values():
                 if e.bit is not None:
-                    packed[1 + (e.bit >> 3)] |= 1 << (e.bit & 7)
-        for bit in invalid:
-            packed[self._invalid_at + (bit >> 3)] &= 0xFF ^ (1 << (bit & 7))
-        agreed = np.empty_like(packed)
+                    hits |= 1 << e.bit
+        region = self._region
+        if invalid:
+            found = 0
+            for bit in invalid:
+                found |= 1 << bit
+            inverted = (self._ones ^ found).to_bytes(region, "little")
+        else:
+            inverted = self._none_invalid
+        flags = ((_NO_REQUESTS if not to_send else 0) | (_NO_SHUTDOWN if shutdown_reason is None else 0)
+                 | (_NO_JOIN if not joined else 0))
+        packed = b"%c" % flags + hits.to_bytes(region, "little") + inverted
+        agreed = self._agreed
         quiet_wait.wait(self.comm.Iallreduce(packed, agreed, op=self.band), wake, failure)  # no spinning
-        flags = int(agreed[0])
+        flags = agreed[0]
 
-        invalid_set = set(_bits_of(~agreed[self._invalid_at:]))
-        responses = [self.cache.get(b) for b in _bits_of(agreed[self._hits])
+        invalid_set = set(_bits_of(self._ones ^ int.from_bytes(self._agreed_invalid, "little")))
+        responses = [self.cache.get(b) for b in _bits_of(int.from_bytes(self._agreed_hits, "little"))
                      if b not in invalid_set and self.cache.has_bit(b)]
         for bit in invalid_set:
             self.cache.evict(bit)  # calls on_evict: their entries negotiate in full next cycle
@@ -146,10 +155,12 @@ class Negotiator:
         return self.comm.bcast(ready, root=0)
 
 
-def _bits_of(region: np.ndarray) -> List[int]:
-    """Indices of the set bits of a byte region, ascending (bit i: byte i // 8, bit i % 8)."""
+def _bits_of(bits: int) -> List[int]:
+    """Indices of the set bits of ``bits``, ascending (one C-level scan, a step per set bit)."""
+    digits = bin(bits)[:1:-1]  # least significant first
     out = []
-    for j in np.flatnonzero(region).tolist():
-        byte = int(region[j])
-        out.extend(8 * j + k for k in range(8) if byte >> k & 1)
+    at = digits.find("1")
+    while at >= 0:
+        out.append(at)
+        at = digits.find("1", at + 1)
     return out
