@@ -151,7 +151,7 @@ def cma_failure():
         def refused(*args, **kwargs):
             raise bf.BackendError("injected: process_vm_readv refused")
 
-        backend.peer_memory.read = refused
+        backend.peer_memory.read = backend.peer_memory.read_span = refused
     try:
         bf.allreduce(np.ones(1 << 20, np.float32), op=bf.Sum, name="cma")
     except bf.ShutdownError as e:

@@ -46,6 +46,39 @@ def test_runs_cover_exactly_the_requested_bytes(sizes, data):
 
 
 @settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(0, 40), min_size=1, max_size=12), data=st.data())
+def test_a_span_is_found_exactly_when_the_bytes_lie_in_one_piece(sizes, data):
+    pieces = [np.arange(n, dtype=np.int16) + 100 * i for i, n in enumerate(sizes)]
+    whole = _bytes_of(pieces)
+    table = PieceTable(PieceTable.rows_of(pieces))
+    lo = data.draw(st.integers(0, whole.size))
+    hi = data.draw(st.integers(lo, whole.size))
+    if hi == lo:
+        return
+    source = table.span(lo, hi)
+    assert (source is not None) == (table.runs(lo, hi).shape[0] == 1)
+    if source is not None:
+        got = np.empty(hi - lo, np.uint8)
+        _memory().read_span(__import__("os").getpid(), got.ctypes.data, hi - lo, source)
+        assert np.array_equal(got, whole[lo:hi])
+
+
+def test_spans_move_one_contiguous_run_each_way_and_report_failures():
+    import os
+
+    memory = _memory()
+    source = np.arange(1000, dtype=np.uint8)
+    target = np.zeros(1000, np.uint8)
+    memory.write_span(os.getpid(), source.ctypes.data + 10, 500, target.ctypes.data + 20)
+    assert np.array_equal(target[20:520], source[10:510]) and not target[:20].any() and not target[520:].any()
+    back = np.zeros(500, np.uint8)
+    memory.read_span(os.getpid(), back.ctypes.data, 500, target.ctypes.data + 20)
+    assert np.array_equal(back, source[10:510])
+    with pytest.raises(BackendError, match="BLINKFLOW_CPU_SINGLE_COPY=0"):
+        memory.read_span(os.getpid(), back.ctypes.data, 8, 8)  # page 0: unmapped
+
+
+@settings(max_examples=60, deadline=None)
 @given(sizes=st.lists(st.integers(0, 30), min_size=1, max_size=10), data=st.data())
 def test_segments_are_views_covering_an_element_range(sizes, data):
     pieces = [np.arange(n, dtype=np.float32) + 1000 * i for i, n in enumerate(sizes)]

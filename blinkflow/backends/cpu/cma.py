@@ -36,6 +36,10 @@ def _libc():
     return ctypes.CDLL(None, use_errno=True)
 
 
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
 class PeerMemory:
     """``process_vm_readv`` / ``process_vm_writev`` through ctypes (which releases the GIL during
     the call)."""
@@ -51,6 +55,12 @@ class PeerMemory:
             self._calls[name] = call
         self._local = np.zeros(2, np.uint64)
         self._local_at = self._local.ctypes.data  # (numpy's .ctypes costs microseconds per use)
+        # One (local, remote) pair of iovecs for the moves of one contiguous span, filled with
+        # plain ints: a pipeline chunk then costs one C call and no numpy object.
+        self._pair = (_IoVec * 2)()
+        self._pair_at = ctypes.addressof(self._pair)
+        self._remote_at = self._pair_at + ctypes.sizeof(_IoVec)
+        self._here, self._there = self._pair[0], self._pair[1]  # views of the pair's memory
 
     def read(self, pid: int, dst: np.ndarray, runs: np.ndarray) -> None:
         """Fill ``dst`` (C-contiguous) with the bytes of ``runs`` ((address, length) rows, uint64)
@@ -61,6 +71,30 @@ class PeerMemory:
         """Copy ``src`` (C-contiguous) into the ``runs`` of process ``pid``, in order."""
         self._move("process_vm_writev", pid, src, runs)
 
+    def read_span(self, pid: int, local: int, nbytes: int, remote: int) -> None:
+        """Copy ``nbytes`` (at most MAX_CALL_BYTES) at address ``remote`` of process ``pid`` to
+        address ``local`` of this one."""
+        self._move_span("process_vm_readv", pid, local, nbytes, remote)
+
+    def write_span(self, pid: int, local: int, nbytes: int, remote: int) -> None:
+        """Copy ``nbytes`` (at most MAX_CALL_BYTES) at address ``local`` of this process to
+        address ``remote`` of process ``pid``."""
+        self._move_span("process_vm_writev", pid, local, nbytes, remote)
+
+    def _move_span(self, name: str, pid: int, local: int, nbytes: int, remote: int) -> None:
+        here, there = self._here, self._there
+        here.base, here.len, there.base, there.len = local, nbytes, remote, nbytes
+        got = self._calls[name](pid, self._pair_at, 1, self._remote_at, 1, 0)
+        if got != nbytes:
+            self._fail(name, pid, nbytes, got)
+
+    @staticmethod
+    def _fail(name: str, pid: int, want: int, got: int) -> None:
+        err = ctypes.get_errno()
+        how = os.strerror(err) if got < 0 else f"{got} bytes moved"
+        raise BackendError(f"{name} of {want} bytes with process {pid} failed ({how}); set "
+                           "BLINKFLOW_CPU_SINGLE_COPY=0 to copy through shared memory instead")
+
     def _move(self, name: str, pid: int, local: np.ndarray, runs: np.ndarray) -> None:
         call = self._calls[name]
         address = local.__array_interface__["data"][0]
@@ -68,10 +102,7 @@ class PeerMemory:
             self._local[0], self._local[1] = address, want
             got = call(pid, self._local_at, 1, batch.__array_interface__["data"][0], batch.shape[0], 0)
             if got != want:
-                err = ctypes.get_errno()
-                how = os.strerror(err) if got < 0 else f"{got} bytes moved"
-                raise BackendError(f"{name} of {want} bytes with process {pid} failed ({how}); set "
-                                   "BLINKFLOW_CPU_SINGLE_COPY=0 to copy through shared memory instead")
+                self._fail(name, pid, want, got)
             address += want
 
 
@@ -110,6 +141,7 @@ class PieceTable:
         if rows.shape[0] > 1:
             np.cumsum(rows[:-1, 1], out=self.starts[1:])
         self._starts = self.starts.tolist()  # for bisect: a chunk's piece found without numpy calls
+        self._addresses = rows[:, 0].tolist()
 
     @staticmethod
     def rows_of(pieces: Sequence[np.ndarray]) -> np.ndarray:
@@ -123,12 +155,20 @@ class PieceTable:
                 k += 1
         return out[:k]
 
+    def span(self, lo: int, hi: int) -> Optional[int]:
+        """The address of bytes ``[lo, hi)`` of the concatenation if they lie in one piece (a
+        chunk of a large tensor: the common case), else None."""
+        first = bisect.bisect_right(self._starts, lo) - 1
+        if first >= 0 and (first + 1 == len(self._starts) or hi <= self._starts[first + 1]):
+            return self._addresses[first] + lo - self._starts[first]
+        return None
+
     def runs(self, lo: int, hi: int) -> np.ndarray:
         """Address runs of bytes ``[lo, hi)`` of the concatenation."""
         first = bisect.bisect_right(self._starts, lo) - 1
         last = bisect.bisect_left(self._starts, hi)
         if first >= 0 and last - first == 1:  # inside one piece
-            return np.array([[int(self.rows[first, 0]) + lo - self._starts[first], hi - lo]], np.uint64)
+            return np.array([[self._addresses[first] + lo - self._starts[first], hi - lo]], np.uint64)
         starts = self.starts[first:last]
         rows = self.rows[first:last]
         begin = np.maximum(starts, lo)
