@@ -9,7 +9,7 @@ Results are always new arrays; inputs are never written.
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import numpy as np
 
@@ -23,6 +23,41 @@ from .state import Entry, SharedState
 #: Lists of responses whose batches the executor remembers (a training loop cycles through a few).
 _PLANS_KEPT = 64
 _ERRORS = {"TensorMismatchError": TensorMismatchError, "ShutdownError": ShutdownError}
+
+
+class _Step(NamedTuple):
+    """A batch and what running it needs that depends only on the responses: worked out once per
+    list of responses (a training loop repeats a few), not on every step, where it would run
+    right after a large reduction flushed the caches."""
+
+    batch: Batch
+    names: List[str]
+    """The names of the responses with pieces in the batch."""
+    first: Optional[Request] = None
+    """An all-reduce's request (the first of the first piece's response): op, scale, device."""
+    dtype: Optional[np.dtype] = None
+    op: Optional[ReduceOp] = None
+
+
+class _Plan(NamedTuple):
+    responses: List[Response]
+    """The very responses it was made for (the key is their ids: kept alive, never reused)."""
+    steps: List[_Step]
+    members: List[int]
+    """Pieces of each response (a group's members; 1 otherwise; 0 for an empty group)."""
+
+
+def _plan_of(responses: List[Response], threshold: int) -> _Plan:
+    steps = []
+    for batch in make_batches(responses, threshold):
+        names = [responses[i].name for i in batch.responses]
+        if batch.kind is Kind.ALLREDUCE:
+            first = responses[batch.pieces[0].response].first()
+            steps.append(_Step(batch, names, first, np.dtype(batch.pieces[0].dtype), ReduceOp(first.op)))
+        else:
+            steps.append(_Step(batch, names))
+    members = [len(r.first().members()) if r.kind is Kind.ALLREDUCE else 1 for r in responses]
+    return _Plan(list(responses), steps, members)
 
 
 def _xp(device: str):
@@ -83,19 +118,19 @@ class Executor:
 
     def run(self, responses: List[Response], pending: Dict[str, Entry],
             on_done: Callable[[Response], None]) -> None:
+        plan = self._plan(responses)
         entries = [pending.pop(r.name, None) for r in responses]
         # Results per response, member by member; a response completes with its last piece.
-        outputs: List[List[Any]] = []
-        remaining: List[int] = []
-        for index, response in enumerate(responses):
-            count = len(response.first().members()) if response.kind is Kind.ALLREDUCE else 1
-            outputs.append([None] * count)
-            remaining.append(count)
+        outputs: List[List[Any]] = [[None] * count for count in plan.members]
+        remaining = list(plan.members)
+        for index, count in enumerate(plan.members):
             if count == 0:  # an empty group: nothing to move
+                response = responses[index]
                 self._mark([response.name], "E", "NEGOTIATE")
                 self._finish(response, entries[index], [], on_done)
         started = set()
-        for batch in self._batches(responses):
+        for step in plan.steps:
+            batch = step.batch
             if batch.kind is Kind.ERROR:
                 index = batch.pieces[0].response
                 response, entry = responses[index], entries[index]
@@ -106,13 +141,14 @@ class Executor:
                                         if error is TensorMismatchError else error(response.error))
                 on_done(response)
                 continue
-            names = [responses[i].name for i in batch.responses]
-            self._mark([n for n in names if n not in started], "E", "NEGOTIATE")
-            started.update(names)  # a group split over several batches ends negotiating once
-            self._mark(names, "B", batch.kind.name)
+            names = step.names
+            if self.timeline is not None:
+                self._mark([n for n in names if n not in started], "E", "NEGOTIATE")
+                started.update(names)  # a group split over several batches ends negotiating once
+                self._mark(names, "B", batch.kind.name)
             self.batch_timeline.tracks = names
             self.running = (batch.kind, names)
-            results = self._execute(batch, responses, entries)
+            results = self._execute(step, responses, entries)
             self.running = None
             self.batch_timeline.tracks = []
             self._mark(names, "E", batch.kind.name)
@@ -126,21 +162,20 @@ class Executor:
                 if remaining[index] == 0:
                     self._finish(responses[index], entries[index], outputs[index], on_done)
 
-    def _batches(self, responses: List[Response]) -> List[Batch]:
-        """``make_batches``, remembered for the last lists of responses seen. The response cache
-        returns the very same Response objects every step, so identity is the key (hashing them
-        would hash every rank's request of every member); the entry keeps its responses alive, so
-        an id cannot be reused while it is remembered."""
-        key = tuple(id(r) for r in responses)
+    def _plan(self, responses: List[Response]) -> _Plan:
+        """The plan of ``responses``, remembered for the last lists of responses seen. The
+        response cache returns the very same Response objects every step, so identity is the
+        key (hashing them would hash every rank's request of every member); the plan keeps its
+        responses alive, so an id cannot be reused while it is remembered."""
+        key = tuple(map(id, responses))
         known = self._plans.get(key)
-        if known is not None and all(a is b for a, b in zip(known[0], responses)):
+        if known is not None:
             self._plans.move_to_end(key)
-            return known[1]
-        batches = make_batches(responses, self.fusion_threshold)
-        self._plans[key] = (list(responses), batches)
+            return known
+        plan = self._plans[key] = _plan_of(responses, self.fusion_threshold)
         if len(self._plans) > _PLANS_KEPT:
             self._plans.popitem(last=False)
-        return batches
+        return plan
 
     def _finish(self, response: Response, entry: Optional[Entry], outputs: List[Any], on_done) -> None:
         """Complete ``response`` with its pieces' results: a group gets the list, others the one."""
@@ -157,9 +192,10 @@ class Executor:
             (self.timeline.start if ph == "B" else self.timeline.end)(name, what)
 
     # ---- one batch ----------------------------------------------------------------------------
-    def _execute(self, batch: Batch, responses: List[Response], entries: List[Optional[Entry]]) -> List[Any]:
+    def _execute(self, step: _Step, responses: List[Response], entries: List[Optional[Entry]]) -> List[Any]:
+        batch = step.batch
         if batch.kind is Kind.ALLREDUCE:
-            return self._allreduce(batch, responses, entries)
+            return self._allreduce(step, responses, entries)
         index = batch.pieces[0].response
         response, entry = responses[index], entries[index]
         if batch.kind is Kind.BARRIER:
@@ -173,16 +209,14 @@ class Executor:
                Kind.REDUCESCATTER: self._reducescatter, Kind.ALLTOALL: self._alltoall}[batch.kind]
         return [run(response, mine, array)]
 
-    def _allreduce(self, batch: Batch, responses: List[Response], entries: List[Optional[Entry]]) -> List[Any]:
+    def _allreduce(self, step: _Step, responses: List[Response], entries: List[Optional[Entry]]) -> List[Any]:
+        batch, names, first, dtype, op = step
         pieces = batch.pieces
-        first = responses[pieces[0].response].first()
-        dtype = np.dtype(pieces[0].dtype)
         starts, total = batch.starts, batch.total
         xp = _xp(first.device)
         if total == 0:
             return [xp.empty(p.shape, dtype) for p in pieces]
         backend = self.backend_for(first.device)
-        names = [responses[i].name for i in batch.responses]
         whole = entries[batch.whole] if batch.whole is not None else None
         if whole is not None and whole.request.parts is not None:
             inputs = [a.ravel() for a in whole.array]  # a whole group: its members, in order
@@ -195,7 +229,6 @@ class Executor:
                 else:
                     array = entry.array[piece.member] if entry.request.parts is not None else entry.array
                     inputs.append(array.ravel())  # contiguous: a strided 1-d view is copied, not passed on
-        op = ReduceOp(first.op)
         # The result goes to a private array that every result is a slice of: peers may still be
         # reading this rank's part of a shared buffer after the call (the cpu backend has no exit
         # barrier). On the host the backend writes it directly, with a float Average's scaling
