@@ -33,7 +33,7 @@ def _bytes_of(pieces):
 def test_runs_cover_exactly_the_requested_bytes(sizes, data):
     pieces = [np.arange(n, dtype=np.int16) + 100 * i for i, n in enumerate(sizes)]
     whole = _bytes_of(pieces)
-    table = PieceTable(PieceTable.rows_of(pieces))
+    table = PieceTable(*PieceTable.rows_of(pieces))
     lo = data.draw(st.integers(0, whole.size))
     hi = data.draw(st.integers(lo, whole.size))
     if hi == lo:
@@ -50,7 +50,7 @@ def test_runs_cover_exactly_the_requested_bytes(sizes, data):
 def test_a_span_is_found_exactly_when_the_bytes_lie_in_one_piece(sizes, data):
     pieces = [np.arange(n, dtype=np.int16) + 100 * i for i, n in enumerate(sizes)]
     whole = _bytes_of(pieces)
-    table = PieceTable(PieceTable.rows_of(pieces))
+    table = PieceTable(*PieceTable.rows_of(pieces))
     lo = data.draw(st.integers(0, whole.size))
     hi = data.draw(st.integers(lo, whole.size))
     if hi == lo:

@@ -13,6 +13,7 @@ collective over ``comm`` and made in the same order on every rank (the runtime's
 """
 from __future__ import annotations
 
+import array
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -142,6 +143,7 @@ class CpuBackend(Backend):
         self.stats = {"single_copy": 0, "packed": 0}
         """All-reduces of pieces by path (tests and debugging)."""
         self._flag = np.zeros(1, np.int8)  # the single-copy path's exit: did some rank fail?
+        self._words: Optional[List[memoryview]] = None  # control segments, see _publish
         self._syncs = 0  # full barriers of local_comm so far
         self._syncs_at_buffer = -1
         self._closed = False
@@ -361,25 +363,34 @@ class CpuBackend(Backend):
         """Write where this rank's pieces and ``out`` are into its control segment, synchronise
         (the entry barrier) and read every local rank's: (piece tables, ``out`` addresses). A
         table that would not fit is replaced by a private packed copy (a local choice: peers
-        just read one run)."""
-        control = self.arena.control(_CONTROL_BYTES)
-        mine = control.mine.view(np.uint64)
-        rows = cma.PieceTable.rows_of(pieces)
-        if 2 + 2 * rows.shape[0] > mine.shape[0]:
+        just read one run). A segment is read and written as 64-bit words through memoryviews:
+        no numpy call per peer on this per-call path."""
+        words = self._control_words()
+        mine = words[self.lrank]
+        addresses, sizes = cma.PieceTable.rows_of(pieces)
+        if 2 + 2 * len(addresses) > len(mine):
             packed = self.aside.get(sum(p.size for p in pieces), pieces[0].dtype)
             np.concatenate(pieces, out=packed)
-            rows = cma.PieceTable.rows_of([packed])
-        mine[0] = rows.shape[0]
+            addresses, sizes = cma.PieceTable.rows_of([packed])
+        count = len(addresses)
+        mine[0] = count
         mine[1] = out.__array_interface__["data"][0]
-        mine[2:2 + 2 * rows.shape[0]] = rows.reshape(-1)
+        mine[2:2 + count] = array.array("Q", addresses)
+        mine[2 + count:2 + 2 * count] = array.array("Q", sizes)
         self._sync()
         tables, outs = [], []
-        for q in range(self.lsize):
-            theirs = control.segments[q].view(np.uint64)
-            count = int(theirs[0])
-            outs.append(int(theirs[1]))
-            tables.append(cma.PieceTable(theirs[2:2 + 2 * count].reshape(count, 2).copy()))
+        for theirs in words:
+            count = theirs[0]
+            outs.append(theirs[1])
+            tables.append(cma.PieceTable(theirs[2:2 + count].tolist(), theirs[2 + count:2 + 2 * count].tolist()))
         return tables, outs
+
+    def _control_words(self) -> List[memoryview]:
+        """Every local rank's control segment as 64-bit words (made once)."""
+        if self._words is None:
+            control = self.arena.control(_CONTROL_BYTES)
+            self._words = [memoryview(segment).cast("Q") for segment in control.segments]
+        return self._words
 
     def _pull_reduce(self, result: np.ndarray, offset: int, count: int, pieces: Sequence[np.ndarray],
                      kids: Sequence[int], tables: Sequence[cma.PieceTable], outs: Optional[Sequence[int]], ufunc,
@@ -579,6 +590,9 @@ class CpuBackend(Backend):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            for words in self._words or ():
+                words.release()  # views of the control window, which closing the arena frees
+            self._words = None
             self.arena.close()
             if self.peer_memory is not None:
                 cma.disallow_peers()

@@ -133,27 +133,29 @@ def _calls_of(runs: np.ndarray):
 
 
 class PieceTable:
-    """Where a rank's tensors are: the virtual concatenation of its pieces, as address runs."""
+    """Where a rank's tensors are: the virtual concatenation of its pieces, as address runs.
 
-    def __init__(self, rows: np.ndarray):
-        self.rows = rows  # (pieces, 2) uint64: address, bytes; no empty pieces
-        self.starts = np.zeros(rows.shape[0], np.int64)
-        if rows.shape[0] > 1:
-            np.cumsum(rows[:-1, 1], out=self.starts[1:])
-        self._starts = self.starts.tolist()  # for bisect: a chunk's piece found without numpy calls
-        self._addresses = rows[:, 0].tolist()
+    Plain integer lists (the table is rebuilt from a peer's control segment on every call, after a
+    large reduction has flushed the caches: numpy objects would cost more than the lookups)."""
+
+    def __init__(self, addresses: Sequence[int], sizes: Sequence[int]):
+        self._addresses = list(addresses)  # no empty pieces
+        self._sizes = list(sizes)
+        self._starts = []
+        at = 0
+        for n in self._sizes:
+            self._starts.append(at)
+            at += n
 
     @staticmethod
-    def rows_of(pieces: Sequence[np.ndarray]) -> np.ndarray:
-        """(address, bytes) of every non-empty C-contiguous array in ``pieces``."""
-        out = np.empty((len(pieces), 2), np.uint64)
-        k = 0
+    def rows_of(pieces: Sequence[np.ndarray]) -> Tuple[List[int], List[int]]:
+        """(addresses, byte sizes) of the non-empty C-contiguous arrays in ``pieces``."""
+        addresses, sizes = [], []
         for piece in pieces:
             if piece.nbytes:
-                out[k, 0] = piece.__array_interface__["data"][0]
-                out[k, 1] = piece.nbytes
-                k += 1
-        return out[:k]
+                addresses.append(piece.__array_interface__["data"][0])
+                sizes.append(piece.nbytes)
+        return addresses, sizes
 
     def span(self, lo: int, hi: int) -> Optional[int]:
         """The address of bytes ``[lo, hi)`` of the concatenation if they lie in one piece (a
@@ -164,19 +166,15 @@ class PieceTable:
         return None
 
     def runs(self, lo: int, hi: int) -> np.ndarray:
-        """Address runs of bytes ``[lo, hi)`` of the concatenation."""
+        """Address runs ((address, bytes) rows, uint64) of bytes ``[lo, hi)`` of the concatenation."""
         first = bisect.bisect_right(self._starts, lo) - 1
         last = bisect.bisect_left(self._starts, hi)
-        if first >= 0 and last - first == 1:  # inside one piece
-            return np.array([[self._addresses[first] + lo - self._starts[first], hi - lo]], np.uint64)
-        starts = self.starts[first:last]
-        rows = self.rows[first:last]
-        begin = np.maximum(starts, lo)
-        end = np.minimum(starts + rows[:, 1].astype(np.int64), hi)
-        out = np.empty((last - first, 2), np.uint64)
-        out[:, 0] = rows[:, 0] + (begin - starts).astype(np.uint64)
-        out[:, 1] = (end - begin).astype(np.uint64)
-        return out
+        out = []
+        for i in range(max(first, 0), last):
+            begin, end = max(self._starts[i], lo), min(self._starts[i] + self._sizes[i], hi)
+            if begin < end:
+                out.append((self._addresses[i] + begin - self._starts[i], end - begin))
+        return np.array(out, np.uint64).reshape(-1, 2)
 
 
 _allowed = False
