@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blinkflow.backends.cpu.backend import _Segments
+from blinkflow.backends.cpu.single_copy import Segments as _Segments
 from blinkflow.backends.cpu import cma
 from blinkflow.backends.cpu.cma import IOV_MAX, PeerMemory, PieceTable
 from blinkflow.errors import BackendError

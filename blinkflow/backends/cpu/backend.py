@@ -21,7 +21,7 @@ import numpy as np
 from ...errors import BackendError
 from ...ops import ReduceOp
 from ..base import Backend, BackendContext
-from . import cma, kernels
+from . import cma, kernels, single_copy
 from .cross import CrossAllreduce, Scratch
 from .shm import SharedArena
 from .trees import LocalTrees, local_trees, single_root_star
@@ -36,8 +36,6 @@ _CONTROL_BYTES = 1 << 20
 #: and shapes are.
 MIN_SINGLE_COPY_SHARD_BYTES = 4 * 1024 * 1024
 MIN_SINGLE_COPY_PIECE_BYTES = 64 * 1024
-#: Bytes of a cache line (x86-64, most aarch64): the unit of copy alignment.
-_LINE = 64
 
 
 def _scaled_copy(src: np.ndarray, dst: np.ndarray, scale: float) -> None:
@@ -46,50 +44,6 @@ def _scaled_copy(src: np.ndarray, dst: np.ndarray, scale: float) -> None:
         np.copyto(dst, src)
     else:
         np.multiply(src, dst.dtype.type(scale), out=dst)
-
-
-class _Segments:
-    """This rank's own pieces as one virtual array: the views that cover an element range."""
-
-    def __init__(self, pieces: Sequence[np.ndarray]):
-        self.pieces = [p for p in pieces if p.shape[0]]
-        self.starts = np.cumsum([0] + [p.shape[0] for p in self.pieces])
-        self.whole: Optional[np.ndarray] = self.pieces[0] if len(self.pieces) == 1 else None
-        """The one piece, when there is one (a large tensor: the common case): sliced directly."""
-
-    def within(self, lo: int, hi: int):
-        """(offset from ``lo``, view) for every piece overlapping elements ``[lo, hi)``."""
-        first = int(np.searchsorted(self.starts, lo, side="right")) - 1
-        for i in range(first, len(self.pieces)):
-            start = int(self.starts[i])
-            if start >= hi:
-                break
-            a, b = max(lo, start), min(hi, int(self.starts[i + 1]))
-            if a < b:
-                yield a - lo, self.pieces[i][a - start:b - start]
-
-
-class _Landing:
-    """Where a peer's chunk lands: views of a scratch buffer (``_LINE`` bytes longer than a
-    chunk) that start at the same offset within a cache line as the chunk's source. The kernel's
-    copy between a peer's memory and ours runs about 1.5x faster between equally aligned
-    addresses (measured: 8 MiB in 1.0-1.4 ms against 1.5-2.2 ms). A call's few views (a full
-    chunk, the last one) are made once."""
-
-    def __init__(self, scratch: np.ndarray, dtype: np.dtype):
-        self.scratch = scratch
-        self.dtype = dtype
-        self.base = scratch.__array_interface__["data"][0]
-        self._views = {}
-
-    def at(self, source: int, nbytes: int) -> Tuple[np.ndarray, int]:
-        """(view, its address) for ``nbytes`` coming from address ``source``."""
-        item = self.dtype.itemsize
-        shift = (source - self.base) % _LINE // item * item
-        view = self._views.get((shift, nbytes))
-        if view is None:
-            view = self._views[shift, nbytes] = self.scratch[shift:shift + nbytes].view(self.dtype)
-        return view, self.base + shift
 
 
 def _flat(arr) -> np.ndarray:
@@ -139,9 +93,9 @@ class CpuBackend(Backend):
         self.local_pids: List[int] = []
         if self.lsize > 1 and (ctx.config is None or ctx.config.cpu_single_copy):
             self.peer_memory, self.local_pids = cma.probe(self.local)
-        self._tmp = Scratch()  # one chunk of a peer's tensors on its way into a reduction
-        self.stats = {"single_copy": 0, "packed": 0}
-        """All-reduces of pieces by path (tests and debugging)."""
+        self._tmp = (Scratch(), Scratch())  # chunks of peers' tensors on their way into a reduction
+        self.stats = {"single_copy": 0, "packed": 0, "helped_chunks": 0}
+        """All-reduces of pieces by path, and chunks done for a slower neighbour (tests, debugging)."""
         self._flag = np.zeros(1, np.int8)  # the single-copy path's exit: did some rank fail?
         self._words: Optional[List[memoryview]] = None  # control segments, see _publish
         self._syncs = 0  # full barriers of local_comm so far
@@ -276,7 +230,8 @@ class CpuBackend(Backend):
         the chunk is still in cache writes it into its own ``out`` and pushes it into every
         peer's ``out``. Each input byte is read once and each result byte written once, the
         least memory traffic an out-of-place all-reduce allows; two barriers (entry: everyone's
-        addresses are published; exit: every push has landed) are the only synchronisation.
+        addresses are published; exit: every push has landed) are the only synchronisation. A
+        rank done with its shard helps its neighbour finish (:mod:`.single_copy`).
         Across hosts the owners all-reduce their shards between reducing and pushing (Blink's
         three-phase protocol). Otherwise the pieces are packed into the shared buffer and reduced
         there.
@@ -295,29 +250,40 @@ class CpuBackend(Backend):
         ufunc = kernels.combiner(op)
         trees = self._allreduce_trees()
         pieces = [_flat(p) for p in pieces]
-        tables, outs = self._publish(pieces, result)
         shards = trees.shards(n)
         me = self.lrank
         one_host = self.nhosts == 1
+        stars = self._levels[0][0]
+        mine = [(shards[tree], kids) for tree, node, kids in stars if node == me]
+        # On one host with a shard per rank, ranks help their neighbours finish (single_copy).
+        balanced = one_host and len(stars) == self.lsize and len({node for _, node, _ in stars}) == self.lsize
+        chunk = min(self._chunk(result.dtype), cma.MAX_CALL_BYTES // result.dtype.itemsize)
+        words = self._control_words()
+        single_copy.progress_start(words[me], sum(-(-cnt // chunk) for (_, cnt), _ in mine))
+        tables, outs = self._publish(pieces, result)
+        item = result.dtype.itemsize
+        scratch = tuple(s.get(min(chunk, n) * item + single_copy.LINE, np.uint8) for s in self._tmp)
+        reducer = single_copy.ChunkReducer(self.peer_memory, self.local_pids, me, result, pieces, tables,
+                                           outs if one_host else None, ufunc, scale if one_host else 1.0, chunk,
+                                           scratch)
         mark = self._mark
         mark("start", "SHM_REDUCE")
         # A transfer that fails here fails on this rank only: the protocol goes on (the peers
         # wait in its collectives) and the exit collective tells every rank, which all raise.
         failure: Optional[BaseException] = None
-        mine = []
-        for tree, node, kids in self._levels[0][0]:
-            if node == me:
-                off, cnt = shards[tree]
-                mine.append((off, cnt, kids))
-                try:
-                    self._pull_reduce(result, off, cnt, pieces, kids, tables, outs if one_host else None, ufunc,
-                                      scale if one_host else 1.0)
-                except Exception as e:  # noqa: BLE001 - reported to every rank below
-                    failure = failure or e
+        try:
+            if balanced:
+                self.stats["helped_chunks"] += single_copy.reduce_balanced(reducer, words, stars, shards)
+            else:
+                for (off, cnt), kids in mine:
+                    for lo, hi in reducer.chunks(off, cnt):
+                        reducer.run(me, kids, lo, hi)
+        except Exception as e:  # noqa: BLE001 - reported to every rank below
+            failure = e
         mark("end", "SHM_REDUCE")
         if not one_host:
             mark("start", "CROSS_ALLREDUCE")
-            for off, cnt, kids in mine:
+            for (off, cnt), kids in mine:
                 shard = result[off:off + cnt]
                 self._cross.run(shard, off / n, ufunc, self.scratch)  # even after a failure: hosts wait for it
                 if failure is None:
@@ -368,7 +334,7 @@ class CpuBackend(Backend):
         words = self._control_words()
         mine = words[self.lrank]
         addresses, sizes = cma.PieceTable.rows_of(pieces)
-        if 2 + 2 * len(addresses) > len(mine):
+        if 2 + 2 * len(addresses) + single_copy.PROGRESS_WORDS > len(mine):
             packed = self.aside.get(sum(p.size for p in pieces), pieces[0].dtype)
             np.concatenate(pieces, out=packed)
             addresses, sizes = cma.PieceTable.rows_of([packed])
@@ -391,55 +357,6 @@ class CpuBackend(Backend):
             control = self.arena.control(_CONTROL_BYTES)
             self._words = [memoryview(segment).cast("Q") for segment in control.segments]
         return self._words
-
-    def _pull_reduce(self, result: np.ndarray, offset: int, count: int, pieces: Sequence[np.ndarray],
-                     kids: Sequence[int], tables: Sequence[cma.PieceTable], outs: Optional[Sequence[int]], ufunc,
-                     scale: float) -> None:
-        """``result[offset:+count] = (own (+) kids[0]'s (+) kids[1]'s ...) * scale``, chunk by chunk:
-        our own pieces are read in place, each kid's chunk is pulled into a cache-sized buffer;
-        with ``outs`` each finished chunk is also pushed into the kids' results.
-
-        Each chunk's bookkeeping is plain integers (one system call per move, no numpy object
-        made per move): it runs right after the previous chunk's megabytes went through the
-        caches, where every Python-level step costs several times its warm price (numpy
-        objects per chunk cost ~0.3 ms per 16 MiB call at 2 ranks)."""
-        dst = result[offset:offset + count]
-        item = dst.dtype.itemsize
-        chunk = min(self._chunk(dst.dtype), cma.MAX_CALL_BYTES // item)
-        landing = _Landing(self._tmp.get(min(chunk, count) * item + _LINE, np.uint8), dst.dtype)
-        own = _Segments(pieces)
-        whole = own.whole
-        write, pids = self.peer_memory.write_span, self.local_pids
-        result_at = result.__array_interface__["data"][0]
-        for lo in range(0, count, chunk):
-            hi = min(count, lo + chunk)
-            first, last = (offset + lo) * item, (offset + hi) * item
-            o = dst[lo:hi]
-            t = self._pull(kids[0], tables[kids[0]], first, last, landing)
-            if whole is not None:
-                ufunc(whole[offset + lo:offset + hi], t, out=o)
-            else:
-                for at, mine in own.within(offset + lo, offset + hi):
-                    ufunc(mine, t[at:at + mine.shape[0]], out=o[at:at + mine.shape[0]])
-            for q in kids[1:]:
-                ufunc(o, self._pull(q, tables[q], first, last, landing), out=o)
-            if scale != 1.0:
-                np.multiply(o, o.dtype.type(scale), out=o)
-            if outs is not None:
-                for q in kids:
-                    write(pids[q], result_at + first, last - first, outs[q] + first)
-
-    def _pull(self, q: int, table: cma.PieceTable, first: int, last: int, landing: _Landing) -> np.ndarray:
-        """Bytes ``[first, last)`` of local rank ``q``'s pieces, landed in scratch."""
-        source = table.span(first, last)
-        if source is not None:
-            view, at = landing.at(source, last - first)
-            self.peer_memory.read_span(self.local_pids[q], at, last - first, source)
-            return view
-        runs = table.runs(first, last)  # the chunk spans several of the peer's tensors
-        view, _ = landing.at(int(runs[0, 0]), last - first)
-        self.peer_memory.read(self.local_pids[q], view, runs)
-        return view
 
     def _push(self, values: np.ndarray, offset: int, kids: Sequence[int], outs: Sequence[int]) -> None:
         """Write ``values`` at element ``offset`` of every kid's result."""

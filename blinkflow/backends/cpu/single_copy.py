@@ -1,0 +1,204 @@
+"""Phase 1 of the single-copy all-reduce: shards reduced chunk by chunk straight out of the
+peers' memory (:mod:`.cma`), and on one host balanced between neighbouring ranks.
+
+Every shard belongs to the root of a one-hop star (the cpu-host plan: a reduce-scatter, Blink's
+phase 1 on a fully connected fabric). A chunk's value is ``owner's (+) kids[0]'s (+) kids[1]'s
+...`` in that order whoever computes it, so every rank ends with the same bits. On one host the
+rank that computes a chunk also writes it into every other rank's result (the all-gather rides
+along while the chunk is in cache); across hosts the owners first all-reduce their shards with
+the other hosts (:mod:`.cross`), so nothing is pushed here.
+
+Balance. Ranks finish their shards at different times (a busy core, a noisy neighbour, a slower
+path to memory), and the exit barrier makes every rank wait for the last: measured at 2 ranks on
+the development VM, one rank's 16 MiB shard loop took 0.3-0.6 ms longer than the other's on most
+calls. So a rank done with its own shard takes chunks from the far end of its neighbour's
+(local rank + 1), as work-stealing deques hand out work: the owner commits to chunks from the
+front, the helper from the back, and each publishes its commitment in the owner's control
+segment (``FRONT``: by the owner only; ``BACK``: by the helper only) *before* doing the chunk.
+Each side stops at the first chunk the other side has committed to as far as it can see. A value
+read late is older, so each side under-estimates the other's progress: both may take the same
+chunk (computing the same bits twice is harmless), but no chunk is left out.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import cma
+
+#: Bytes of a cache line (x86-64, most aarch64): the unit of copy alignment.
+LINE = 64
+#: Where a rank's progress words sit, counted from the end of its control segment.
+FRONT, BACK = 2, 1
+PROGRESS_WORDS = 2
+
+
+class Segments:
+    """This rank's own pieces as one virtual array: the views that cover an element range."""
+
+    def __init__(self, pieces: Sequence[np.ndarray]):
+        self.pieces = [p for p in pieces if p.shape[0]]
+        self.starts = np.cumsum([0] + [p.shape[0] for p in self.pieces])
+        self.whole: Optional[np.ndarray] = self.pieces[0] if len(self.pieces) == 1 else None
+        """The one piece, when there is one (a large tensor: the common case): sliced directly."""
+
+    def within(self, lo: int, hi: int):
+        """(offset from ``lo``, view) for every piece overlapping elements ``[lo, hi)``."""
+        first = int(np.searchsorted(self.starts, lo, side="right")) - 1
+        for i in range(first, len(self.pieces)):
+            start = int(self.starts[i])
+            if start >= hi:
+                break
+            a, b = max(lo, start), min(hi, int(self.starts[i + 1]))
+            if a < b:
+                yield a - lo, self.pieces[i][a - start:b - start]
+
+
+class Landing:
+    """Where a peer's chunk lands: views of a scratch buffer (``LINE`` bytes longer than a chunk)
+    that start at the same offset within a cache line as the chunk's source. The kernel's copy
+    between a peer's memory and ours runs about 1.5x faster between equally aligned addresses
+    (measured: 8 MiB in 1.0-1.4 ms against 1.5-2.2 ms). A call's few views (a full chunk, the
+    last one) are made once."""
+
+    def __init__(self, scratch: np.ndarray, dtype: np.dtype):
+        self.scratch = scratch
+        self.dtype = dtype
+        self.base = scratch.__array_interface__["data"][0]
+        self._views = {}
+
+    def at(self, source: int, nbytes: int) -> Tuple[np.ndarray, int]:
+        """(view, its address) for ``nbytes`` coming from address ``source``."""
+        item = self.dtype.itemsize
+        shift = (source - self.base) % LINE // item * item
+        view = self._views.get((shift, nbytes))
+        if view is None:
+            view = self._views[shift, nbytes] = self.scratch[shift:shift + nbytes].view(self.dtype)
+        return view, self.base + shift
+
+
+class ChunkReducer:
+    """Computes chunks of one all-reduce's ``result`` (flat), each in the canonical order.
+
+    Each chunk's bookkeeping is plain integers (one system call per move, no numpy object made
+    per move): it runs right after the previous chunk's megabytes went through the caches, where
+    every Python-level step costs several times its warm price."""
+
+    def __init__(self, memory: cma.PeerMemory, pids: Sequence[int], me: int, result: np.ndarray,
+                 pieces: Sequence[np.ndarray], tables: Sequence[cma.PieceTable], outs: Optional[Sequence[int]],
+                 ufunc, scale: float, chunk: int, scratch: Tuple[np.ndarray, np.ndarray]):
+        self.memory, self.pids, self.me = memory, pids, me
+        self.result = result
+        self.result_at = result.__array_interface__["data"][0]
+        self.item = result.dtype.itemsize
+        self.chunk = min(chunk, cma.MAX_CALL_BYTES // self.item)
+        self.own = Segments(pieces)
+        self.tables = tables
+        self.outs = outs
+        """Every local rank's result address: push each chunk there (None: across hosts, later)."""
+        self.ufunc = ufunc
+        self.scale = scale
+        self._landings = [Landing(s, result.dtype) for s in scratch]
+
+    def chunks(self, offset: int, count: int) -> List[Tuple[int, int]]:
+        """The element ranges of the chunks of ``[offset, offset + count)``."""
+        return [(lo, min(offset + count, lo + self.chunk)) for lo in range(offset, offset + count, self.chunk)]
+
+    def run(self, owner: int, kids: Sequence[int], lo: int, hi: int) -> None:
+        """``result[lo:hi] = (owner's (+) kids[0]'s (+) ...) * scale``, then pushed into every
+        other local rank's result (with ``outs``)."""
+        ufunc, me = self.ufunc, self.me
+        o = self.result[lo:hi]
+        first, last = lo * self.item, hi * self.item
+        order = (owner,) + tuple(kids)
+        if owner == me:
+            self._own_then(o, lo, hi, self._pull(order[1], first, last, 0))
+        else:
+            value = self._pull(owner, first, last, 0)
+            if order[1] == me:
+                self._own_after(o, lo, hi, value)
+            else:
+                ufunc(value, self._pull(order[1], first, last, 1), out=o)
+        for q in order[2:]:
+            if q == me:
+                self._own_after(o, lo, hi, o)
+            else:
+                ufunc(o, self._pull(q, first, last, 0), out=o)
+        if self.scale != 1.0:
+            np.multiply(o, o.dtype.type(self.scale), out=o)
+        if self.outs is not None:
+            write, pids, outs = self.memory.write_span, self.pids, self.outs
+            for q in order:
+                if q != me:
+                    write(pids[q], self.result_at + first, last - first, outs[q] + first)
+
+    def _own_then(self, o: np.ndarray, lo: int, hi: int, value: np.ndarray) -> None:
+        """``o = mine (+) value``."""
+        whole = self.own.whole
+        if whole is not None:
+            self.ufunc(whole[lo:hi], value, out=o)
+            return
+        for at, mine in self.own.within(lo, hi):
+            self.ufunc(mine, value[at:at + mine.shape[0]], out=o[at:at + mine.shape[0]])
+
+    def _own_after(self, o: np.ndarray, lo: int, hi: int, value: np.ndarray) -> None:
+        """``o = value (+) mine``."""
+        whole = self.own.whole
+        if whole is not None:
+            self.ufunc(value, whole[lo:hi], out=o)
+            return
+        for at, mine in self.own.within(lo, hi):
+            self.ufunc(value[at:at + mine.shape[0]], mine, out=o[at:at + mine.shape[0]])
+
+    def _pull(self, q: int, first: int, last: int, landing: int) -> np.ndarray:
+        """Bytes ``[first, last)`` of local rank ``q``'s pieces, landed in scratch ``landing``."""
+        table, nbytes = self.tables[q], last - first
+        source = table.span(first, last)
+        if source is not None:
+            view, at = self._landings[landing].at(source, nbytes)
+            self.memory.read_span(self.pids[q], at, nbytes, source)
+            return view
+        runs = table.runs(first, last)  # the chunk spans several of the peer's tensors
+        view, _ = self._landings[landing].at(int(runs[0, 0]), nbytes)
+        self.memory.read(self.pids[q], view, runs)
+        return view
+
+
+def reduce_balanced(reducer: ChunkReducer, words: Sequence[memoryview], stars, shards) -> int:
+    """Reduce this rank's shard from the front, then help its neighbour from the back (see the
+    module docstring); returns how many of the neighbour's chunks this rank did. ``stars``:
+    (tree, owner, kids) of every local rank, one each, the owner of tree ``t`` owning
+    ``shards[t]``; ``words``: every local rank's control segment, whose progress words its owner
+    set (FRONT 0, BACK its chunk count) before the entry barrier."""
+    me = reducer.me
+    by_owner = {owner: (tree, kids) for tree, owner, kids in stars}
+    tree, kids = by_owner[me]
+    mine = reducer.chunks(*shards[tree])
+    progress = words[me]
+    front, back = len(progress) - FRONT, len(progress) - BACK
+    for i, (lo, hi) in enumerate(mine):
+        if i >= progress[back]:
+            break  # the helper has it
+        progress[front] = i + 1
+        reducer.run(me, kids, lo, hi)
+    neighbour = (me + 1) % len(words)
+    if neighbour == me:
+        return 0
+    tree, kids = by_owner[neighbour]
+    theirs, progress = reducer.chunks(*shards[tree]), words[neighbour]
+    helped = 0
+    for j in range(len(theirs) - 1, -1, -1):
+        if j < progress[front]:
+            break  # the owner has it
+        progress[back] = j
+        reducer.run(neighbour, kids, *theirs[j])
+        helped += 1
+    return helped
+
+
+def progress_start(words: memoryview, chunks: int) -> None:
+    """Set this rank's progress words for a call: nothing done from the front, nothing taken
+    from the back (``chunks`` in its shard). Before the entry barrier."""
+    words[len(words) - FRONT] = 0
+    words[len(words) - BACK] = chunks
