@@ -25,7 +25,6 @@ import dataclasses
 import time
 from typing import Dict, List, Optional, Tuple
 
-
 from . import quiet_wait
 from .coordinator import MessageTable
 from .messages import JOIN_NAME, Kind, Response

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blinkflow.backends.cpu.single_copy import Segments as _Segments
+from blinkflow.backends.cpu.single_copy import Segments
 from blinkflow.backends.cpu import cma
 from blinkflow.backends.cpu.cma import IOV_MAX, PeerMemory, PieceTable
 from blinkflow.errors import BackendError
@@ -86,7 +86,7 @@ def test_segments_are_views_covering_an_element_range(sizes, data):
     lo = data.draw(st.integers(0, whole.size))
     hi = data.draw(st.integers(lo, whole.size))
     out = np.full(hi - lo, -1, np.float32)
-    for at, view in _Segments(pieces).within(lo, hi):
+    for at, view in Segments(pieces).within(lo, hi):
         assert any(np.shares_memory(view, p) for p in pieces)
         out[at:at + view.size] = view
     assert np.array_equal(out, whole[lo:hi])

@@ -92,7 +92,8 @@ class ChunkReducer:
         self.result = result
         self.result_at = result.__array_interface__["data"][0]
         self.item = result.dtype.itemsize
-        self.chunk = min(chunk, cma.MAX_CALL_BYTES // self.item)
+        self.chunk = chunk
+        """Elements per chunk (at most ``cma.MAX_CALL_BYTES``: one system call moves one)."""
         self.own = Segments(pieces)
         self.tables = tables
         self.outs = outs
