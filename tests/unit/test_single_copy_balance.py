@@ -31,7 +31,7 @@ def simulate(size, elements, chunk, delay):
         count = elements // size + (r < elements % size)
         shards.append((at, count))
         at += count
-    stars = [(r, r, tuple(q for q in range(size) if q != r)) for r in range(size)]
+    by_owner = {r: (r, tuple(q for q in range(size) if q != r)) for r in range(size)}
     for r in range(size):
         single_copy.progress_start(words[r], -(-shards[r][1] // chunk))
     done, helped = [], [0] * size
@@ -39,7 +39,7 @@ def simulate(size, elements, chunk, delay):
 
     def rank(r):
         barrier.wait()  # the entry barrier: every rank's progress words are set
-        helped[r] = single_copy.reduce_balanced(Recorder(r, chunk, done, delay), words, stars, shards)
+        helped[r] = single_copy.reduce_balanced(Recorder(r, chunk, done, delay), words, by_owner, shards)
 
     threads = [threading.Thread(target=rank, args=(r,)) for r in range(size)]
     for t in threads:

@@ -79,6 +79,7 @@ class CpuBackend(Backend):
         self._trees: Optional[LocalTrees] = None
         self._levels: Tuple[list, list] = ([], [])
         self._forwards: set = set()
+        self._stars_by_owner: Optional[dict] = None  # see _allreduce_trees
         self._cross: Optional[CrossAllreduce] = None
         self._loc = np.zeros(3, dtype=np.int64)  # (window, byte offset, bytes) of our argument
         self._locs = np.zeros((self.lsize, 3), dtype=np.int64)
@@ -123,6 +124,11 @@ class CpuBackend(Backend):
             # Trees in which this rank forwards to children: it must keep their shards in its
             # shared segment, where the children read them.
             self._forwards = {tree for level in self._levels[1] for tree, _, parent in level if parent == self.lrank}
+            # One host, one one-hop star per local rank: ranks help their neighbours finish
+            # (single_copy.reduce_balanced), given each rank's star by its owner.
+            stars = self._levels[0][0] if len(self._levels[0]) == 1 else []
+            owners = {node: (tree, kids) for tree, node, kids in stars}
+            self._stars_by_owner = owners if self.nhosts == 1 and len(stars) == len(owners) == self.lsize else None
         return self._trees
 
     # ---- shared-memory plumbing ----------------------------------------------------------------
@@ -253,10 +259,7 @@ class CpuBackend(Backend):
         shards = trees.shards(n)
         me = self.lrank
         one_host = self.nhosts == 1
-        stars = self._levels[0][0]
-        mine = [(shards[tree], kids) for tree, node, kids in stars if node == me]
-        # On one host with a shard per rank, ranks help their neighbours finish (single_copy).
-        balanced = one_host and len(stars) == self.lsize and len({node for _, node, _ in stars}) == self.lsize
+        mine = [(shards[tree], kids) for tree, node, kids in self._levels[0][0] if node == me]
         chunk = min(self._chunk(result.dtype), cma.MAX_CALL_BYTES // result.dtype.itemsize)
         words = self._control_words()
         single_copy.progress_start(words[me], sum(-(-cnt // chunk) for (_, cnt), _ in mine))
@@ -272,8 +275,9 @@ class CpuBackend(Backend):
         # wait in its collectives) and the exit collective tells every rank, which all raise.
         failure: Optional[BaseException] = None
         try:
-            if balanced:
-                self.stats["helped_chunks"] += single_copy.reduce_balanced(reducer, words, stars, shards)
+            if self._stars_by_owner is not None:
+                self.stats["helped_chunks"] += single_copy.reduce_balanced(reducer, words, self._stars_by_owner,
+                                                                           shards)
             else:
                 for (off, cnt), kids in mine:
                     for lo, hi in reducer.chunks(off, cnt):

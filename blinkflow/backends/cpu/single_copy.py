@@ -166,14 +166,13 @@ class ChunkReducer:
         return view
 
 
-def reduce_balanced(reducer: ChunkReducer, words: Sequence[memoryview], stars, shards) -> int:
+def reduce_balanced(reducer: ChunkReducer, words: Sequence[memoryview], by_owner, shards) -> int:
     """Reduce this rank's shard from the front, then help its neighbour from the back (see the
-    module docstring); returns how many of the neighbour's chunks this rank did. ``stars``:
-    (tree, owner, kids) of every local rank, one each, the owner of tree ``t`` owning
-    ``shards[t]``; ``words``: every local rank's control segment, whose progress words its owner
-    set (FRONT 0, BACK its chunk count) before the entry barrier."""
+    module docstring); returns how many of the neighbour's chunks this rank did. ``by_owner``:
+    local rank -> (tree, kids) of the one star it owns, tree ``t`` owning ``shards[t]``;
+    ``words``: every local rank's control segment, whose progress words its owner set (FRONT 0,
+    BACK its chunk count) before the entry barrier."""
     me = reducer.me
-    by_owner = {owner: (tree, kids) for tree, owner, kids in stars}
     tree, kids = by_owner[me]
     mine = reducer.chunks(*shards[tree])
     progress = words[me]
