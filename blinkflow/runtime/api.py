@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import operator
 import os
 import pickle
 import sys
@@ -172,6 +173,22 @@ def _as_array(tensor):
     return array.astype(array.dtype.newbyteorder("=")), device
 
 
+_dtype_of, _shape_of = operator.attrgetter("dtype"), operator.attrgetter("shape")
+
+
+def _numpy_members(tensors: List[Any]):
+    """(dtype names, shapes) of a group whose members are all plain numpy arrays of supported
+    native dtypes (a training step's gradients), else None: then each member goes through
+    :func:`_as_array`. Built with C-level maps: a step groups hundreds of tensors, and this
+    runs right after backprop flushed the caches."""
+    if set(map(type, tensors)) != {np.ndarray}:
+        return None
+    names = list(map(_NAMES.get, map(_dtype_of, tensors)))
+    if None in names:
+        return None
+    return names, list(map(_shape_of, tensors))
+
+
 def _dtype_name(array) -> str:
     """The name of a (native, supported) dtype; a dict lookup, not numpy's ``dtype.name``."""
     return _NAMES[array.dtype]
@@ -255,16 +272,24 @@ def grouped_allreduce_async(tensors, op=Average, name=None, prescale_factor=1.0,
     engine = _running("blinkflow.grouped_allreduce")
     _check_user_name(name)
     op = as_reduce_op(op)
-    arrays, devices, ctxs = _allreduce_arrays(list(tensors), op, name, compression)
-    if len(set(devices)) > 1:
-        raise BlinkflowError(f"grouped_allreduce {_label(name)}: the tensors mix numpy and cupy arrays; group "
-                             "tensors of one device together")
+    tensors = list(tensors)
+    members = _numpy_members(tensors) if compression is Compression.none else None
+    if members is not None:
+        names, shapes = members
+        if op is Average and "bool" in names:
+            _no_bool_average(tensors[names.index("bool")], op, "allreduce", name)
+        arrays, device, parts = tensors, "cpu", tuple(zip(names, shapes))
+    else:
+        arrays, devices, ctxs = _allreduce_arrays(tensors, op, name, compression)
+        if len(set(devices)) > 1:
+            raise BlinkflowError(f"grouped_allreduce {_label(name)}: the tensors mix numpy and cupy arrays; "
+                                 "group tensors of one device together")
+        device = devices[0] if devices else "cpu"
+        parts = tuple((_dtype_name(a), tuple(a.shape)) for a in arrays)
     name = name if name is not None else _auto_name("grouped_allreduce")
-    parts = tuple((_dtype_name(a), tuple(a.shape)) for a in arrays)
     dtypes = {d for d, _ in parts}
     request = Request(name, Kind.ALLREDUCE, dtypes.pop() if len(dtypes) == 1 else "mixed", (len(parts),), int(op),
-                      -1, float(prescale_factor), float(postscale_factor), None,
-                      devices[0] if devices else "cpu", parts=parts)
+                      -1, float(prescale_factor), float(postscale_factor), None, device, parts=parts)
     if compression is Compression.none:
         return _submit(engine, [(request, arrays)], lambda results: results[0])
     return _submit(engine, [(request, arrays)],

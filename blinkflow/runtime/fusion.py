@@ -63,6 +63,12 @@ class Batch:
         return offsets([p.size for p in self.pieces])
 
     @functools.cached_property
+    def views(self) -> Tuple[List[slice], List[Tuple[int, ...]]]:
+        """Where each piece's result lies in the batch's flat result, and its shape."""
+        return [slice(start, start + p.size) for start, p in zip(self.starts, self.pieces)], \
+            [p.shape for p in self.pieces]
+
+    @functools.cached_property
     def total(self) -> int:
         return sum(p.size for p in self.pieces)
 

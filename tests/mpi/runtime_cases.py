@@ -119,6 +119,15 @@ def case_allreduce_scaling_and_layout(r, n):
     for got, (s, d) in zip(outs, [((3,), "float32"), ((2, 2), "int64"), ((), "float16")]):
         close(got, expected_allreduce(s, d, bf.Sum, n), d)
     assert bf.grouped_allreduce([]) == []
+    # Members that are not plain native numpy arrays (a list, a big-endian array, a subclass) are
+    # converted one by one, the rest taken as they are.
+    outs = bf.grouped_allreduce([[r, 1], np.full(3, r, ">f4"), np.ma.masked_array(np.ones(2)), np.ones(2, np.int8)],
+                                op=bf.Sum, name="group.converted")
+    expected = [np.array([n * (n - 1) // 2, n]), np.full(3, n * (n - 1) / 2, np.float32), np.full(2, float(n)),
+                np.full(2, n, np.int8)]
+    for got, want in zip(outs, expected):
+        assert type(got) is np.ndarray and got.dtype == want.dtype.newbyteorder("=") and np.array_equal(got, want), \
+            (got, want)
     got = bf.allreduce(np.float64(r), op=bf.Sum)  # a numpy scalar, unnamed
     assert got.shape == () and got == sum(range(n))
 
@@ -278,6 +287,9 @@ def case_local_errors(r, n):
         "unknown reduce op": lambda: bf.allreduce(np.ones(2), op="median"),
         "Average is not defined for bool": lambda: bf.allreduce(np.ones(2, bool)),
         "not defined for bool tensors": lambda: bf.reducescatter(np.ones(n, bool), name="rs.bool"),
+        "allreduce 'group.bool': Average is not defined for bool":
+            lambda: bf.grouped_allreduce([np.ones(2), np.ones(3, bool)], name="group.bool"),
+        "complex64 is not supported": lambda: bf.grouped_allreduce([np.ones(2), np.ones(2, np.complex64)]),
     }
     if n > 1:
         bad["not divisible"] = lambda: bf.alltoall(np.ones(2 * n + 1))
