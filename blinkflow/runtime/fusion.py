@@ -59,14 +59,10 @@ class Batch:
         return first if self.kind is Kind.ALLREDUCE and len(self.pieces) == self.members and in_order else None
 
     @functools.cached_property
-    def starts(self) -> List[int]:
-        return offsets([p.size for p in self.pieces])
-
-    @functools.cached_property
     def views(self) -> Tuple[List[slice], List[Tuple[int, ...]]]:
         """Where each piece's result lies in the batch's flat result, and its shape."""
-        return [slice(start, start + p.size) for start, p in zip(self.starts, self.pieces)], \
-            [p.shape for p in self.pieces]
+        starts = offsets([p.size for p in self.pieces])
+        return [slice(start, start + p.size) for start, p in zip(starts, self.pieces)], [p.shape for p in self.pieces]
 
     @functools.cached_property
     def total(self) -> int:
