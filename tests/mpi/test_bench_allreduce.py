@@ -16,7 +16,8 @@ def test_bench_allreduce_json(via):
     assert [r["bytes"] for r in report["allreduce"]] == [4096, 65536]
     for r in report["allreduce"]:
         for side in ("blinkflow", "mpi", "mpi_out_of_place"):
-            assert r[side]["seconds"] > 0
+            assert r[side]["seconds"] > 0 and r[side]["reps"] == 3
+            assert r[side]["q1_seconds"] <= r[side]["seconds"] <= r[side]["q3_seconds"]
             assert r[side]["busbw_gbps"] == pytest.approx(r[side]["algbw_gbps"])  # 2(n-1)/n = 1 at n = 2
         assert r["speedup"] == pytest.approx(r["mpi"]["seconds"] / r["blinkflow"]["seconds"])
         assert r["speedup_out_of_place"] == pytest.approx(r["mpi_out_of_place"]["seconds"] / r["blinkflow"]["seconds"])
