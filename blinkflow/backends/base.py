@@ -68,8 +68,10 @@ class Backend(abc.ABC):
         :meth:`buffer` and reduced there; a backend that can read its peers' pieces where they
         lie overrides this to skip the packing copy."""
         buf = self.buffer(out.shape[0], out.dtype)
-        for piece, start in zip(pieces, _starts(pieces)):
-            buf[start:start + piece.shape[0]] = piece
+        at = 0
+        for piece in pieces:
+            buf[at:at + piece.shape[0]] = piece
+            at += piece.shape[0]
         self.allreduce(buf, op, out=out, scale=scale)
 
     @abc.abstractmethod
@@ -107,10 +109,3 @@ class Backend(abc.ABC):
 
     def close(self) -> None:
         """Release shared memory, IPC handles, streams. Safe to call twice."""
-
-
-def _starts(pieces: Sequence[Any]):
-    at = 0
-    for piece in pieces:
-        yield at
-        at += piece.shape[0]

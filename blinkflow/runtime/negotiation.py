@@ -81,7 +81,7 @@ class Negotiator:
     def cycle(self, new_entries: List[Entry], shutdown_reason: Optional[str], wake=None, failure=None
               ) -> Tuple[List[Response], Optional[List[Optional[str]]]]:
         """Run one cycle; returns (responses to execute, every rank's shutdown reason or None).
-        ``wake`` (a threading.Event) is set when new work is submitted meanwhile; ``failure()``
+        ``wake`` (a :class:`~.doorbell.Doorbell`) is set when new work is submitted meanwhile; ``failure()``
         returns the runtime's failure, if any (see quiet_wait)."""
         invalid = self.add(new_entries)
         now = time.monotonic()

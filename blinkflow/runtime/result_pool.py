@@ -89,11 +89,6 @@ class ResultPool:
         self._blocks = [b for b, keep in zip(self._blocks, busy) if keep]
         self._spans = [s for s, keep in zip(self._spans, busy) if keep]
 
-    def empty_like(self, array: np.ndarray) -> np.ndarray:
-        """An uninitialised array of ``array``'s shape and dtype from the pool."""
-        out = self.empty(array.nbytes).view(array.dtype)
-        return out.reshape(array.shape)
-
 
 def _huge_block(size: int):
     """(mapping, offset): ``size`` private bytes starting on a huge-page boundary at ``offset``.

@@ -14,7 +14,7 @@ def test_small_results_are_plain_numpy():
 
 def test_block_is_reused_only_after_every_view_dies():
     pool = ResultPool(64 * MB)
-    a = pool.empty_like(np.empty((1024, 1024), np.float32))
+    a = pool.empty(4 * MB).view(np.float32).reshape(1024, 1024)
     a[...] = 7.0
     view = a[10:20].T
     del a
