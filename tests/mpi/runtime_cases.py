@@ -369,6 +369,38 @@ def case_single_copy(r, n):
         assert backend.stats["single_copy"] == 0, backend.stats
 
 
+def case_contested_chunks(r, n):
+    """Back-to-back single-copy all-reduces whose shards' owners and helpers keep meeting on the
+    same chunk (both compute it and push it into each other's result): a Sum and a float
+    Average, which would come out wrong were a push to land on a partial value. Short here;
+    ``CONTESTED_CALLS`` (test_runtime) runs enough calls, with small chunks, for the meeting
+    to fall mid-chunk (about 1 call in 1000 on the development VM before the fix)."""
+    from blinkflow.backends.cpu import backend as cpu_backend
+
+    calls = int(os.environ.get("CONTESTED_CALLS", "20"))
+    threshold, cpu_backend.MIN_SINGLE_COPY_SHARD_BYTES = cpu_backend.MIN_SINGLE_COPY_SHARD_BYTES, 0
+    try:
+        ints, floats = value(r, (70_001,), "int32"), value(r, (70_001,), "float32")
+        want_sum = expected_allreduce((70_001,), "int32", bf.Sum, n)
+        want_average = expected_allreduce((70_001,), "float32", bf.Average, n)
+        backend = rt._engine._backends["cpu"]
+        counted = backend.stats["single_copy"]
+        wrong = []
+        for i in range(calls):
+            if i % 2:
+                got = bf.allreduce(floats, op=bf.Average, name=f"contested.{i % 4}")
+                ok = np.allclose(got, want_average, rtol=1e-6, atol=0)
+            else:
+                ok = np.array_equal(bf.allreduce(ints, op=bf.Sum, name=f"contested.{i % 4}"), want_sum)
+            if not ok:
+                wrong.append(i)
+        assert not wrong, f"calls {wrong} of {calls} came out wrong on rank {r}"
+        if os.environ.get("EXPECT_SINGLE_COPY") == "1" and n > 1:
+            assert backend.stats["single_copy"] - counted == calls, (counted, backend.stats)
+    finally:
+        cpu_backend.MIN_SINGLE_COPY_SHARD_BYTES = threshold
+
+
 def _single_copy_many_pieces(r, n, cpu_backend, backend, used):
     """More pieces than a rank's address table holds (it then publishes a packed private copy),
     and tensors of every size straddling chunk boundaries (run with a small chunk)."""

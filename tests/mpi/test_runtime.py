@@ -100,3 +100,15 @@ def test_large_allreduces_without_single_copy_and_across_hosts(n, env):
     cases = ["single_copy", "allreduce_everything", "large_and_many"]
     out = run_mpi(n, ["python", CASES] + cases, timeout=240, env=env).stdout
     assert len(re.findall(r"^OK ", out, re.M)) == n * len(cases), out
+
+
+@pytest.mark.mpi
+def test_contested_chunks_stay_exact_under_many_calls():
+    """4 ranks, 4 KiB chunks, 1000 single-copy all-reduces: an owner and its helper meet on a
+    chunk in every call; on the development VM a push landing on a partial value (the bug that
+    made a CI run fail) showed up about once per 1000 calls before the fix (ChunkReducer.run)."""
+    if not cross_memory_attach_works():
+        pytest.skip("this host forbids cross-memory attach: no single-copy path to contest")
+    env = {"BLINKFLOW_CHUNK_BYTES": "4096", "CONTESTED_CALLS": "1000", "EXPECT_SINGLE_COPY": "1"}
+    out = run_mpi(4, ["python", CASES, "contested_chunks"], timeout=240, env=env).stdout
+    assert len(re.findall(r"^OK contested_chunks", out, re.M)) == 4, out

@@ -17,10 +17,12 @@ front, the helper from the back, and each publishes its commitment in the owner'
 segment (``FRONT``: by the owner only; ``BACK``: by the helper only) *before* doing the chunk.
 Each side stops at the first chunk the other side has committed to as far as it can see. A value
 read late is older, so each side under-estimates the other's progress: both may take the same
-chunk (computing the same bits twice is harmless), but no chunk is left out. The two sides
-still end up to one chunk apart (250-300 us at 16 MiB there); finer chunks where they meet
-closed that gap without making the call faster on that VM, whose ranks share one saturated
-memory system: while one waits, the other runs faster (docs/benchmarks.md, session 6).
+chunk, but no chunk is left out. Computing a chunk twice is harmless only because a result never
+holds a partial value: both sides write, and push into each other's result, the same final bits
+(:meth:`ChunkReducer.run`). The two sides still end up to one chunk apart (250-300 us at 16 MiB
+there); finer chunks where they meet closed that gap without making the call faster on that VM,
+whose ranks share one saturated memory system: while one waits, the other runs faster
+(docs/benchmarks.md, session 6).
 """
 from __future__ import annotations
 
@@ -111,26 +113,41 @@ class ChunkReducer:
 
     def run(self, owner: int, kids: Sequence[int], lo: int, hi: int) -> None:
         """``result[lo:hi] = (owner's (+) kids[0]'s (+) ...) * scale``, then pushed into every
-        other local rank's result (with ``outs``)."""
+        other local rank's result (with ``outs``). ``kids`` is never empty (a host of one rank
+        does not take this path).
+
+        ``result[lo:hi]`` only ever receives the chunk's final bits: partial values build up in
+        scratch and the last step writes the result. Another rank may compute the same chunk (an
+        owner and its helper, see :func:`reduce_balanced`) and push its final bits here at any
+        moment; were partial values kept in the result, that push could land between two steps,
+        and the next step would combine a peer's slice into a finished chunk a second time
+        (a Sum counting one rank twice; a scale applied twice)."""
         ufunc, me = self.ufunc, self.me
         o = self.result[lo:hi]
         first, last = lo * self.item, hi * self.item
         order = (owner,) + tuple(kids)
+        scaled = self.scale != 1.0
+        last_step = None if scaled else len(order) - 1  # the step that writes the result
+        # The partial value: where the first peer's slice lands (scratch 0), or there at the
+        # result's offset within a cache line (the final scaling then copies between equally
+        # aligned addresses); the other peers' slices land in scratch 1.
         if owner == me:
-            self._own_then(o, lo, hi, self._pull(order[1], first, last, 0))
+            acc = self._landings[0].at(self.result_at + first, last - first)[0]
+            self._own_then(o if last_step == 1 else acc, lo, hi, self._pull(order[1], first, last, 1))
         else:
-            value = self._pull(owner, first, last, 0)
+            acc = self._pull(owner, first, last, 0)
             if order[1] == me:
-                self._own_after(o, lo, hi, value)
+                self._own_after(o if last_step == 1 else acc, lo, hi, acc)
             else:
-                ufunc(value, self._pull(order[1], first, last, 1), out=o)
-        for q in order[2:]:
+                ufunc(acc, self._pull(order[1], first, last, 1), out=o if last_step == 1 else acc)
+        for step in range(2, len(order)):
+            q, out = order[step], o if last_step == step else acc
             if q == me:
-                self._own_after(o, lo, hi, o)
+                self._own_after(out, lo, hi, acc)
             else:
-                ufunc(o, self._pull(q, first, last, 0), out=o)
-        if self.scale != 1.0:
-            np.multiply(o, o.dtype.type(self.scale), out=o)
+                ufunc(acc, self._pull(q, first, last, 1), out=out)
+        if scaled:
+            np.multiply(acc, o.dtype.type(self.scale), out=o)
         if self.outs is not None:
             write, pids, outs = self.memory.write_span, self.pids, self.outs
             for q in order:
