@@ -147,6 +147,34 @@ def run_reducescatter(be):
                     cases += 1
 
 
+def run_reducescatter_in_place_at_the_front(be):
+    """MPI's in-place convention, ``recv`` the start of ``send``, with ``send`` in the shared
+    window, which peers read in place, and rank 0 slow to read: the other ranks' results land
+    on slice 0 of their sends, which rank 0 is still reading, unless they wait for it."""
+    global cases
+    from blinkflow.backends.cpu import backend as cpu_backend
+
+    reduce_into = cpu_backend.kernels.reduce_into
+    if RANK == 0:
+        def slow(*args, **kwargs):
+            time.sleep(0.2)
+            reduce_into(*args, **kwargs)
+
+        cpu_backend.kernels.reduce_into = slow
+    try:
+        counts = [1000 + r for r in range(SIZE)]
+        lo = sum(counts[:RANK])
+        inputs = [data(r, sum(counts), np.float64, 31) for r in range(SIZE)]
+        send = be.buffer(sum(counts), np.float64)
+        send[...] = inputs[RANK]
+        be.reducescatter(send, send, counts, ReduceOp.SUM)
+        expect_reduced(send[:counts[RANK]], [x[lo:lo + counts[RANK]] for x in inputs], ReduceOp.SUM,
+                       "reducescatter in place at the front of a shared send")
+        cases += 1
+    finally:
+        cpu_backend.kernels.reduce_into = reduce_into
+
+
 def run_alltoall(be):
     global cases
     rng = np.random.default_rng([5, SIZE])
@@ -295,6 +323,7 @@ def main():
     run_broadcast(be)
     run_allgather(be)
     run_reducescatter(be)
+    run_reducescatter_in_place_at_the_front(be)
     run_alltoall(be)
     run_growth(be)
     run_point_to_point()

@@ -353,7 +353,8 @@ def case_single_copy(r, n):
     if expect is not None and n > 1 and os.environ.get("BLINKFLOW_CPU_SINGLE_COPY", "1") == "1":
         assert (backend.peer_memory is not None) == (expect == "1"), (expect, backend.peer_memory)
     counted = dict(backend.stats)
-    large = cpu_backend.MIN_SINGLE_COPY_SHARD_BYTES * backend.lsize // 4 + 3  # float32 elements
+    hosts_ranks = max(lsize for _, lsize, _ in backend.places)  # the same on every rank (uneven hosts)
+    large = cpu_backend.MIN_SINGLE_COPY_SHARD_BYTES * hosts_ranks // 4 + 3  # float32 elements
     got = bf.allreduce(value(r, (large,), "float32"), op=bf.Sum, name="sc.large")
     close(got, expected_allreduce((large,), "float32", bf.Sum, n), "float32")
     if used:

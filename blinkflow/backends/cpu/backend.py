@@ -94,6 +94,17 @@ class CpuBackend(Backend):
         self.local_pids: List[int] = []
         if self.lsize > 1 and (ctx.config is None or ctx.config.cpu_single_copy):
             self.peer_memory, self.local_pids = cma.probe(self.local)
+        if self.nhosts > 1:
+            # Across hosts the single-copy path ends in one collective over every rank (_exit),
+            # so every host must choose it for the same calls: hosts of one size (its size
+            # threshold scales with the host's ranks) that can all read their ranks' memory.
+            # Otherwise a host that packs would leave the others waiting in that collective.
+            from mpi4py import MPI
+
+            everywhere = self.comm.allreduce(int(self.peer_memory is not None), op=MPI.MIN)
+            if self.peer_memory is not None and not (everywhere and self.even):
+                self.peer_memory = None
+                cma.disallow_peers()
         self._tmp = (Scratch(), Scratch())  # chunks of peers' tensors on their way into a reduction
         self.stats = {"single_copy": 0, "packed": 0, "helped_chunks": 0}
         """All-reduces of pieces by path, and chunks done for a slower neighbour (tests, debugging)."""
@@ -149,15 +160,17 @@ class CpuBackend(Backend):
         self.local.Barrier()
         self._syncs += 1
 
-    def _share(self, arr: np.ndarray, needed: Sequence[bool]) -> np.ndarray:
+    def _share(self, arr: np.ndarray, needed: Sequence[bool], stage: bool = False) -> np.ndarray:
         """Make ``arr`` readable by the local peers; returns every local rank's (window, offset).
+        ``stage``: peers read a staged copy even if ``arr`` sits in a shared window (the caller
+        writes over it before they are done).
 
         One Allgather on ``local_comm`` doubles as the entry barrier (peers finished packing).
         An argument outside the shared windows is copied into the staging window, only when a
         peer needs to read it (``needed[local rank]``); the sizes travel in the same Allgather,
         so every rank sizes the staging window alike without another collective.
         """
-        win, off = self.arena.locate(arr)
+        win, off = (_NOT_SHARED, 0) if stage else self.arena.locate(arr)
         self._loc[0], self._loc[1], self._loc[2] = win, off, arr.nbytes
         if self.lsize == 1:
             self._locs[0] = self._loc
@@ -264,17 +277,19 @@ class CpuBackend(Backend):
         words = self._control_words()
         single_copy.progress_start(words[me], sum(-(-cnt // chunk) for (_, cnt), _ in mine))
         tables, outs = self._publish(pieces, result)
-        item = result.dtype.itemsize
-        scratch = tuple(s.get(min(chunk, n) * item + single_copy.LINE, np.uint8) for s in self._tmp)
-        reducer = single_copy.ChunkReducer(self.peer_memory, self.local_pids, me, result, pieces, tables,
-                                           outs if one_host else None, ufunc, scale if one_host else 1.0, chunk,
-                                           scratch)
         mark = self._mark
         mark("start", "SHM_REDUCE")
-        # A transfer that fails here fails on this rank only: the protocol goes on (the peers
-        # wait in its collectives) and the exit collective tells every rank, which all raise.
+        # From the entry barrier on, peers write into our result: every rank must reach the exit
+        # collective. A failure here (a transfer, even scratch that cannot be had) is this rank's
+        # only: the protocol goes on (the peers wait in its collectives) and the exit collective
+        # tells every rank, which all raise.
         failure: Optional[BaseException] = None
         try:
+            item = result.dtype.itemsize
+            scratch = tuple(s.get(min(chunk, n) * item + single_copy.LINE, np.uint8) for s in self._tmp)
+            reducer = single_copy.ChunkReducer(self.peer_memory, self.local_pids, me, result, pieces, tables,
+                                               outs if one_host else None, ufunc, scale if one_host else 1.0,
+                                               chunk, scratch)
             if self._stars_by_owner is not None:
                 self.stats["helped_chunks"] += single_copy.reduce_balanced(reducer, words, self._stars_by_owner,
                                                                            shards)
@@ -480,12 +495,16 @@ class CpuBackend(Backend):
             self.allreduce(tmp, op)
             np.copyto(mine, tmp[lo:lo + counts[self.rank]])
             return
-        locs = self._share(send, [True] * self.lsize)
         n = counts[self.rank]
-        # rank q reads only slice q of every peer, so writing our slice of recv is safe even
-        # when recv aliases our send, as long as the sum is built aside first
+        # Rank q reads slice q of every peer's send, in place where it sits in a shared window.
+        # A recv that overlaps our send anywhere but on our own slice (MPI's in-place convention
+        # puts the result at the start: slice 0, which rank 0 may still be reading) would write
+        # over what a peer reads, so the peers then read a staged copy.
+        at = send.__array_interface__["data"][0] + lo * send.dtype.itemsize
+        aliased = np.may_share_memory(mine, send)
+        locs = self._share(send, [True] * self.lsize, stage=aliased and mine.__array_interface__["data"][0] != at)
         inputs = [self._view(locs, q, lo, n, send.dtype) for q in range(self.lsize)]
-        if np.may_share_memory(mine, send):
+        if aliased:  # the sum is built aside: our own input may be ``mine`` itself
             tmp = self.aside.get(n, send.dtype)
             kernels.reduce_into(tmp, inputs, ufunc, self._chunk(send.dtype))
             np.copyto(mine, tmp)
