@@ -136,10 +136,12 @@ def config_mismatch():
         raise AssertionError("init accepted ranks with different settings")
 
 
-def cma_failure():
-    """The last rank's cross-memory reads fail mid-all-reduce (as if the kernel refused): every
+def cma_failure(setup: bool):
+    """The last rank's cross-memory reads fail mid-all-reduce (as if the kernel refused), or
+    (``setup``) the rank cannot even set up its chunk reducer after the entry barrier: every
     rank must raise, naming it, instead of the others waiting in the exit barrier forever."""
     from blinkflow.backends.cpu import backend as cpu_backend
+    from blinkflow.backends.cpu import single_copy
 
     r, n = bf.rank(), bf.size()
     backend = rt._engine._backends["cpu"]
@@ -147,7 +149,12 @@ def cma_failure():
         print(f"NOCMA rank {r}", flush=True)
         return
     cpu_backend.MIN_SINGLE_COPY_SHARD_BYTES = 0  # on every rank: this all-reduce takes the path
-    if r == n - 1:
+    if r == n - 1 and setup:
+        def no_memory(*args, **kwargs):
+            raise MemoryError("injected: no scratch")
+
+        single_copy.ChunkReducer.__init__ = no_memory
+    elif r == n - 1:
         def refused(*args, **kwargs):
             raise bf.BackendError("injected: process_vm_readv refused")
 
@@ -173,7 +180,7 @@ def main():
     elif mode == "stall":
         stall()
     elif mode == "cma":
-        cma_failure()
+        cma_failure(setup="setup" in sys.argv[2:])
     elif mode == "timeline":
         timeline(abort="abort" in sys.argv[2:])
     print(f"END rank {bf.rank() if bf.is_initialized() else '?'}", flush=True)

@@ -118,11 +118,14 @@ def test_ranks_with_different_settings_fail_init_everywhere():
 
 
 @pytest.mark.mpi
-def test_a_failed_single_copy_transfer_raises_on_every_rank():
-    proc = _run_with([], 3, ["cma"], {}, timeout=90)
+@pytest.mark.parametrize("where,error", [("transfer", "BackendError"), ("setup", "MemoryError")])
+def test_a_failed_single_copy_transfer_raises_on_every_rank(where, error):
+    """A transfer refused mid-way, or the chunk reducer failing to set up after the entry
+    barrier (peers already write into the rank's result), on the last rank."""
+    proc = _run_with([], 3, ["cma", where], {}, timeout=90)
     if "NOCMA" in proc.stdout:
         pytest.skip("no cross-memory attach between processes here")
     failed = dict(re.findall(r"^CMAFAIL rank (\d): (.*)$", proc.stdout, re.M))
     assert sorted(failed) == ["0", "1", "2"], proc.stdout + proc.stderr[-3000:]
     for message in failed.values():
-        assert "single-copy all-reduce failed (rank 2: BackendError: injected" in message, message
+        assert f"single-copy all-reduce failed (rank 2: {error}: injected" in message, message
