@@ -51,11 +51,11 @@ def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_fact
 
 def grouped_allreduce(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
                       compression=Compression.none):
-    """All-reduce a list of tensors as one fused operation; returns a list."""
+    """All-reduce a list of tensors as one fused operation; returns a list. An empty list is
+    negotiated too (every rank must pass one then), so a rank that passes none while the others
+    pass tensors gets a TensorMismatchError like them instead of an early, unmatched return."""
     tensors = list(tensors)
-    if not tensors:
-        return []
-    return _backend_for(tensors[0]).grouped_allreduce(
+    return (_backend_for(tensors[0]) if tensors else _runtime()).grouped_allreduce(
         tensors, op=op, name=name, prescale_factor=prescale_factor,
         postscale_factor=postscale_factor, compression=compression)
 
@@ -66,10 +66,10 @@ def allgather(tensor, name=None):
 
 
 def grouped_allgather(tensors, name=None):
+    """All-gather each of ``tensors``; returns a list. An empty list is negotiated too (see
+    :func:`grouped_allreduce`)."""
     tensors = list(tensors)
-    if not tensors:
-        return []
-    return _backend_for(tensors[0]).grouped_allgather(tensors, name=name)
+    return (_backend_for(tensors[0]) if tensors else _runtime()).grouped_allgather(tensors, name=name)
 
 
 def broadcast(tensor, root_rank, name=None):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import math
 import operator
 import os
 import pickle
@@ -65,6 +66,9 @@ def init(comm=None) -> None:
     global _engine
     with _lock:
         if _engine is not None and _engine.alive:
+            if comm is not None and not _same_ranks(comm, _engine.job.comm):
+                raise BlinkflowError("blinkflow.init(comm): blinkflow is already running on another communicator "
+                                     f"({_engine.job.size} ranks); call blinkflow.shutdown() on every rank first")
             return
         if _engine is not None:  # stopped because a peer shut the job down: clean up first
             _engine.stop("re-init")
@@ -155,6 +159,28 @@ atexit.register(_exit_hook)  # after mpi4py's own atexit, so it runs before MPI_
 
 
 # ---- submission ----------------------------------------------------------------------------------
+def _same_ranks(comm, running) -> bool:
+    """Whether ``comm`` has the running job's processes in its order (the job runs on a private
+    duplicate, which compares as congruent)."""
+    from mpi4py import MPI
+
+    if not isinstance(comm, MPI.Comm):
+        raise BlinkflowError(f"blinkflow.init(comm): expected an mpi4py communicator, got {type(comm).__name__}")
+    return MPI.Comm.Compare(comm, running) in (MPI.IDENT, MPI.CONGRUENT)
+
+
+def _scale_factor(value, which: str, what: str, name) -> float:
+    """A pre/postscale factor as a float: a finite number, or a typed error (before a name is
+    drawn: a call that fails on one rank must not shift the others' automatic names)."""
+    try:
+        factor = float(value)
+    except (TypeError, ValueError):
+        factor = None
+    if factor is None or not math.isfinite(factor):
+        raise BlinkflowError(f"{what} {_label(name)}: {which}_factor must be a finite number, got {value!r}")
+    return factor
+
+
 def _auto_name(op: str) -> str:
     counter = _counters.setdefault(op, itertools.count())
     return f"{op}.noname.{next(counter)}"
@@ -258,9 +284,11 @@ def allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscal
     _check_user_name(name)
     op = as_reduce_op(op)
     (array,), (device,), (ctx,) = _allreduce_arrays([tensor], op, name, compression)
+    prescale = _scale_factor(prescale_factor, "prescale", "allreduce", name)
+    postscale = _scale_factor(postscale_factor, "postscale", "allreduce", name)
     name = name if name is not None else _auto_name("allreduce")
     request = Request(name, Kind.ALLREDUCE, _dtype_name(array), tuple(array.shape), int(op), -1,
-                      float(prescale_factor), float(postscale_factor), None, device)
+                      prescale, postscale, None, device)
     return _submit(engine, [(request, array)], lambda results: compression.decompress(results[0], ctx))
 
 
@@ -286,10 +314,12 @@ def grouped_allreduce_async(tensors, op=Average, name=None, prescale_factor=1.0,
                                  "group tensors of one device together")
         device = devices[0] if devices else "cpu"
         parts = tuple((_dtype_name(a), tuple(a.shape)) for a in arrays)
+    prescale = _scale_factor(prescale_factor, "prescale", "grouped_allreduce", name)
+    postscale = _scale_factor(postscale_factor, "postscale", "grouped_allreduce", name)
     name = name if name is not None else _auto_name("grouped_allreduce")
     dtypes = {d for d, _ in parts}
     request = Request(name, Kind.ALLREDUCE, dtypes.pop() if len(dtypes) == 1 else "mixed", (len(parts),), int(op),
-                      -1, float(prescale_factor), float(postscale_factor), None, device, parts=parts)
+                      -1, prescale, postscale, None, device, parts=parts)
     if compression is Compression.none:
         return _submit(engine, [(request, arrays)], lambda results: results[0])
     return _submit(engine, [(request, arrays)],
@@ -428,25 +458,48 @@ def join() -> int:
     """
     engine = _running("blinkflow.join")
     request = Request(JOIN_NAME, Kind.JOIN, "uint8", ())
-    return synchronize(_submit(engine, [(request, None)], lambda results: results[0]))
+    last = synchronize(_submit(engine, [(request, None)], lambda results: results[0]))
+    # Ranks made different numbers of unnamed calls before joining (that is what join is for):
+    # every rank starts the automatic names afresh, or the next unnamed call would not match.
+    _counters.clear()
+    return last
 
 
 def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -> Any:
     """``root_rank``'s ``obj`` (pickled) on every rank."""
     engine = _running("blinkflow.broadcast_object")
     base = name if name is not None else _auto_name("broadcast_object")
-    payload = np.frombuffer(pickle.dumps(obj), np.uint8) if engine.job.rank == root_rank else None
-    length = broadcast(np.array([0 if payload is None else payload.size], np.int64), root_rank, f"{base}.size")
-    data = broadcast(payload if payload is not None else np.empty(int(length[0]), np.uint8), root_rank, f"{base}.data")
+    payload, failure = None, None
+    if engine.job.rank == root_rank:
+        payload, failure = _pickled(obj)
+    # A length of -1 tells every rank that the root could not pickle its object.
+    size = -1 if failure is not None else (0 if payload is None else payload.size)
+    length = int(broadcast(np.array([size], np.int64), root_rank, f"{base}.size")[0])
+    if length < 0:
+        raise BlinkflowError(f"broadcast_object {_label(name)}: root rank {root_rank} could not pickle its object"
+                             f"{f' ({failure})' if failure else ''}; broadcast only picklable objects")
+    data = broadcast(payload if payload is not None else np.empty(length, np.uint8), root_rank, f"{base}.data")
     return pickle.loads(data.tobytes())
+
+
+def _pickled(obj: Any):
+    """(bytes of ``obj`` as uint8, None), or (None, why) when it cannot be pickled."""
+    try:
+        return np.frombuffer(pickle.dumps(obj), np.uint8), None
+    except Exception as e:  # noqa: BLE001 - pickling raises many types (PicklingError, TypeError, ...)
+        return None, f"{type(e).__name__}: {e}"
 
 
 def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
     """Every rank's ``obj`` (pickled), in rank order."""
     _running("blinkflow.allgather_object")
     base = name if name is not None else _auto_name("allgather_object")
-    payload = np.frombuffer(pickle.dumps(obj), np.uint8)
-    lengths = allgather(np.array([payload.size], np.int64), f"{base}.size")
+    payload, failure = _pickled(obj)
+    lengths = allgather(np.array([-1 if payload is None else payload.size], np.int64), f"{base}.size")
+    if (lengths < 0).any():  # every rank sees the same lengths: all raise, none waits for the data
+        ranks = [int(q) for q in np.flatnonzero(lengths < 0)]
+        raise BlinkflowError(f"allgather_object {_label(name)}: ranks {ranks} could not pickle their objects"
+                             f"{f' (here: {failure})' if failure else ''}; gather only picklable objects")
     data = allgather(payload, f"{base}.data")
     out, at = [], 0
     for n in lengths:

@@ -313,6 +313,60 @@ def case_local_errors(r, n):
     close(bf.allgather(np.ones(1)), np.ones(n), "float64")
 
 
+def case_one_rank_errs_and_names_stay_in_step(r, n):
+    """What one rank alone gets wrong, or does differently, must neither leave the others waiting
+    nor shift the automatic names: unnamed calls in different numbers before a join; an empty
+    group on one rank; a scale factor that is not a number; an object that cannot be pickled;
+    init on another communicator."""
+    from mpi4py import MPI
+
+    for _ in range(r + 1):  # different counts of unnamed calls per rank, then join
+        bf.allreduce(np.ones(2), op=bf.Sum)
+    bf.join()
+    close(bf.allreduce(np.ones(2), op=bf.Sum), np.full(2, float(n)), "float64")
+    assert bf.grouped_allreduce([], op=bf.Sum) == [] and bf.grouped_allgather([]) == []
+    if n > 1:
+        try:
+            bf.grouped_allreduce([] if r == 0 else [np.ones(3)], op=bf.Sum)
+        except bf.TensorMismatchError as e:
+            assert "grouped_allreduce.noname" in str(e), str(e)
+        else:
+            raise AssertionError("an empty group on rank 0 only was not an error")
+    for bad in (None, float("nan"), "x"):
+        if r == 0:
+            try:
+                bf.allreduce(np.ones(2), prescale_factor=bad)
+            except bf.BlinkflowError as e:
+                assert "prescale_factor must be a finite number" in str(e), str(e)
+            else:
+                raise AssertionError(f"prescale_factor={bad!r} was accepted")
+    close(bf.grouped_allreduce([np.ones(2)], op=bf.Sum)[0], np.full(2, float(n)), "float64")
+    close(bf.allreduce(np.ones(2), op=bf.Sum), np.full(2, float(n)), "float64")
+    unpicklable = lambda: None  # noqa: E731
+    try:
+        bf.broadcast_object(unpicklable if r == 0 else None, root_rank=0)
+    except bf.BlinkflowError as e:
+        assert "root rank 0 could not pickle" in str(e), str(e)
+    else:
+        raise AssertionError("an unpicklable object was broadcast")
+    try:
+        bf.allgather_object(unpicklable if r == n - 1 else r)
+    except bf.BlinkflowError as e:
+        assert f"ranks [{n - 1}] could not pickle" in str(e), str(e)
+    else:
+        raise AssertionError("an unpicklable object was gathered")
+    assert bf.allgather_object(r) == list(range(n))
+    bf.init(comm=MPI.COMM_WORLD)  # the running job's ranks: nothing to do
+    if n > 1:
+        try:
+            bf.init(comm=MPI.COMM_SELF)
+        except bf.BlinkflowError as e:
+            assert "already running on another communicator" in str(e), str(e)
+        else:
+            raise AssertionError("init on another communicator was ignored")
+    assert bf.size() == n
+
+
 def case_poll_and_async(r, n):
     h = rt.allreduce_async(np.ones(3), op=bf.Sum, name="polled")
     while not rt.poll(h):
