@@ -66,7 +66,7 @@ def init(comm=None) -> None:
     global _engine
     with _lock:
         if _engine is not None and _engine.alive:
-            if comm is not None and not _same_ranks(comm, _engine.job.comm):
+            if comm is not None and not _same_processes(comm, _engine.job.comm):
                 raise BlinkflowError("blinkflow.init(comm): blinkflow is already running on another communicator "
                                      f"({_engine.job.size} ranks); call blinkflow.shutdown() on every rank first")
             return
@@ -159,9 +159,9 @@ atexit.register(_exit_hook)  # after mpi4py's own atexit, so it runs before MPI_
 
 
 # ---- submission ----------------------------------------------------------------------------------
-def _same_ranks(comm, running) -> bool:
-    """Whether ``comm`` has the running job's processes in its order (the job runs on a private
-    duplicate, which compares as congruent)."""
+def _same_processes(comm, running) -> bool:
+    """Whether ``comm`` holds the running job's processes in its order (the job runs on a private
+    duplicate, which compares as congruent); anything but a communicator is a typed error."""
     from mpi4py import MPI
 
     if not isinstance(comm, MPI.Comm):

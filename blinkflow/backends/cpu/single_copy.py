@@ -133,13 +133,15 @@ class ChunkReducer:
         # aligned addresses); the other peers' slices land in scratch 1.
         if owner == me:
             acc = self._landings[0].at(self.result_at + first, last - first)[0]
-            self._own_then(o if last_step == 1 else acc, lo, hi, self._pull(order[1], first, last, 1))
         else:
             acc = self._pull(owner, first, last, 0)
-            if order[1] == me:
-                self._own_after(o if last_step == 1 else acc, lo, hi, acc)
-            else:
-                ufunc(acc, self._pull(order[1], first, last, 1), out=o if last_step == 1 else acc)
+        out = o if last_step == 1 else acc
+        if owner == me:
+            self._own_then(out, lo, hi, self._pull(order[1], first, last, 1))
+        elif order[1] == me:
+            self._own_after(out, lo, hi, acc)
+        else:
+            ufunc(acc, self._pull(order[1], first, last, 1), out=out)
         for step in range(2, len(order)):
             q, out = order[step], o if last_step == step else acc
             if q == me:
