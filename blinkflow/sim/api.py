@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..planner.lower import lower
+from ..schedule.lower import lower
 from ..planner.plan import Plan, split_counts
-from ..planner.schedule import Schedule
+from ..schedule.ir import Schedule
 from ..topology.model import Topology
 from .chunking import STEP_BUDGET, Tuning, miad
 from .engine import CHUNK_OVERHEAD_US, SimResult, run_schedule

@@ -23,10 +23,10 @@ import itertools
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import PlanError
-from ..planner.builder import ScheduleBuilder
-from ..planner.pipeline import TreeShape, emit_broadcast, emit_reduce
+from ..schedule.builder import ScheduleBuilder
+from ..schedule.emit import TreeShape, emit_broadcast, emit_reduce
 from ..planner.plan import split_counts
-from ..planner.schedule import Schedule
+from ..schedule.ir import Schedule
 from ..topology.model import Topology
 from .chunking import STEP_BUDGET, Tuning, miad
 from .engine import SimResult

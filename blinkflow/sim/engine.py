@@ -26,7 +26,7 @@ import heapq
 from typing import Dict, List, Optional, Tuple
 
 from ..errors import ScheduleError
-from ..planner.schedule import RECEIVING_OPS, REDUCING_OPS, Schedule
+from ..schedule.ir import RECEIVING_OPS, REDUCING_OPS, Schedule
 from ..topology.model import Topology
 from .routes import Router
 

@@ -18,7 +18,7 @@ WORKER = os.path.join(os.path.dirname(__file__), "cuda_backend_worker.py")
 
 def _planner_ready() -> bool:
     try:
-        return (importlib.util.find_spec("blinkflow.planner.lower") is not None
+        return (importlib.util.find_spec("blinkflow.schedule.lower") is not None
                 and hasattr(importlib.import_module("blinkflow.planner"), "make_plan"))
     except ImportError:
         return False

@@ -250,7 +250,7 @@ def run_point_to_point():
     (recv_reduce_send / recv_send steps) in both directions, two trees at once."""
     global cases
     from blinkflow.backends.cpu.cross import Scratch, ring_allreduce, run_schedule
-    from blinkflow.planner.lower import lower
+    from blinkflow.schedule.lower import lower
     from blinkflow.planner.plan import Plan, Tree
 
     chain = tuple((r, r + 1) for r in range(SIZE - 1))

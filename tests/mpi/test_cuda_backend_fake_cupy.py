@@ -24,8 +24,8 @@ FAKE = os.path.join(HERE, "fake_cupy")
 @pytest.mark.parametrize("n,schedule,hosts", [(1, "chain", 1), (2, "chain", 1), (4, "chain", 1), (4, "direct", 2),
                                                (4, "plan", 1), (4, "plan", 2)])
 def test_cuda_backend_on_fake_cupy(n, schedule, hosts):
-    if schedule == "plan" and importlib.util.find_spec("blinkflow.planner.lower") is None:
-        pytest.skip("the schedule lowering (blinkflow.planner.lower) has not landed")
+    if schedule == "plan" and importlib.util.find_spec("blinkflow.schedule.lower") is None:
+        pytest.skip("the schedule lowering (blinkflow.schedule.lower) has not landed")
     env = {"PYTHONPATH": os.pathsep.join([FAKE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     out = run_mpi(n, ["python", "-m", "mpi4py", WORKER, schedule, str(hosts)], timeout=240, env=env)
     assert f"OK {n} ranks, {hosts} hosts, {schedule}" in out.stdout, out.stdout + out.stderr

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from blinkflow.planner.symbolic import check
+from blinkflow.schedule.symbolic import check
 from blinkflow.sim.baselines import best_baseline, nccl_double_tree, nccl_ring, simulate_baseline
 from blinkflow.sim.rings import multi_host_rings, nvlink_rings
 from blinkflow.topology.presets import get_preset

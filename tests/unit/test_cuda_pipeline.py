@@ -16,7 +16,7 @@ from blinkflow.backends.cuda.program import compile_program
 from blinkflow.backends.cuda.schedules import chain_allreduce_schedule as chain_allreduce
 from blinkflow.backends.cuda.schedules import direct_allgather_schedule, direct_reducescatter_schedule
 from blinkflow.errors import ScheduleError
-from blinkflow.planner.schedule import Schedule, Step
+from blinkflow.schedule.ir import Schedule, Step
 
 COMBINE = {"sum": np.add, "max": np.maximum}
 
@@ -207,7 +207,7 @@ def test_the_backends_own_schedules_pass_the_symbolic_checker(devices, nelems, c
     # proof as the lowered plans; rounds used to be all 0, which the checker refused.
     from blinkflow.backends.cuda.schedules import chain_broadcast_schedule
     from blinkflow.planner.plan import split_counts
-    from blinkflow.planner.symbolic import check
+    from blinkflow.schedule.symbolic import check
 
     counts = split_counts([1.0] * len(devices), nelems)
     offsets = [sum(counts[:i]) for i in range(len(devices))]

@@ -1,5 +1,6 @@
-"""DESIGN §2: the planner and topology never import MPI, CuPy or TensorFlow — not on import, not
-while planning, and neither do the ``blinkrun topo`` / ``plan`` tools built on them."""
+"""DESIGN §2: the planner, the schedule layer and topology never import MPI, CuPy or TensorFlow —
+not on import, not while planning, and neither do the ``blinkrun topo`` / ``plan`` tools built on
+them."""
 import json
 import subprocess
 import sys
@@ -9,7 +10,7 @@ FORBIDDEN = ("mpi4py", "tensorflow", "keras", "cupy")
 SCRIPT = """
 import json, sys
 import blinkflow.topology, blinkflow.topology.probe, blinkflow.topology.discover, blinkflow.topology.merge
-import blinkflow.planner
+import blinkflow.planner, blinkflow.schedule, blinkflow.schedule.lower, blinkflow.schedule.symbolic
 from blinkflow.planner import make_plan, verify_plan, link_loads, ring_gbps
 from blinkflow.topology import get_preset
 for spec, collective in (("dgx1-v100", "allreduce"), ("2xcpu-host:2", "allreduce"), ("2xcpu-host:2", "broadcast")):

@@ -7,9 +7,9 @@ import pytest
 
 from blinkflow.errors import PlanError, ScheduleError
 from blinkflow.planner import Plan, Tree
-from blinkflow.planner.lower import lower
-from blinkflow.planner.schedule import Schedule
-from blinkflow.planner.symbolic import check
+from blinkflow.schedule.lower import lower
+from blinkflow.schedule.ir import Schedule
+from blinkflow.schedule.symbolic import check
 from blinkflow.topology.presets import get_preset
 from plan_factory import chain, plan_for, three_phase_plan
 

@@ -3,7 +3,7 @@ import doctest
 
 import pytest
 
-from blinkflow.planner import lower, symbolic
+from blinkflow.schedule import lower, symbolic
 from blinkflow.sim import api
 
 

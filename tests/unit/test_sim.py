@@ -5,8 +5,8 @@ import pytest
 
 from blinkflow.errors import PlanError
 from blinkflow.planner import Plan, Tree, make_plan
-from blinkflow.planner.lower import lower
-from blinkflow.planner.pipeline import TreeShape
+from blinkflow.schedule.lower import lower
+from blinkflow.schedule.emit import TreeShape
 from blinkflow.sim import simulate, simulate_plan
 from blinkflow.sim.engine import bus_factor
 from blinkflow.sim.rate import plan_rate_gbps

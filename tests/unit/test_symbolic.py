@@ -7,9 +7,9 @@ from hypothesis import given, settings, strategies as st
 
 from blinkflow.errors import ScheduleError
 from blinkflow.planner import Plan, Tree
-from blinkflow.planner.lower import lower
-from blinkflow.planner.schedule import Schedule, Step
-from blinkflow.planner.symbolic import check
+from blinkflow.schedule.lower import lower
+from blinkflow.schedule.ir import Schedule, Step
+from blinkflow.schedule.symbolic import check
 from plan_factory import plan_for
 
 COLLECTIVES = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")

@@ -13,7 +13,7 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 
 from ...planner.plan import Plan, split_counts
-from ...planner.schedule import RECEIVING_OPS, REDUCING_OPS, SENDING_OPS
+from ...schedule.ir import RECEIVING_OPS, REDUCING_OPS, SENDING_OPS
 
 
 class Scratch:
@@ -139,7 +139,7 @@ class CrossAllreduce:
         key = (index, data.shape[0], data.dtype.itemsize)
         schedule = self._schedules.get(key)
         if schedule is None:
-            from ...planner.lower import lower
+            from ...schedule.lower import lower
 
             chunk = max(1, (self.chunk_bytes or (1 << 20)) // data.dtype.itemsize)
             schedule = self._schedules[key] = lower(group.plan, data.shape[0], chunk_elems=chunk)

@@ -3,7 +3,7 @@
 Blink (Wang et al., MLSys 2020) packs spanning trees over NVLink and pipelines chunks down
 them with fused reduce-and-forward kernels. Here each rank drives one GPU; ranks on a host
 share receive slots through CUDA IPC and order each other's work with IPC events, and the
-schedule IR lowered from the plan (``blinkflow.planner.schedule``) says what moves where.
+schedule IR lowered from the plan (``blinkflow.schedule.ir``) says what moves where.
 
 Modules, one job each:
 

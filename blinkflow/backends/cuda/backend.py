@@ -286,9 +286,9 @@ class CudaBackend(Backend):
     def _lowered_schedule(self, collective: str, root_device, nelems: int, chunk_elems: int, scope: str,
                           shard_counts=None):
         try:
-            from ...planner.lower import lower
+            from ...schedule.lower import lower
         except ImportError as e:
-            raise BackendError("the cuda backend runs schedules lowered by blinkflow.planner.lower, "
+            raise BackendError("the cuda backend runs schedules lowered by blinkflow.schedule.lower, "
                                "which is not installed") from e
         plan = self.ctx.plan_for(collective, root=root_device) if root_device is not None else self.ctx.plan_for(collective)
         if scope == "host":

@@ -1,4 +1,4 @@
-"""Compile one rank's part of a :class:`~blinkflow.planner.schedule.Schedule` into actions.
+"""Compile one rank's part of a :class:`~blinkflow.schedule.ir.Schedule` into actions.
 
 Pure Python (no CuPy, no MPI), so the CPU suite checks it. The GPU executor follows the
 schedule's dependencies and transfer matching rather than its rounds (see the schedule IR's
@@ -19,7 +19,7 @@ import dataclasses
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ...errors import ScheduleError
-from ...planner.schedule import RECEIVING_OPS, REDUCING_OPS, Schedule, Step
+from ...schedule.ir import RECEIVING_OPS, REDUCING_OPS, Schedule, Step
 
 Pair = Tuple[int, int]  # (peer rank, channel)
 

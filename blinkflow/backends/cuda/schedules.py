@@ -7,7 +7,7 @@
   broadcast down chunk by chunk. Benchmarks and GPU tests use it as a baseline that does not
   depend on the planner; on a chain the pipeline is what makes the bandwidth (Blink §4.2).
 
-All go through :class:`~blinkflow.planner.builder.ScheduleBuilder`, like the lowered plans, so
+All go through :class:`~blinkflow.schedule.builder.ScheduleBuilder`, like the lowered plans, so
 their ``deps`` and rounds are derived and every one passes the symbolic checker (tested).
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ import dataclasses
 from typing import Sequence, Tuple
 
 from ...errors import ScheduleError
-from ...planner.builder import ScheduleBuilder
-from ...planner.schedule import Schedule
+from ...schedule.builder import ScheduleBuilder
+from ...schedule.ir import Schedule
 
 
 def direct_allgather_schedule(devices: Tuple[int, ...], shards: Tuple[Tuple[int, int, int], ...],

@@ -10,7 +10,7 @@ the collective's postcondition exactly, for every element and every rank:
 * all-gather — every rank ends with shard ``d`` from device ``d`` only;
 * reduce-scatter — device ``d``'s shard holds the full sum.
 
-Besides the postcondition the checker enforces the execution rules of :mod:`.schedule`, so that
+Besides the postcondition the checker enforces the execution rules of :mod:`.ir`, so that
 *every* legal executor (round by round, pulling from a peer's buffer, or one stream per channel
 following ``deps``) computes the same thing:
 
@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ..errors import ScheduleError
 from .intervals import IntervalMap
-from .schedule import RECEIVING_OPS, REDUCING_OPS, Schedule, Step
+from .ir import RECEIVING_OPS, REDUCING_OPS, Schedule, Step
 
 # A symbolic value: (shift, counts). ``counts[i]`` = how many times rank i's input is summed in;
 # the inputs come from element ``position + shift``. ``None`` = nothing defined there yet.
@@ -41,7 +41,7 @@ def check(schedule: Schedule) -> None:
     """Raise :class:`ScheduleError` unless ``schedule`` provably implements its collective.
 
     >>> from blinkflow.planner import Plan, Tree
-    >>> from blinkflow.planner.lower import lower
+    >>> from blinkflow.schedule.lower import lower
     >>> plan = Plan("allreduce", "t", (0, 1, 2), (Tree(0, 1.0, ((0, 1), (1, 2))),), 1.0, 1.0)
     >>> check(lower(plan, 10, chunk_elems=3))                 # passes silently
     >>> import dataclasses

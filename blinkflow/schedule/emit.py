@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import PlanError
+from ..planner.plan import Tree
 from .builder import ScheduleBuilder
-from .plan import Tree
 
 
 def chunk_ranges(offset: int, count: int, chunk_elems: int) -> List[Tuple[int, int]]:

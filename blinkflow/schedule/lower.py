@@ -15,7 +15,7 @@ channel ``i``, and streams that range in chunks of ``chunk_elems`` (Blink MLSys 
   plans, then each host broadcasts down its intra trees.
 
 Bitwise reproducibility: every range is reduced once, at its tree root, in the order fixed by the
-tree's edges (see :mod:`.pipeline`); all other ranks receive copies of those bytes.
+tree's edges (see :mod:`.emit`); all other ranks receive copies of those bytes.
 
 Lowering is deterministic and linear in the number of steps; executors call it per fusion
 buffer size and cache the result.
@@ -26,10 +26,10 @@ import itertools
 from typing import List, Optional, Sequence, Tuple
 
 from ..errors import PlanError, ScheduleError
+from ..planner.plan import Plan, Tree, split_counts
 from .builder import ScheduleBuilder
-from .pipeline import TreeShape, emit_broadcast, emit_reduce
-from .plan import Plan, Tree, split_counts
-from .schedule import Schedule
+from .emit import TreeShape, emit_broadcast, emit_reduce
+from .ir import Schedule
 
 #: Default chunk: 1 Mi elements (4 MiB of float32). The simulator tunes it per size (MIAD); an
 #: executor may pass its own.

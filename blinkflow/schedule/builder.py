@@ -10,7 +10,7 @@ too):
   steps that touch the same elements, one of them writing, are therefore always ordered by deps,
   so an executor that runs independent steps concurrently (one stream per channel) is safe.
 * matching — sends are paired FIFO per ``(src, dst, channel)`` with receives in add order.
-* ``round`` — the least round satisfying the rules documented in :mod:`.schedule`: after its
+* ``round`` — the least round satisfying the rules documented in :mod:`.ir`: after its
   deps, after the round of the matching send, not before the earlier transfers of its queue, and
   a range a device has sent is not overwritten before the receiving round has passed.
 
@@ -24,7 +24,7 @@ from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ScheduleError
 from .intervals import IntervalMap
-from .schedule import RECEIVING_OPS, STEP_OPS, Schedule, Step
+from .ir import RECEIVING_OPS, STEP_OPS, Schedule, Step
 
 _READS = ("send", "recv_reduce", "recv_reduce_send")
 _WRITES = ("recv", "recv_reduce", "recv_reduce_send", "recv_send", "copy")
