@@ -12,10 +12,76 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Callable, Optional, Sequence, Tuple
+import functools
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from ..config import Config
 from ..ops import ReduceOp
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Who is where: worked out once by the runtime's job set-up and handed to every backend.
+
+    Hosts are numbered by their lowest rank and ranks keep their order within a host, so local
+    and cross ranks are the same on every rank (the communicators in :class:`BackendContext`
+    are split by exactly this)."""
+
+    rank: int
+    hosts: Tuple[int, ...]
+    """``hosts[r]``: the host index of rank ``r`` (0 = the host of rank 0)."""
+    devices: Tuple[int, ...]
+    """``devices[r]``: the topology device id rank ``r`` drives."""
+
+    @property
+    def size(self) -> int:
+        return len(self.hosts)
+
+    @functools.cached_property
+    def host_ranks(self) -> Tuple[Tuple[int, ...], ...]:
+        """``host_ranks[h]``: the ranks of host ``h`` in local-rank order."""
+        out: List[List[int]] = [[] for _ in range(max(self.hosts) + 1)]
+        for r, h in enumerate(self.hosts):
+            out[h].append(r)
+        return tuple(tuple(ranks) for ranks in out)
+
+    @property
+    def local_ranks(self) -> Tuple[int, ...]:
+        """The ranks of this rank's host, in local-rank order."""
+        return self.host_ranks[self.hosts[self.rank]]
+
+    @functools.cached_property
+    def local_rank_of(self) -> Tuple[int, ...]:
+        """``local_rank_of[r]``: rank ``r``'s place on its host."""
+        out = [0] * self.size
+        for ranks in self.host_ranks:
+            for i, r in enumerate(ranks):
+                out[r] = i
+        return tuple(out)
+
+    @property
+    def local_rank(self) -> int:
+        return self.local_rank_of[self.rank]
+
+    @property
+    def local_size(self) -> int:
+        return len(self.local_ranks)
+
+    @property
+    def nhosts(self) -> int:
+        return len(self.host_ranks)
+
+    @property
+    def even(self) -> bool:
+        """Every host has the same number of ranks."""
+        return len({len(ranks) for ranks in self.host_ranks}) == 1
+
+    def same_host(self, r: int) -> bool:
+        return self.hosts[r] == self.hosts[self.rank]
+
+    @property
+    def local_devices(self) -> Tuple[int, ...]:
+        return tuple(self.devices[r] for r in self.local_ranks)
 
 
 @dataclasses.dataclass
@@ -25,18 +91,24 @@ class BackendContext:
     comm: Any
     """mpi4py communicator of the job (or process set); its ranks are the participating ranks."""
     local_comm: Any
-    """Ranks on the same host (``comm.Split_type(MPI.COMM_TYPE_SHARED)``), ordered by global rank."""
+    """Ranks on the same host, ordered by global rank (``layout.local_ranks``)."""
     cross_comm: Any
     """Ranks with the same local rank on every host, ordered by host."""
+    layout: Layout
+    """Who is where (hosts, local ranks, devices), the same object on every rank."""
     topology: Any
     """The job's :class:`blinkflow.topology.Topology` (already subset to the allocated devices)."""
-    devices: Tuple[int, ...]
-    """``devices[r]`` is the topology device id that rank ``r`` drives."""
     plan_for: Callable[..., Any]
-    """``plan_for(collective, root=None) -> Plan``, memoised by the runtime; plans are verified."""
+    """``plan_for(collective, root=None) -> Plan``: verified, memoised, and the same on every
+    rank (the runtime compares digests before a plan first runs). ``root`` is a device id."""
     config: Config
     timeline: Optional[Any] = None
     """An object with ``start(name, phase)`` / ``end(name, phase)`` or None."""
+
+    @property
+    def devices(self) -> Tuple[int, ...]:
+        """``devices[r]`` is the topology device id that rank ``r`` drives."""
+        return self.layout.devices
 
 
 class Backend(abc.ABC):
@@ -101,11 +173,6 @@ class Backend(abc.ABC):
             buf[...] = (buf * factor).astype(buf.dtype)
         else:
             buf *= buf.dtype.type(factor)
-
-    def barrier(self) -> None:
-        self_comm = getattr(self, "comm", None)
-        if self_comm is not None:
-            self_comm.Barrier()
 
     def close(self) -> None:
         """Release shared memory, IPC handles, streams. Safe to call twice."""

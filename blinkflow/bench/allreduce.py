@@ -84,7 +84,7 @@ class _Blinkflow:
             self.bf = bf
         else:
             from ..backends.cpu import CpuBackend
-            from ..backends.cpu.standalone import standalone_context
+            from ..runtime.standalone import standalone_context
 
             self.backend = CpuBackend(standalone_context(comm))
 

@@ -77,27 +77,20 @@ def kernel_rows(sizes: List[int], iters: int) -> List[Dict]:
 
 
 def _context(comm, schedule: str):
-    from mpi4py import MPI
+    """The runtime's own job set-up on ``comm``: the planner's trees on the first GPUs of an HGX
+    H100 ("plan"), or a topology whose plans the chain schedules replace ("chain"); ranks may
+    share a GPU either way (device ids are virtual)."""
+    import dataclasses
 
-    from ..backends.base import BackendContext
     from ..config import get_config
+    from ..runtime.standalone import standalone_context
 
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
-    cross = comm.Split(local.rank, key=comm.rank)
-    ctx = BackendContext(comm=comm, local_comm=local, cross_comm=cross, topology=None,
-                         devices=tuple(range(comm.size)), plan_for=None, config=get_config())
-    if schedule == "plan":
-        from ..planner import make_plan  # lands with the planner branch
-        from ..topology.presets import get_preset
-
-        topo = get_preset("hgx-h100").subset(list(range(comm.size)))
-        ctx.topology = topo
-        ctx.plan_for = lambda collective, root=None: make_plan(topo, collective, root=root)
-    return ctx
+    topology = "hgx-h100" if schedule == "plan" else f"cpu-host:{comm.size}"
+    return standalone_context(comm, dataclasses.replace(get_config(), topology=topology))
 
 
-def _chain_schedule_for(collective, root_device, nelems, chunk_elems, scope, shard_counts=None, devices=()):
-    from ..backends.cuda.schedules import chain_allreduce_schedule
+def _chain_schedule_for(collective, root_device, nelems, chunk_elems, shard_counts=None, devices=()):
+    from ..schedule.shapes import chain_allreduce_schedule
 
     if collective != "allreduce":
         from ..errors import PlanError
@@ -159,10 +152,9 @@ def _slowest(comm, seconds: float) -> float:
 
 def _nccl_comm(comm, device: int):
     """A cupy NCCL communicator, or None where NCCL is missing or ranks share a GPU."""
-    from ..backends.cuda.backend import _gpus_distinct
-    from ..backends.cuda.device import nccl_available
+    from ..backends.cuda.device import gpus_distinct, nccl_available
 
-    usable = nccl_available() and _gpus_distinct(comm, device)
+    usable = nccl_available() and gpus_distinct(comm, device)
     if not all(comm.allgather(usable)):
         return None
     from cupy.cuda import nccl

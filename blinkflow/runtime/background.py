@@ -130,9 +130,7 @@ class Engine:
         if self.config.timeline:
             self._timeline = Timeline(self.config.timeline, job.rank)
         self._batch_timeline = BatchTimeline()
-        self._ctx = BackendContext(comm=job.comm, local_comm=job.local_comm, cross_comm=job.cross_comm,
-                                   topology=job.topology, devices=job.devices, plan_for=job.plan_for,
-                                   config=self.config, timeline=self._batch_timeline if self._timeline else None)
+        self._ctx = job.backend_context(self.config, self._batch_timeline if self._timeline else None)
         self._backend("cpu")
         self._watchdog = liveness.Watchdog(job.rank, job.machines, job.pids, self._on_peer_failure)
         self._watchdog.start()

@@ -1,45 +1,79 @@
 """Who is in the job and how it is laid out: run once by ``init`` on the background thread.
 
-The topology package's ``discover_job`` names each rank's host (by processor name, or
-``config.split_hosts`` consecutive blocks to exercise the multi-host path on one machine), its
-device and the job's topology. Ranks are ordered
-by global rank within a host and hosts by their lowest rank, so local and cross ranks are the
-same on every rank. The job's topology and the all-reduce plan are made here and their digests
-compared across ranks: ranks that would run different schedules fail now, loudly, instead of
-deadlocking in the first collective.
+The discovery protocol (:mod:`.discovery`) names each rank's host (by processor name, or
+``config.split_hosts`` blocks of ranks to exercise the multi-host path on one machine), its
+device and the job's topology. From that, "who is where" is worked out here, once, as a
+:class:`~blinkflow.backends.base.Layout` every backend receives: hosts are ordered by their lowest
+rank and ranks keep their order within a host, so local and cross ranks are the same on every
+rank. The plans of every collective are made and agreed here (:mod:`.plans`): ranks that would
+run different schedules fail now, loudly, instead of deadlocking in the first collective.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
+from ..backends.base import BackendContext, Layout
 from ..config import Config
-from ..errors import ConfigError, PlanError
-from ..topology.discover import discover_job
+from ..errors import ConfigError
+from .discovery import discover_job
+from .plans import PlanBook, init_keys
 
 
 @dataclasses.dataclass
 class Job:
     comm: Any
-    rank: int
-    size: int
     local_comm: Any
-    local_rank: int
-    local_size: int
     cross_comm: Any
-    cross_rank: int
-    cross_size: int
+    layout: Layout
+    """Who is where: host index and device of every rank."""
     hosts: Tuple[str, ...]
-    """hosts[r]: the (possibly split) host of rank r."""
+    """hosts[r]: the (possibly split) host name of rank r."""
     machines: Tuple[str, ...]
     """machines[r]: rank r's real processor name (liveness checks need the real one)."""
     pids: Tuple[int, ...]
     topology: Any
-    devices: Tuple[int, ...]
-    plan_for: Callable[..., Any]
-    plan: Any
-    """The all-reduce plan made at init."""
+    plans: PlanBook
+    """``plans.get(collective, root=None)``: the agreed plans (root: a device id)."""
+
+    @property
+    def rank(self) -> int:
+        return self.layout.rank
+
+    @property
+    def size(self) -> int:
+        return self.layout.size
+
+    @property
+    def local_rank(self) -> int:
+        return self.layout.local_rank
+
+    @property
+    def local_size(self) -> int:
+        return self.layout.local_size
+
+    @property
+    def cross_rank(self) -> int:
+        return self.cross_comm.Get_rank()
+
+    @property
+    def cross_size(self) -> int:
+        return self.cross_comm.Get_size()
+
+    @property
+    def devices(self) -> Tuple[int, ...]:
+        return self.layout.devices
+
+    @property
+    def plan_for(self):
+        return self.plans.get
+
+    def backend_context(self, config: Config, timeline=None) -> BackendContext:
+        """What every backend of this job is built from."""
+        return BackendContext(comm=self.comm, local_comm=self.local_comm, cross_comm=self.cross_comm,
+                              layout=self.layout, topology=self.topology, plan_for=self.plans.get,
+                              config=config, timeline=timeline)
 
     def free(self) -> None:
         for comm in (self.cross_comm, self.local_comm, self.comm):
@@ -49,59 +83,31 @@ class Job:
                 pass
 
 
-def layout(hosts: List[str]) -> Tuple[List[int], List[int], List[int]]:
-    """(host index, local rank, local size) of every rank; hosts ordered by their lowest rank."""
+def host_indexes(hosts: List[str]) -> List[int]:
+    """The host index of every rank; hosts are numbered in order of their lowest rank."""
     order: Dict[str, int] = {}
     for h in hosts:
         order.setdefault(h, len(order))
-    host_index = [order[h] for h in hosts]
-    local_rank, seen = [], {}
-    for h in host_index:
-        local_rank.append(seen.get(h, 0))
-        seen[h] = seen.get(h, 0) + 1
-    return host_index, local_rank, [seen[h] for h in host_index]
+    return [order[h] for h in hosts]
 
 
 def discover(comm, config: Config) -> Job:
-    """Collective over ``comm`` (already a private duplicate). Raises PlanError on disagreement."""
+    """Collective over ``comm`` (already a private duplicate). Raises ConfigError, TopologyError
+    or PlanError on every rank when the ranks disagree."""
     from mpi4py import MPI
 
-    rank, size = comm.Get_rank(), comm.Get_size()
+    rank = comm.Get_rank()
     gathered = comm.allgather((MPI.Get_processor_name(), os.getpid(), config.agreed()))
     _check_config(config, [agreed for _, _, agreed in gathered])
-    gathered = [(m, p) for m, p, _ in gathered]
-    machines = [m for m, _ in gathered]
     found = discover_job(comm, config)  # hosts by name, or split_hosts blocks; topology; devices
-    hosts, topology, devices = list(found.hosts), found.topology, tuple(found.devices)
-    host_index, local_ranks, local_sizes = layout(hosts)
-    local_comm = comm.Split(color=host_index[rank], key=rank)
-    cross_comm = comm.Split(color=local_ranks[rank], key=host_index[rank])
-    plan_for = _planner(topology, devices)
-    try:
-        plan, failure = plan_for("allreduce"), None
-    except Exception as e:  # noqa: BLE001 - every rank must hear of it, or the others hang below
-        plan, failure = None, e
-    _check_agreement(comm, topology, plan, failure)
-    return Job(comm=comm, rank=rank, size=size, local_comm=local_comm, local_rank=local_ranks[rank],
-               local_size=local_sizes[rank], cross_comm=cross_comm, cross_rank=cross_comm.Get_rank(),
-               cross_size=cross_comm.Get_size(), hosts=tuple(hosts), machines=tuple(machines),
-               pids=tuple(p for _, p in gathered), topology=topology, devices=tuple(devices),
-               plan_for=plan_for, plan=plan)
-
-
-def _planner(topology, devices) -> Callable[..., Any]:
-    """``plan_for(collective, root=None)``: verified plans of the job's devices, memoised."""
-    from ..planner import make_plan
-
-    cache: Dict[Tuple[str, Optional[int]], Any] = {}
-
-    def plan_for(collective: str, root: Optional[int] = None):
-        key = (collective, root)
-        if key not in cache:
-            cache[key] = make_plan(topology, collective, devices=list(devices), root=root)
-        return cache[key]
-
-    return plan_for
+    layout = Layout(rank, tuple(host_indexes(list(found.hosts))), tuple(found.devices))
+    local_comm = comm.Split(color=layout.hosts[rank], key=rank)
+    cross_comm = comm.Split(color=layout.local_rank, key=layout.hosts[rank])
+    plans = PlanBook(comm, found.topology, layout.devices)
+    plans.agree(init_keys(layout.devices))
+    return Job(comm=comm, local_comm=local_comm, cross_comm=cross_comm, layout=layout, hosts=tuple(found.hosts),
+               machines=tuple(m for m, _, _ in gathered), pids=tuple(p for _, p, _ in gathered),
+               topology=found.topology, plans=plans)
 
 
 def _check_config(config: Config, every: List[tuple]) -> None:
@@ -117,21 +123,3 @@ def _check_config(config: Config, every: List[tuple]) -> None:
                           for values, ranks in groups.items())
     raise ConfigError(f"ranks disagree on settings that must be equal everywhere ({described}); set them the same "
                       "on every rank (blinkrun flags do)")
-
-
-def _check_agreement(comm, topology, plan, failure: Optional[BaseException] = None) -> None:
-    """Every rank's (topology digest, plan digest) must be equal; a rank whose planning failed
-    sends its error instead, so all ranks raise rather than some waiting forever."""
-    mine = (topology.digest(), plan.digest()) if failure is None else ("failed", f"{type(failure).__name__}: {failure}")
-    every = comm.allgather(mine)
-    if len(set(every)) == 1 and every[0][0] != "failed":
-        return
-    groups: Dict[tuple, List[int]] = {}
-    for r, d in enumerate(every):
-        groups.setdefault(d, []).append(r)
-    failed = [(ranks, d[1]) for d, ranks in groups.items() if d[0] == "failed"]
-    if failed:
-        raise PlanError("planning the all-reduce failed on " + "; ".join(f"ranks {ranks}: {why}" for ranks, why in failed))
-    described = "; ".join(f"ranks {ranks}: topology {d[0]} plan {d[1]}" for d, ranks in groups.items())
-    raise PlanError(f"ranks computed different topologies or plans ({described}). Every rank must see the "
-                    "same topology: set BLINKFLOW_TOPOLOGY to the same preset or file on every rank.")

@@ -1,7 +1,8 @@
-"""The hardware graph: model, presets, parsers, JSON, live discovery (DESIGN §2).
+"""The hardware graph: model, presets, parsers, JSON, and reading this machine (DESIGN §2).
 
-Imports only the standard library, numpy and networkx — never MPI, CuPy or TensorFlow
-(``discover.py`` receives an mpi4py communicator from its caller and imports nothing of MPI).
+Imports only the standard library, numpy and networkx — never MPI, CuPy or TensorFlow. The
+protocol that probes every rank of a job and merges the answers is the runtime's
+(``blinkflow.runtime.discovery``); here are its pure halves (``probe``, ``merge``).
 """
 from .io import load_topology, save_topology, topology_from_dict
 from .model import COMPUTE_KINDS, LINK_KINDS, NODE_KINDS, Link, Node, Topology, bidirectional

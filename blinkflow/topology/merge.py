@@ -3,7 +3,7 @@
 A :class:`RankProbe` is what one rank learnt about itself; :func:`merge_probes` turns the list
 of all probes into a :class:`JobTopology`, and :func:`assign_topology` maps ranks onto a given
 topology (``BLINKFLOW_TOPOLOGY``). Both are plain functions of their inputs so they are tested
-without MPI; :mod:`.discover` runs them inside a job.
+without MPI; ``blinkflow.runtime.discovery`` runs them inside a job.
 
 Device ids of the job:
 

@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Mapping, Optional
 
 from ..errors import TopologyError
 from .model import Topology
-from .nvidia_smi import topology_from_nvidia_smi
+from .nvidia_smi import parse_smi_matrix, topology_from_nvidia_smi
 
 #: NVML_TOPOLOGY_* levels -> the cell nvidia-smi prints for them.
 NVML_LEVEL_CELLS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -143,3 +143,33 @@ def probe_host_topology(host: str = "localhost", text_source: Callable[[], Optio
     if text is None:
         return None
     return topology_from_nvidia_smi(text, where="nvidia-smi topo -m", name=host, host=host)
+
+
+def probe_gpu(backend: str, forced_topology: bool, local_rank: int, environ: Optional[Mapping[str, str]] = None,
+              gpu_text_source: Callable[[], Optional[str]] = host_gpu_text):
+    """``(gpu, table text)`` of the rank with ``local_rank`` on this host, or ``(None, None)`` for
+    a CPU rank: no probing under ``BLINKFLOW_BACKEND=cpu`` or a given topology; no GPU here.
+
+    Its GPU is ``CUDA_VISIBLE_DEVICES[local_rank]`` (all GPUs when unset); a launcher that gives
+    each rank a private GPU (one visible) makes that one the rank's, whatever its local rank."""
+    if backend == "cpu" or forced_topology:
+        return None, None
+    text = gpu_text_source()
+    if text is None:
+        if backend == "cuda":
+            raise TopologyError("BLINKFLOW_BACKEND=cuda but this host has no NVIDIA GPU (no NVML, no "
+                                "nvidia-smi); use BLINKFLOW_BACKEND=cpu or auto", "GPU probe")
+        return None, None
+    visible = visible_gpus(environ)
+    if visible is None:
+        visible = [int(label[3:]) for label in parse_smi_matrix(text, "nvidia-smi topo -m").gpu_labels]
+    if not visible:
+        return None, None
+    if len(visible) == 1:
+        # Two ranks given the same GPU are caught by the merge.
+        return visible[0], text
+    if local_rank >= len(visible):
+        raise TopologyError(f"local rank {local_rank} has no GPU: this host shows {len(visible)} "
+                            f"(CUDA_VISIBLE_DEVICES / nvidia-smi); launch at most {len(visible)} ranks "
+                            "per host", "GPU probe")
+    return visible[local_rank], text

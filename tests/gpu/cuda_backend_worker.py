@@ -1,9 +1,9 @@
 """Run under mpirun by test_cuda_backend.py: CudaBackend on N ranks sharing the GPUs here.
 
-argv: SCHEDULE HOSTS   (SCHEDULE "chain" = the package's chain schedules, "plan" = the
-planner's lowered trees for the first GPUs of each host of an HGX H100 (cluster), "direct" = chains for the job but no intra-host schedule, so a
-three-phase all-reduce falls back to one-hop reduce-scatter; HOSTS > 1 splits the ranks into
-that many pretend hosts to drive the three-phase path on one machine.)
+argv: SCHEDULE HOSTS   (SCHEDULE "chain" = hand-made chain schedules across all ranks (and
+one-hop all-gather / reduce-scatter), "plan" = the planner's lowered trees for the first GPUs
+of each host of an HGX H100 (cluster); HOSTS > 1 splits the ranks into that many pretend hosts:
+transfers between them go over MPI, and "plan" runs the three-phase all-reduce.)
 
 Every rank derives every rank's input from a seed, so each checks the result against numpy
 itself; then all ranks compare result digests to prove they are bitwise identical.
@@ -15,12 +15,13 @@ import cupy
 import numpy as np
 from mpi4py import MPI
 
-from blinkflow.backends.base import BackendContext
+from blinkflow.backends.base import BackendContext, Layout
 from blinkflow.backends.cuda import CudaBackend
-from blinkflow.backends.cuda.schedules import chain_allreduce_schedule, chain_broadcast_schedule
 from blinkflow.config import Config
 from blinkflow.errors import PlanError
 from blinkflow.ops import ReduceOp
+from blinkflow.schedule.shapes import (chain_allreduce_schedule, chain_broadcast_schedule, direct_allgather_schedule,
+                                       direct_reducescatter_schedule)
 
 SCHEDULE, HOSTS = sys.argv[1], int(sys.argv[2])
 comm = MPI.COMM_WORLD
@@ -35,35 +36,42 @@ if SCHEDULE == "plan":  # the first GPUs of each host of an HGX H100 cluster
     DEVICES = tuple(d for h in TOPOLOGY.hosts for d in TOPOLOGY.compute_on_host(h)[:per_host])
 else:
     DEVICES = tuple(range(n))  # virtual device ids; the ranks share the physical GPU(s)
-HOST_DEVICES = tuple(DEVICES[g] for g in local.allgather(me))
+LAYOUT = Layout(me, tuple(r // per_host for r in range(n)), DEVICES)
 CHUNK_BYTES = 4096  # small chunks: many pipeline steps and slot reuse even on small buffers
 
 
-def chain_schedule_for(collective, root_device, nelems, chunk_elems, scope, shard_counts=None):
-    if scope == "host" and SCHEDULE == "direct":
-        raise PlanError("no intra-host trees")
-    devices = DEVICES if scope == "job" else HOST_DEVICES
+def _shards(shard_counts):
+    at, out = 0, []
+    for d in DEVICES:
+        out.append((d, at, shard_counts[d]))
+        at += shard_counts[d]
+    return tuple(out)
+
+
+def chain_schedule_for(collective, root_device, nelems, chunk_elems, shard_counts=None):
     if collective == "allreduce":
-        return chain_allreduce_schedule(devices, nelems, chunk_elems, nchannels=min(2, len(devices)))
+        return chain_allreduce_schedule(DEVICES, nelems, chunk_elems, nchannels=min(2, len(DEVICES)))
     if collective == "broadcast":
-        return chain_broadcast_schedule(devices, root_device, nelems, chunk_elems)
-    raise PlanError(f"no chain schedule for {collective}")  # the backend falls back (direct all-gather, ...)
+        return chain_broadcast_schedule(DEVICES, root_device, nelems, chunk_elems)
+    if collective == "allgather":
+        return direct_allgather_schedule(DEVICES, _shards(shard_counts), nelems, chunk_elems)
+    if collective == "reducescatter":
+        return direct_reducescatter_schedule(DEVICES, _shards(shard_counts), nelems, chunk_elems)
+    raise PlanError(f"no hand-made schedule for {collective}")
 
 
 def make_backend():
     config = Config(chunk_bytes=CHUNK_BYTES)
-    ctx = BackendContext(comm=comm, local_comm=local, cross_comm=cross, topology=None, devices=DEVICES,
+    ctx = BackendContext(comm=comm, local_comm=local, cross_comm=cross, layout=LAYOUT, topology=None,
                          plan_for=None, config=config)
     kwargs = {"nslots": 2, "arena_bytes": 4 << 20}  # small: many slot reuses, and /dev/shm under the fake
-    if SCHEDULE in ("chain", "direct"):
+    if SCHEDULE == "chain":
         kwargs["schedule_for"] = chain_schedule_for
     else:
         from blinkflow.planner import make_plan
 
         ctx.topology = TOPOLOGY
         ctx.plan_for = lambda collective, root=None: make_plan(TOPOLOGY, collective, devices=list(DEVICES), root=root)
-    if HOSTS > 1:
-        kwargs["cross_transport"] = "staged"
     return CudaBackend(ctx, **kwargs)
 
 

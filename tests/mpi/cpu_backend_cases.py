@@ -13,7 +13,7 @@ import numpy as np
 from mpi4py import MPI
 
 from blinkflow.backends.cpu import CpuBackend
-from blinkflow.backends.cpu.standalone import standalone_context
+from blinkflow.runtime.standalone import standalone_context
 from blinkflow.config import Config
 from blinkflow.ops import ReduceOp
 
@@ -209,14 +209,16 @@ def run_growth(be):
 
 
 def run_deep_trees(config):
-    """A host plan of deeper trees (Blink's single-root shape: a chain and a binary tree, both
-    rooted at rank 0, plus a chain rooted at the last rank) runs level by level."""
+    """A plan of deeper trees (Blink's single-root shape: a chain and a binary tree, both rooted at
+    rank 0, plus a chain rooted at the last rank), chunk-pipelined by the runner: forwarding
+    (recv_send) and fused reduce-and-forward (recv_reduce_send) steps, inside a host (pull), and
+    between pretend hosts (MPI) under split_hosts."""
     global cases
     import dataclasses
 
     from blinkflow.planner.plan import Plan, Tree
 
-    if SIZE < 3 or config.split_hosts:
+    if SIZE < 2:
         return
     chain = tuple((r, r + 1) for r in range(SIZE - 1))
     binary = tuple(((r - 1) // 2, r) for r in range(1, SIZE))
@@ -225,6 +227,7 @@ def run_deep_trees(config):
                 (Tree(0, 0.3, chain), Tree(0, 0.3, binary), Tree(SIZE - 1, 0.4, back)), 1.0, 1.0)
     ctx = dataclasses.replace(standalone_context(MPI.COMM_WORLD, config), plan_for=lambda c, root=None: plan)
     be = CpuBackend(ctx)
+    be.chunk_bytes = 4096  # many chunks per tree: the pipeline runs
     for n in (1, 100, 50001):
         for dtype in (np.float32, np.float16, np.int64):
             for op in (ReduceOp.SUM, ReduceOp.MAX):
@@ -237,39 +240,15 @@ def run_deep_trees(config):
                 buf = be.buffer(n, dtype)
                 buf[...] = inputs[RANK]
                 out = np.empty(n, dtype)
-                be.allreduce(buf, op, out=out)  # interior ranks keep forwarded shards in their segment
+                be.allreduce(buf, op, out=out)  # forwarding ranks keep forwarded ranges in their buffer
                 expect_reduced(out, inputs, op, f"deep trees into out n={n} {np.dtype(dtype).name} {op.name}")
                 check_same_everywhere(out, f"deep trees into out n={n}")
                 cases += 2
-    assert len(be._levels[0]) > 1 and len(be._levels[1]) > 1, be._levels
+    ops = set().union(*comm.allgather({a.op for a in be.programs.get("allreduce", 50001,
+                                                                   be._chunk_elems(np.float32)).actions}))
+    if SIZE > 2:  # somebody forwarded
+        assert {"recv_send", "recv_reduce_send"} <= ops, ops
     be.close()
-
-
-def run_point_to_point():
-    """Phase 2's executors over COMM_WORLD: the ring, and lowered schedules of chain trees
-    (recv_reduce_send / recv_send steps) in both directions, two trees at once."""
-    global cases
-    from blinkflow.backends.cpu.cross import Scratch, ring_allreduce, run_schedule
-    from blinkflow.schedule.lower import lower
-    from blinkflow.planner.plan import Plan, Tree
-
-    chain = tuple((r, r + 1) for r in range(SIZE - 1))
-    back = tuple((r + 1, r) for r in range(SIZE - 2, -1, -1))
-    plan = Plan("allreduce", "test", tuple(range(SIZE)), (Tree(0, 0.5, chain), Tree(SIZE - 1, 0.5, back)), 1.0, 1.0)
-    scratch = Scratch()
-    for n in (1, 5, 1000, 65537):
-        for dtype in (np.float32, np.float16, np.int32):
-            inputs = [data(r, n, dtype, 21) for r in range(SIZE)]
-            buf = inputs[RANK].copy()
-            ring_allreduce(comm, buf, np.add, scratch)
-            expect_reduced(buf, inputs, ReduceOp.SUM, f"ring n={n}")
-            check_same_everywhere(buf, f"ring n={n}")
-            buf = inputs[RANK].copy()
-            run_schedule(comm, lower(plan, n, chunk_elems=max(1, n // 3)), RANK, {r: r for r in range(SIZE)},
-                         buf, np.add, scratch)
-            expect_reduced(buf, inputs, ReduceOp.SUM, f"chain schedule n={n}")
-            check_same_everywhere(buf, f"chain schedule n={n}")
-            cases += 2
 
 
 def run_single_copy_helping(be):
@@ -277,14 +256,13 @@ def run_single_copy_helping(be):
     neighbour-helper (the last rank) takes over the tail of its shard, and the results stay exact
     and bitwise identical, over pieces that chunks straddle."""
     global cases
-    from blinkflow.backends.cpu import backend as cpu_backend
-    from blinkflow.backends.cpu import single_copy
+    from blinkflow.backends.cpu import single_copy, single_copy_path
 
-    if be.peer_memory is None or be.nhosts > 1:
+    if be.single_copy is None or be.layout.nhosts > 1:
         return  # no cross-memory attach here, or the three-phase path (not balanced)
-    thresholds = cpu_backend.MIN_SINGLE_COPY_SHARD_BYTES, cpu_backend.MIN_SINGLE_COPY_PIECE_BYTES
-    cpu_backend.MIN_SINGLE_COPY_SHARD_BYTES = cpu_backend.MIN_SINGLE_COPY_PIECE_BYTES = 0
-    chunk_bytes, be.chunk_bytes = be.chunk_bytes, 4096  # many chunks per shard
+    thresholds = single_copy_path.MIN_SHARD_BYTES, single_copy_path.MIN_PIECE_BYTES
+    single_copy_path.MIN_SHARD_BYTES = single_copy_path.MIN_PIECE_BYTES = 0
+    chunk_bytes, be.single_copy.chunk_bytes = be.single_copy.chunk_bytes, 4096  # many chunks per shard
     run = single_copy.ChunkReducer.run
     if RANK == 0:
         def slow(self, *args):
@@ -308,8 +286,8 @@ def run_single_copy_helping(be):
         assert helped[SIZE - 1] > 0, f"rank 0 was slowed down but nobody helped it: {helped}"
     finally:
         single_copy.ChunkReducer.run = run
-        be.chunk_bytes = chunk_bytes
-        cpu_backend.MIN_SINGLE_COPY_SHARD_BYTES, cpu_backend.MIN_SINGLE_COPY_PIECE_BYTES = thresholds
+        be.single_copy.chunk_bytes = chunk_bytes
+        single_copy_path.MIN_SHARD_BYTES, single_copy_path.MIN_PIECE_BYTES = thresholds
 
 
 def main():
@@ -326,11 +304,10 @@ def main():
     run_reducescatter_in_place_at_the_front(be)
     run_alltoall(be)
     run_growth(be)
-    run_point_to_point()
     run_deep_trees(config)
     if SIZE > 1:
         run_single_copy_helping(be)
-    be.barrier()
+    comm.Barrier()
     be.close()
     be.close()
     if RANK == 0:

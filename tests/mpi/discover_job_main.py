@@ -5,7 +5,7 @@ from mpi4py import MPI
 
 from blinkflow.config import Config
 from blinkflow.errors import TopologyError
-from blinkflow.topology.discover import discover_job
+from blinkflow.runtime.discovery import discover_job
 
 comm = MPI.COMM_WORLD
 try:

@@ -140,15 +140,14 @@ def cma_failure(setup: bool):
     """The last rank's cross-memory reads fail mid-all-reduce (as if the kernel refused), or
     (``setup``) the rank cannot even set up its chunk reducer after the entry barrier: every
     rank must raise, naming it, instead of the others waiting in the exit barrier forever."""
-    from blinkflow.backends.cpu import backend as cpu_backend
-    from blinkflow.backends.cpu import single_copy
+    from blinkflow.backends.cpu import single_copy, single_copy_path
 
     r, n = bf.rank(), bf.size()
     backend = rt._engine._backends["cpu"]
-    if backend.peer_memory is None:
+    if backend.single_copy is None:
         print(f"NOCMA rank {r}", flush=True)
         return
-    cpu_backend.MIN_SINGLE_COPY_SHARD_BYTES = 0  # on every rank: this all-reduce takes the path
+    single_copy_path.MIN_SHARD_BYTES = 0  # on every rank: this all-reduce takes the path
     if r == n - 1 and setup:
         def no_memory(*args, **kwargs):
             raise MemoryError("injected: no scratch")
@@ -158,7 +157,7 @@ def cma_failure(setup: bool):
         def refused(*args, **kwargs):
             raise bf.BackendError("injected: process_vm_readv refused")
 
-        backend.peer_memory.read = backend.peer_memory.read_span = refused
+        backend.single_copy.memory.read = backend.single_copy.memory.read_span = refused
     try:
         bf.allreduce(np.ones(1 << 20, np.float32), op=bf.Sum, name="cma")
     except bf.ShutdownError as e:

@@ -1,5 +1,6 @@
 """The whole cuda backend (IPC arena, READY/FREE handshake over MPI, per-channel issue, fused
-reduce launches, three-phase glue, fallbacks) at 1, 2 and 4 ranks on the CPU.
+reduce launches, transfers between pretend hosts over MPI, the three-phase schedule) at 1, 2, 3
+and 4 ranks on the CPU, through the same runner the CPU backend runs.
 
 It runs the very worker the GPU tier runs (tests/gpu/cuda_backend_worker.py), with
 ``tests/fake_cupy`` standing in for CuPy: shared memory for device memory and IPC, numpy for
@@ -7,7 +8,6 @@ the kernels, synchronous copies. What this cannot show (real stream/event orderi
 kernels on a GPU) is what tests/gpu checks on a GPU machine; the kernels' bodies themselves
 are run on the CPU by tests/unit/test_kernels_host.py.
 """
-import importlib.util
 import os
 
 import pytest
@@ -21,11 +21,9 @@ FAKE = os.path.join(HERE, "fake_cupy")
 
 @pytest.mark.mpi
 @pytest.mark.slow
-@pytest.mark.parametrize("n,schedule,hosts", [(1, "chain", 1), (2, "chain", 1), (4, "chain", 1), (4, "direct", 2),
-                                               (4, "plan", 1), (4, "plan", 2)])
+@pytest.mark.parametrize("n,schedule,hosts", [(1, "chain", 1), (2, "chain", 1), (4, "chain", 1), (4, "chain", 2),
+                                               (4, "plan", 1), (4, "plan", 2), (3, "plan", 3)])
 def test_cuda_backend_on_fake_cupy(n, schedule, hosts):
-    if schedule == "plan" and importlib.util.find_spec("blinkflow.schedule.lower") is None:
-        pytest.skip("the schedule lowering (blinkflow.schedule.lower) has not landed")
     env = {"PYTHONPATH": os.pathsep.join([FAKE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     out = run_mpi(n, ["python", "-m", "mpi4py", WORKER, schedule, str(hosts)], timeout=240, env=env)
     assert f"OK {n} ranks, {hosts} hosts, {schedule}" in out.stdout, out.stdout + out.stderr

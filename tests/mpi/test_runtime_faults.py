@@ -92,9 +92,9 @@ def test_timeline_is_valid_chrome_trace(abort, tmp_path):
             assert (phase, "B") in names and (phase, "E") in names, (phase, sorted(names))
         assert all(e["pid"] == rank for e in events)
         # The backend's own phases, reported through BackendContext.timeline, land on the tracks
-        # of the fused tensors (the cpu backend: SHM_REDUCE, SHM_BROADCAST).
-        phases = {e["name"] for e in events if e.get("args", {}).get("step") == "allreduce"}
-        assert {"SHM_REDUCE", "SHM_BROADCAST"} <= phases, phases
+        # of the fused tensors (the cpu backend: running the schedule).
+        phases = {e["name"] for e in events if e.get("args", {}).get("step") == "collective"}
+        assert "RUN_SCHEDULE" in phases, phases
         tracks = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
         assert {"tl.0", "tl.3", "tl.bcast", "tl.gather"} <= tracks
         # Begin/end pairs balance on every track of a clean run.

@@ -35,7 +35,7 @@ def main():
     r, n = bf.rank(), bf.size()
     job = rt._engine.job
     print(f"LAYOUT {r} {n} {bf.local_rank()} {bf.local_size()} {bf.cross_rank()} {bf.cross_size()} "
-          f"{','.join(job.hosts)} {job.plan.is_three_phase} {get_config().chunk_bytes}", flush=True)
+          f"{','.join(job.hosts)} {job.plans.get('allreduce').is_three_phase} {get_config().chunk_bytes}", flush=True)
 
     for dtype in ("float32", "float64", "int64"):
         inputs = [value(q, dtype) for q in range(n)]

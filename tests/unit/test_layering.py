@@ -9,7 +9,7 @@ FORBIDDEN = ("mpi4py", "tensorflow", "keras", "cupy")
 
 SCRIPT = """
 import json, sys
-import blinkflow.topology, blinkflow.topology.probe, blinkflow.topology.discover, blinkflow.topology.merge
+import blinkflow.topology, blinkflow.topology.probe, blinkflow.topology.merge
 import blinkflow.planner, blinkflow.schedule, blinkflow.schedule.lower, blinkflow.schedule.symbolic
 from blinkflow.planner import make_plan, verify_plan, link_loads, ring_gbps
 from blinkflow.topology import get_preset

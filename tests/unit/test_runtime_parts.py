@@ -10,7 +10,9 @@ from blinkflow.ops import ReduceOp
 from blinkflow.runtime.coordinator import MessageTable, validate
 from blinkflow.runtime.executor import split_rows
 from blinkflow.runtime.fusion import make_batches
-from blinkflow.runtime.job import _check_agreement, layout
+from blinkflow.backends.base import Layout
+from blinkflow.runtime.job import host_indexes
+from blinkflow.runtime.plans import PlanBook
 from blinkflow.runtime.messages import JOIN_NAME, Kind, Request, Response
 from blinkflow.runtime.response_cache import HIT, INVALID, MISS, ResponseCache
 from blinkflow.runtime.stall import StallInspector
@@ -139,7 +141,15 @@ def test_reducescatter_rows_first_ranks_get_the_extra_row(n, size):
 
 
 def test_layout_local_and_cross_ranks():
-    assert layout(["b", "a", "b", "a"]) == ([0, 1, 0, 1], [0, 0, 1, 1], [2, 2, 2, 2])
+    hosts = host_indexes(["b", "a", "b", "a"])
+    assert hosts == [0, 1, 0, 1]
+    layouts = [Layout(r, tuple(hosts), (10, 11, 12, 13)) for r in range(4)]
+    assert [lay.local_rank for lay in layouts] == [0, 0, 1, 1]
+    assert [lay.local_size for lay in layouts] == [2, 2, 2, 2]
+    assert layouts[2].local_ranks == (0, 2) and layouts[2].local_devices == (10, 12)
+    assert layouts[0].nhosts == 2 and layouts[0].even and layouts[0].same_host(2) and not layouts[0].same_host(1)
+    uneven = Layout(2, (0, 0, 1), (0, 1, 2))  # 3 ranks on 2 hosts: 2 + 1
+    assert uneven.host_ranks == ((0, 1), (2,)) and not uneven.even and uneven.local_rank == 0
 
 
 class FakeComm:
@@ -147,7 +157,7 @@ class FakeComm:
         self.every = every
 
     def allgather(self, mine):
-        return self.every
+        return [mine if e is None else e for e in self.every]
 
 
 class FakePlan:
@@ -162,15 +172,37 @@ class FakeTopology(FakePlan):
     pass
 
 
+def book(every, plan="p", fails=None):
+    def make(topology, collective, devices, root):
+        if fails:
+            raise PlanError(fails)
+        return FakePlan(plan)
+    return PlanBook(FakeComm(every), FakeTopology("t"), [0, 1, 2], make=make)
+
+
 def test_plan_digests_that_differ_raise_naming_the_ranks():
-    _check_agreement(FakeComm([("t", "p")] * 3), FakeTopology("t"), FakePlan("p"))
+    keys = [("allreduce", None), ("broadcast", 0)]
+    agreed = book([None, ("t", ("p", "p")), None])
+    agreed.agree(keys)
+    assert agreed.get("broadcast", 0).digest() == "p"
     with pytest.raises(PlanError) as e:
-        _check_agreement(FakeComm([("t", "p"), ("t", "q"), ("t", "p")]), FakeTopology("t"), FakePlan("p"))
-    assert "ranks [0, 2]" in str(e.value) and "ranks [1]" in str(e.value) and "BLINKFLOW_TOPOLOGY" in str(e.value)
+        book([None, ("t", ("p", "q")), None]).agree(keys)
+    assert "ranks [0, 2]" in str(e.value) and "ranks [1]" in str(e.value) and "broadcast from device 0" in str(e.value)
+    with pytest.raises(PlanError) as e:
+        book([None, ("u", ("p", "p"))]).agree(keys)  # one rank saw another topology
+    assert "different topologies" in str(e.value) and "BLINKFLOW_TOPOLOGY" in str(e.value)
     with pytest.raises(PlanError) as e:  # one rank's planner failed: everyone raises, naming it
-        _check_agreement(FakeComm([("t", "p"), ("failed", "PlanError: no trees")]), FakeTopology("t"), None,
-                         PlanError("no trees"))
-    assert "failed on ranks [1]: PlanError: no trees" in str(e.value)
+        book([None, ("t", ("failed: PlanError: no trees", "p"))]).agree(keys)
+    assert "planning failed on rank 1 (allreduce): PlanError: no trees" in str(e.value)
+
+
+def test_a_plan_first_used_later_is_agreed_then():
+    b = book([None, None])
+    calls = []
+    b.comm.allgather = lambda mine: calls.append(mine) or [mine, mine]
+    b.get("broadcast", 2)
+    b.get("broadcast", 2)
+    assert len(calls) == 1  # agreed once, on first use
 
 
 def test_stall_inspector_warns_then_asks_for_shutdown(caplog):

@@ -95,3 +95,15 @@ def nccl_available() -> bool:
         return bool(nccl.available) if hasattr(nccl, "available") else True
     except Exception:
         return False
+
+
+def gpus_distinct(comm, device: int) -> bool:
+    """Whether every rank of ``comm`` drives a different physical GPU (host name + PCI bus id):
+    NCCL refuses ranks that share one (the GPU benchmark asks before comparing with it)."""
+    import socket
+
+    import cupy
+
+    key = (socket.gethostname(), cupy.cuda.runtime.deviceGetPCIBusId(device))
+    keys = comm.allgather(key)
+    return len(set(keys)) == len(keys)

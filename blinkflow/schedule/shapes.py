@@ -1,11 +1,12 @@
-"""Schedules the cuda executor builds itself, without the planner.
+"""Schedules built by hand, without the planner, through the same builder as lowered plans.
 
-* :func:`direct_allgather_schedule` and :func:`direct_reducescatter_schedule` serve calls no
-  tree plan fits (the runtime's uneven shards, the first and last phases of the three-phase
-  all-reduce when the plan has no intra-host trees).
 * :func:`chain_allreduce_schedule` is Blink's simplest spanning tree, a chain, reduced up and
-  broadcast down chunk by chunk. Benchmarks and GPU tests use it as a baseline that does not
-  depend on the planner; on a chain the pipeline is what makes the bandwidth (Blink §4.2).
+  broadcast down chunk by chunk, and :func:`chain_broadcast_schedule` its broadcast. The GPU
+  benchmark and the backend tests use them as a baseline that does not depend on the planner;
+  on a chain the pipeline is what makes the bandwidth (Blink §4.2).
+* :func:`direct_allgather_schedule` and :func:`direct_reducescatter_schedule`: one hop from
+  every device to every other, NCCL's shape on a switch; the runner's tests drive uneven and
+  empty shards through them.
 
 All go through :class:`~blinkflow.schedule.builder.ScheduleBuilder`, like the lowered plans, so
 their ``deps`` and rounds are derived and every one passes the symbolic checker (tested).
@@ -15,9 +16,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence, Tuple
 
-from ...errors import ScheduleError
-from ...schedule.builder import ScheduleBuilder
-from ...schedule.ir import Schedule
+from ..errors import ScheduleError
+from .builder import ScheduleBuilder
+from .ir import Schedule
 
 
 def direct_allgather_schedule(devices: Tuple[int, ...], shards: Tuple[Tuple[int, int, int], ...],

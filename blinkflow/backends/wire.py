@@ -1,0 +1,113 @@
+"""MPI under both backends' transports: control messages inside a host, data between hosts.
+
+STYLE habit 7: MPI carries control messages (small: six int64s, the sender's rank among them) and data moves by the
+fastest path there is: inside a host through shared memory (CPU) or NVLink / IPC (GPU), where
+the READY / FREE messages below are all MPI carries; between hosts MPI carries the chunks
+themselves (:meth:`MpiWire.isend` / :meth:`MpiWire.irecv`), and their completions are the
+READY / FREE events of those transfers.
+
+Everything goes over one communicator the backend duplicated for its transport, so it can never
+match another layer's messages; data travels with tag ``DATA_TAG + channel`` so MPI's
+non-overtaking rule per (source, tag) gives the schedule IR's FIFO matching per (peer, channel).
+"""
+from __future__ import annotations
+
+from typing import Any, List, Tuple
+
+import numpy as np
+
+from ..schedule.transport import FREE, READY, Event
+
+CONTROL_TAG = 0xB1
+DATA_TAG = 0x100
+
+
+class MpiWire:
+    """Events of one backend's transfers, in the runner's vocabulary (``schedule.transport``)."""
+
+    def __init__(self, comm):
+        from mpi4py import MPI
+
+        self.MPI = MPI
+        self.comm = comm  # a Dup() owned by the backend
+        self._sent: List[Tuple[Any, np.ndarray]] = []  # control Isends and their buffers
+        self._inbox = np.empty(6, dtype=np.int64)
+        self.rank = comm.Get_rank()
+        self._control = self.comm.Irecv(self._inbox, source=MPI.ANY_SOURCE, tag=CONTROL_TAG)
+        self._requests: List[Any] = [self._control]  # [0] is always the control receive
+        self._meaning: List[Event] = [None]  # the event each data request's completion is
+        self._buffers: List[Any] = [None]  # kept alive until the request completes
+
+    # ---- sending -----------------------------------------------------------------------------
+    def post(self, dst: int, kind: int, channel: int, seq: int, payload: Tuple[int, int] = (0, 0)) -> None:
+        """Send a control message (READY or FREE) to rank ``dst`` without blocking."""
+        msg = np.array([kind, self.rank, channel, seq, payload[0], payload[1]], dtype=np.int64)
+        self._sent.append((self.comm.Isend(msg, dest=dst, tag=CONTROL_TAG), msg))
+        if len(self._sent) > 256:  # reap completed sends so the list stays short
+            self._sent = [(r, m) for r, m in self._sent if not r.Test()]
+
+    def isend(self, dst: int, channel: int, seq: int, data: np.ndarray) -> None:
+        """Send ``data`` (contiguous, host memory, or device memory under CUDA-aware MPI);
+        its completion is the FREE event of transfer ``seq``."""
+        request = self.comm.Isend(data, dest=dst, tag=DATA_TAG + channel)
+        self._track(request, (FREE, dst, channel, seq, None), data)
+
+    def irecv(self, src: int, channel: int, seq: int, into: np.ndarray) -> None:
+        """Receive transfer ``seq`` from rank ``src`` into ``into``; its completion is the
+        transfer's READY event. Post a (peer, channel)'s receives in sequence order."""
+        request = self.comm.Irecv(into, source=src, tag=DATA_TAG + channel)
+        self._track(request, (READY, src, channel, seq, None), into)
+
+    def _track(self, request, event: Event, buffer) -> None:
+        self._requests.append(request)
+        self._meaning.append(event)
+        self._buffers.append(buffer)
+
+    # ---- events ------------------------------------------------------------------------------
+    def poll(self) -> List[Event]:
+        done = self.MPI.Request.Testsome(self._requests, statuses=None)
+        return self._collect(done or [])
+
+    def wait(self) -> List[Event]:
+        if len(self._requests) == 1:  # only the control receive: wait for the next message
+            self._control.Wait()
+            return self._collect([0])
+        return self._collect(self.MPI.Request.Waitsome(self._requests) or [])
+
+    def _collect(self, indices) -> List[Event]:
+        events = []
+        control = False
+        for i in indices:
+            if i == 0:
+                control = True
+            else:
+                events.append(self._meaning[i])
+        if indices:
+            keep = [i for i in range(1, len(self._requests)) if i not in set(indices)]
+            self._requests = [self._control] + [self._requests[i] for i in keep]
+            self._meaning = [None] + [self._meaning[i] for i in keep]
+            self._buffers = [None] + [self._buffers[i] for i in keep]
+        if control:
+            events.append(self._message())
+        return events
+
+    def _message(self) -> Event:
+        """The control message that completed, then the receive for the next one."""
+        kind, src, channel, seq, a, b = (int(x) for x in self._inbox)
+        self._control = self.comm.Irecv(self._inbox, source=self.MPI.ANY_SOURCE, tag=CONTROL_TAG)
+        self._requests[0] = self._control
+        return kind, src, channel, seq, (a, b)
+
+    def flush(self) -> None:
+        """Complete outstanding control sends (every transport calls it at the end of a program)."""
+        if self._sent:
+            self.MPI.Request.Waitall([r for r, _ in self._sent])
+            self._sent = []
+
+    def close(self) -> None:
+        """Cancel the pending control receive. Data requests are complete when programs end."""
+        try:
+            self._control.Cancel()
+            self._control.Wait()
+        except Exception:  # noqa: BLE001 - a failed peer can make this raise; nothing to save
+            pass

@@ -1,0 +1,86 @@
+"""Live discovery of a job's topology: every rank probes itself, rank 0 merges, all agree.
+
+Contract (used by :mod:`.job`)::
+
+    found = discover_job(comm, config)    # collective over the mpi4py communicator ``comm``
+    found.topology                        # Topology of the job's devices
+    found.devices[r], found.hosts[r]      # device id and host name of rank r
+
+Each rank probes: its host (:func:`host_of`: the processor name, or a block of ranks under
+``BLINKFLOW_SPLIT_HOSTS``), its local rank on that host and, unless ``config.backend == "cpu"``,
+the host's GPUs (:func:`blinkflow.topology.probe.probe_gpu`). No GPU means a CPU rank. Rank 0
+gathers the probes, builds the JobTopology with the pure :func:`~blinkflow.topology.merge.merge_probes`
+(or maps the ranks onto ``BLINKFLOW_TOPOLOGY``: :func:`~blinkflow.topology.merge.assign_topology`)
+and broadcasts it — or broadcasts the error, so every rank raises the same TopologyError
+instead of some ranks waiting forever.
+
+The topology package stays parsers, presets and the model; this protocol is the runtime's.
+"""
+from __future__ import annotations
+
+import traceback
+from typing import Callable, List, Mapping, Optional, Tuple
+
+from ..config import Config
+from ..errors import BlinkflowError, TopologyError
+from ..topology.merge import JobTopology, RankProbe, assign_topology, merge_probes
+from ..topology.probe import host_gpu_text, probe_gpu
+from ..topology.resolve import resolve_topology
+
+__all__ = ["JobTopology", "RankProbe", "discover_job", "host_of", "probe_rank"]
+
+
+def host_of(rank: int, size: int, split_hosts: int, machine: str, machine_local_rank: int) -> Tuple[str, int]:
+    """(host name, local rank) of ``rank``: its machine, or under ``split_hosts = k`` block
+    ``rank * k // size`` of consecutive ranks (any k <= size: 3 ranks on 2 hosts are 2 + 1)."""
+    if split_hosts <= 0:
+        return machine, machine_local_rank
+    block = rank * split_hosts // size
+    first = next(r for r in range(size) if r * split_hosts // size == block)
+    return f"host{block}", rank - first
+
+
+def discover_job(comm, config: Config, environ: Optional[Mapping[str, str]] = None,
+                 gpu_text_source: Callable[[], Optional[str]] = host_gpu_text) -> JobTopology:
+    """Collective: the job's JobTopology, identical on every rank of ``comm``."""
+    probe = probe_rank(comm, config, environ, gpu_text_source)
+    probes: Optional[List[RankProbe]] = comm.gather(probe, root=0)
+    result = None
+    if comm.Get_rank() == 0:
+        try:
+            if config.topology:
+                topology = resolve_topology(config.topology, where="BLINKFLOW_TOPOLOGY")
+                result = assign_topology(topology, probes)
+            else:
+                result = merge_probes(probes)
+        except BlinkflowError as e:
+            result = TopologyError(str(e))
+        except Exception as e:  # a bug must still reach every rank rather than hang them
+            result = TopologyError(f"merging the probes failed on rank 0: {e!r}", "topology discovery")
+    result = comm.bcast(result, root=0)
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def probe_rank(comm, config: Config, environ: Optional[Mapping[str, str]] = None,
+               gpu_text_source: Callable[[], Optional[str]] = host_gpu_text) -> RankProbe:
+    """What this rank can learn about itself. Collective (it splits ``comm`` by machine)."""
+    from mpi4py import MPI
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    machine = MPI.Get_processor_name()
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        machine_local_rank = local.Get_rank()
+    finally:
+        local.Free()
+    host, local_rank = host_of(rank, size, config.split_hosts, machine, machine_local_rank)
+    try:
+        gpu, text = probe_gpu(config.backend, bool(config.topology), local_rank, environ, gpu_text_source)
+    except BlinkflowError as e:
+        return RankProbe(rank, host, machine, local_rank, error=str(e))
+    except Exception:  # an unexpected failure must still reach rank 0, or the job hangs
+        return RankProbe(rank, host, machine, local_rank, error=traceback.format_exc(limit=3))
+    # Only the host's first rank ships the table; the others would send the same text.
+    return RankProbe(rank, host, machine, local_rank, gpu, text if local_rank == 0 else None)

@@ -1,0 +1,264 @@
+"""Compile one device's part of a :class:`~blinkflow.schedule.ir.Schedule` into actions.
+
+Pure Python (no CuPy, no MPI). The runner (:mod:`.runner`) follows the schedule's dependencies
+and transfer matching rather than its rounds (see the IR's docstring), which lets the chunks of
+a tree pipeline (Blink §4.2). Following dependencies out of order is only safe if every hazard on
+the local buffer is a dependency, so on top of the declared ``deps`` we add one for every
+earlier step whose element range conflicts with this one (read-after-write, write-after-read,
+write-after-write): the runner then never relies on how the lowering chose to spell ordering.
+
+Transfers are numbered per (peer, channel) in program order: the k-th send to ``dst`` on
+channel ``c`` carries sequence number k; the k-th receive from ``src`` on ``c`` consumes it.
+This is the FIFO matching the IR defines, made explicit so out-of-order issue cannot mix
+chunks up.
+
+Two facts per action serve transports that do not copy data out when a send is issued:
+
+* ``releases``: the earlier sends whose source range this action overwrites. Where a receiver
+  reads the sender's buffer in place (the CPU's shared memory) or MPI still reads it (an
+  ``Isend`` in flight), the action must wait until those sends were released.
+* ``final``: nothing later on this device reads or writes the action's range, so its value is
+  the device's result there and may be written straight to an out-of-place output;
+  ``leftover`` lists the ranges no final action writes (they are copied out at the end).
+"""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from typing import Dict, List, Mapping, Optional, Tuple
+
+from ..errors import ScheduleError
+from .ir import RECEIVING_OPS, REDUCING_OPS, SENDING_OPS, Schedule, Step
+
+Pair = Tuple[int, int]  # (peer rank, channel)
+
+
+@dataclasses.dataclass(frozen=True)
+class Action:
+    """One schedule step (or several fused reductions of one range), with peers as ranks and
+    transfers numbered."""
+
+    index: int
+    op: str
+    offset: int
+    count: int
+    channel: int
+    deps: Tuple[int, ...]
+    """Declared deps plus buffer hazards: indexes of earlier actions that must be issued first."""
+    inputs: Tuple[Tuple[int, int], ...] = ()
+    """(source rank, recv seq) of every chunk this action receives, in combination order (one for
+    a plain receive; several when consecutive reductions of one range were fused)."""
+    send_to: Optional[int] = None
+    send_seq: Optional[int] = None
+    src_offset: Optional[int] = None
+    releases: Tuple[int, ...] = ()
+    """Earlier sending actions whose source range this action overwrites."""
+    final: bool = False
+    """No later action of this device touches this action's range (it writes the result there)."""
+    steps: Tuple[int, ...] = ()
+    """The schedule steps this action performs (their indexes in the device's program)."""
+
+    @property
+    def reduces(self) -> bool:
+        return self.op in REDUCING_OPS
+
+    @property
+    def recv_from(self) -> Optional[int]:
+        return self.inputs[0][0] if self.inputs else None
+
+    @property
+    def recv_seq(self) -> Optional[int]:
+        return self.inputs[0][1] if self.inputs else None
+
+
+@dataclasses.dataclass(frozen=True)
+class RankProgram:
+    """What one rank executes for one schedule."""
+
+    rank: int
+    nelems: int
+    nchannels: int
+    actions: Tuple[Action, ...]
+    sends: Dict[Pair, int]
+    """Transfers this rank sends per (destination rank, channel)."""
+    recvs: Dict[Pair, int]
+    """Transfers this rank receives per (source rank, channel)."""
+    slot_elems: int
+    """Largest transfer of the whole schedule (every rank computes the same value)."""
+    cross_stream_deps: Tuple[bool, ...]
+    """``[i]``: some later action on another channel depends on action ``i`` (needs an event)."""
+    dependents: Tuple[Tuple[int, ...], ...] = ()
+    """``[i]``: the actions that list ``i`` in their deps (precomputed for the issue loop)."""
+    leftover: Tuple[Tuple[int, int], ...] = ()
+    """Half-open element ranges no final action writes: the device's own data or a value it
+    computed and then only sent on (copied to an out-of-place output at the end)."""
+    schedule: Optional[Schedule] = dataclasses.field(default=None, compare=False, repr=False)
+    """The schedule this program was compiled from (what a trace is compared with)."""
+
+
+def _ranges(step: Step) -> Tuple[List[Tuple[int, int]], List[Tuple[int, int]]]:
+    """(reads, writes) of a step on the local buffer, as half-open element ranges. A sending
+    step reads its range after any write it makes (``recv_send`` forwards what it received)."""
+    span = (step.offset, step.offset + step.count)
+    if step.op == "send":
+        return [span], []
+    if step.op == "recv":
+        return [], [span]
+    if step.op == "recv_send":
+        return [span], [span]
+    if step.op in REDUCING_OPS:
+        return [span], [span]
+    if step.op == "copy":
+        return [(step.src_offset, step.src_offset + step.count)], [span]
+    raise ScheduleError(f"unknown step op {step.op!r}")
+
+
+def _overlap(a: List[Tuple[int, int]], b: List[Tuple[int, int]]) -> bool:
+    return any(x0 < y1 and y0 < x1 for x0, x1 in a for y0, y1 in b if x1 > x0 and y1 > y0)
+
+
+def compile_program(schedule: Schedule, device: int, rank_of: Mapping[int, int], fuse_inputs: int = 1) -> RankProgram:
+    """The :class:`RankProgram` of ``device`` (a schedule device id); ``rank_of`` maps schedule
+    devices to the ranks the transport addresses.
+
+    ``fuse_inputs`` > 1 fuses a chain of reductions of one range from different peers (a tree
+    node folding in its children, Blink §4) into one action combining up to that many received
+    chunks with the local value in one pass, as NCCL's and Blink's kernels do: the same order
+    (own value, then the children in program order), so the same bits, and one pass over memory
+    instead of one per child."""
+    steps = schedule.program(device)
+    me = rank_of[device]
+    footprints = [_ranges(s) for s in steps]
+    # Steps are found through the blocks of ``block`` elements they touch, so finding hazards
+    # costs about (steps x steps-per-block) instead of steps squared; a 256 MiB buffer in 4 KiB
+    # chunks has 65536 steps per phase.
+    block = max(1, schedule.chunk_elems, max((s.count for s in steps), default=1))
+    by_block: Dict[int, List[int]] = {}
+    blocks_of: List[List[int]] = []
+    for i, (reads, writes) in enumerate(footprints):
+        blocks = sorted({b for lo, hi in reads + writes if hi > lo for b in range(lo // block, (hi - 1) // block + 1)})
+        blocks_of.append(blocks)
+        for b in blocks:
+            by_block.setdefault(b, []).append(i)
+    deps: List[set] = []
+    releases: List[set] = []
+    for i, s in enumerate(steps):
+        reads, writes = footprints[i]
+        mine, released = set(s.deps), set()
+        for j in {j for b in blocks_of[i] for j in by_block[b] if j < i}:
+            r, w = footprints[j]
+            if _overlap(writes, r) or _overlap(writes, w) or _overlap(reads, w):
+                mine.add(j)
+            if steps[j].op in SENDING_OPS and _overlap(writes, [(steps[j].offset, steps[j].offset + steps[j].count)]):
+                released.add(j)
+        deps.append(mine)
+        releases.append(released)
+    later = [_later_touching(i, footprints, blocks_of, by_block) for i in range(len(steps))]
+    # Transfers are numbered per (peer, channel) in program order, before any fusion.
+    recv_seq: Dict[Pair, int] = {}
+    send_seq: Dict[Pair, int] = {}
+    numbers: List[Tuple[Optional[Tuple[int, int]], Optional[Tuple[int, int]]]] = []
+    for i, s in enumerate(steps):
+        rin = sout = None
+        if s.op in RECEIVING_OPS:
+            key = (rank_of[s.peer], s.channel)
+            rin = (key[0], recv_seq.get(key, 0))
+            recv_seq[key] = rin[1] + 1
+        dst = s.destination
+        if dst is not None:
+            key = (rank_of[dst], s.channel)
+            if key[0] == me:
+                raise ScheduleError(f"device {device} step {i} sends to itself")
+            sout = (key[0], send_seq.get(key, 0))
+            send_seq[key] = sout[1] + 1
+        numbers.append((rin, sout))
+    groups = _fuse(steps, deps, later, fuse_inputs)
+    action_of = {}
+    for a, group in enumerate(groups):
+        for i in group:
+            action_of[i] = a
+    actions = []
+    for a, group in enumerate(groups):
+        last = steps[group[-1]]
+        first = steps[group[0]]
+        members = set(group)
+        sout = numbers[group[-1]][1]
+        final = later[group[-1]] is None and last.op in ("recv", "recv_reduce") and last.count > 0
+        actions.append(Action(
+            index=a, op=last.op, offset=first.offset, count=first.count, channel=first.channel,
+            deps=tuple(sorted({action_of[d] for i in group for d in deps[i] if d not in members})),
+            inputs=tuple(numbers[i][0] for i in group if numbers[i][0] is not None),
+            send_to=sout[0] if sout else None, send_seq=sout[1] if sout else None, src_offset=first.src_offset,
+            releases=tuple(sorted({action_of[j] for i in group for j in releases[i] if j not in members})),
+            final=final, steps=tuple(group)))
+    cross = [False] * len(actions)
+    dependents: List[List[int]] = [[] for _ in actions]
+    for a in actions:
+        for d in a.deps:
+            dependents[d].append(a.index)
+            if actions[d].channel != a.channel:
+                cross[d] = True
+    slot = max((s.count for _, prog in schedule.programs for s in prog if s.destination is not None), default=0)
+    written = sorted((a.offset, a.offset + a.count) for a in actions if a.final)
+    return RankProgram(rank=me, nelems=schedule.nelems, nchannels=max(1, schedule.nchannels), actions=tuple(actions),
+                       sends=send_seq, recvs=recv_seq, slot_elems=slot, cross_stream_deps=tuple(cross),
+                       dependents=tuple(tuple(x) for x in dependents),
+                       leftover=tuple(_complement(written, schedule.nelems)), schedule=schedule)
+
+
+def _later_touching(i: int, footprints, blocks_of, by_block) -> Optional[int]:
+    """The first step after ``i`` that reads or writes any element ``i`` reads or writes."""
+    mine = footprints[i][0] + footprints[i][1]
+    best = None
+    for b in blocks_of[i]:
+        steps = by_block[b]  # ascending
+        for at in range(bisect.bisect_right(steps, i), len(steps)):
+            j = steps[at]
+            if best is not None and j >= best:
+                break
+            if _overlap(mine, footprints[j][0] + footprints[j][1]):
+                best = j
+                break
+    return best
+
+
+def _fuse(steps, deps, later, fuse_inputs: int) -> List[List[int]]:
+    """Steps grouped into actions, in program order of each group's first step. A group is a
+    ``recv_reduce`` followed by the next steps touching its range while each is a reduction of
+    exactly that range, on its channel, from another peer, depending on nothing after the
+    group's start but the group (so issuing the group where it starts cannot wait on a step
+    that waits on the group); a ``recv_reduce_send`` ends it."""
+    grouped: set = set()
+    groups = []
+    for i, s in enumerate(steps):
+        if i in grouped:
+            continue
+        group = [i]
+        if s.op == "recv_reduce" and fuse_inputs > 1:
+            peers = {s.peer}
+            j = later[i]
+            while j is not None and len(group) < fuse_inputs:
+                t = steps[j]
+                if (t.op not in REDUCING_OPS or (t.offset, t.count, t.channel) != (s.offset, s.count, s.channel)
+                        or t.peer in peers or any(d >= i and d not in group for d in deps[j])):
+                    break
+                group.append(j)
+                peers.add(t.peer)
+                if t.op == "recv_reduce_send":
+                    break
+                j = later[j]
+        grouped.update(group)
+        groups.append(group)
+    return groups
+
+
+def _complement(spans: List[Tuple[int, int]], n: int) -> List[Tuple[int, int]]:
+    """The parts of ``[0, n)`` no span (sorted, possibly overlapping) covers."""
+    out, at = [], 0
+    for lo, hi in spans:
+        if lo > at:
+            out.append((at, lo))
+        at = max(at, hi)
+    if at < n:
+        out.append((at, n))
+    return out

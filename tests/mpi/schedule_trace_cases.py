@@ -1,0 +1,117 @@
+"""Run by test_schedule_trace.py: what the CPU backend runs is the lowered schedule.
+
+For every collective each rank records the transfers its transport makes, as they happen, and
+compares them with its program in the schedule object the backend ran: the same peers, ranges
+and channels, in each (peer, channel) queue's order (the IR's FIFO matching), and nothing else.
+The simulator then runs that very schedule object. Under ``BLINKFLOW_SPLIT_HOSTS=2`` the
+all-reduce is the three-phase one, and transfers between the pretend hosts must appear.
+Prints ``TRACE OK <collectives>`` on rank 0.
+"""
+import collections
+import dataclasses
+import faulthandler
+
+import numpy as np
+from mpi4py import MPI
+
+from blinkflow.backends.cpu import CpuBackend
+from blinkflow.config import Config
+from blinkflow.ops import ReduceOp
+from blinkflow.runtime.standalone import standalone_context
+from blinkflow.schedule.ir import RECEIVING_OPS, REDUCING_OPS
+from blinkflow.sim import simulate
+
+comm = MPI.COMM_WORLD
+RANK, SIZE = comm.Get_rank(), comm.Get_size()
+
+
+def expected(program):
+    """The transfers ``program``'s schedule says this rank makes, queue by queue."""
+    rank_of = {d: r for r, d in enumerate(program.schedule.devices)}
+    queues = collections.defaultdict(list)
+    device = program.schedule.devices[program.rank]
+    for step in program.schedule.program(device):
+        if step.op in RECEIVING_OPS:
+            kind = "recv_reduce" if step.op in REDUCING_OPS else "recv"
+            queues[(kind, rank_of[step.peer], step.channel)].append((step.offset, step.count))
+        if step.destination is not None:
+            queues[("send", rank_of[step.destination], step.channel)].append((step.offset, step.count))
+    return dict(queues)
+
+
+def observed(trace):
+    """The transfers made, queue by queue in sequence order. A queue's sends leave in that order
+    (MPI's matching needs it); its receives may run in any order once their chunks are there."""
+    queues = collections.defaultdict(list)
+    for kind, peer, channel, seq, offset, count in trace:
+        queues[(kind, peer, channel)].append((seq, offset, count))
+    out = {}
+    for key, transfers in queues.items():
+        seqs = [s for s, _, _ in transfers]
+        if key[0] == "send":
+            assert seqs == sorted(seqs), f"rank {RANK}: sends of queue {key} left out of order: {seqs}"
+        ordered = sorted(transfers)
+        assert [s for s, _, _ in ordered] == list(range(ordered[0][0], ordered[0][0] + len(ordered))), (key, seqs)
+        out[key] = [(offset, count) for _, offset, count in ordered]
+    return out
+
+
+def check(be, what, program):
+    got, want = observed(be.trace), expected(program)
+    assert got == want, f"rank {RANK} {what}: ran {got}, the schedule says {want}"
+    assert be.trace, f"rank {RANK} {what}: nothing moved"
+    result = simulate(program.schedule, be.ctx.topology)  # the very object the runner ran
+    assert result.seconds > 0, what
+    return {peer for _, peer, _, _, _, _ in be.trace}
+
+
+def main():
+    faulthandler.dump_traceback_later(120, exit=True)
+    config = dataclasses.replace(Config.from_env(), chunk_bytes=64 * 1024)  # several chunks per tree
+    be = CpuBackend(standalone_context(MPI.COMM_WORLD, config))
+    chunk = be._chunk_elems(np.float32)
+    peers = set()
+    n = 100_003
+    counts = [1000 + 7 * r for r in range(SIZE)]
+    rng = np.random.default_rng(RANK)
+
+    be.trace = []
+    buf = be.buffer(n, np.float32)
+    buf[...] = rng.random(n)
+    be.allreduce(buf, ReduceOp.SUM)
+    peers |= check(be, "allreduce", be.programs.get("allreduce", n, chunk))
+
+    be.trace = []
+    out = np.empty(n, np.float32)
+    buf = be.buffer(n, np.float32)
+    buf[...] = rng.random(n)
+    be.allreduce(buf, ReduceOp.MAX, out=out)  # out of place: the same transfers
+    check(be, "allreduce into out", be.programs.get("allreduce", n, chunk))
+
+    root = SIZE - 1
+    be.trace = []
+    be.broadcast(rng.random(n).astype(np.float32), root)
+    check(be, "broadcast", be.programs.get("broadcast", n, chunk, root=root))
+
+    be.trace = []
+    be.allgather(rng.random(counts[RANK]).astype(np.float32), np.empty(sum(counts), np.float32), counts)
+    check(be, "allgather", be.programs.get("allgather", sum(counts), chunk, counts=counts))
+
+    be.trace = []
+    be.reducescatter(rng.random(sum(counts)).astype(np.float32), np.empty(counts[RANK], np.float32), counts,
+                     ReduceOp.SUM)
+    check(be, "reducescatter", be.programs.get("reducescatter", sum(counts), chunk, counts=counts))
+
+    layout = be.layout
+    if layout.nhosts > 1:  # the three-phase all-reduce moved data between the pretend hosts
+        remote = [p for p in peers if not layout.same_host(p)]
+        assert remote, f"rank {RANK}: no transfer crossed hosts in the all-reduce ({peers})"
+        plan = be.ctx.plan_for("allreduce")
+        assert plan.is_three_phase, plan.algorithm
+    be.close()
+    if RANK == 0:
+        print("TRACE OK allreduce broadcast allgather reducescatter", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,18 @@
+"""What runs is the lowered schedule (issue: one executor of the schedule IR): the CPU backend's
+transfers equal the schedule's steps, inside a host and across two pretend hosts (three phases),
+and the simulator runs the same schedule object (tests/mpi/schedule_trace_cases.py)."""
+import os
+
+import pytest
+
+from mpi_launch import run_mpi
+
+CASES = os.path.join(os.path.dirname(__file__), "schedule_trace_cases.py")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs,split_hosts", [(2, 0), (4, 0), (4, 2), (3, 2)])
+def test_transfers_are_the_schedule(nprocs, split_hosts):
+    env = {"BLINKFLOW_SPLIT_HOSTS": str(split_hosts)} if split_hosts else {}
+    out = run_mpi(nprocs, ["python", CASES], timeout=180, env=env).stdout
+    assert "TRACE OK" in out, out[-2000:]
