@@ -5,6 +5,7 @@ DistributedGradientTape (dense and IndexedSlices); broadcast_variables; errors.
 One launch checks everything (TensorFlow costs seconds per process to import). Prints
 ``OPS OK <count>`` on success; exits 1 naming every failed check.
 """
+import os
 import sys
 
 import numpy as np
@@ -196,6 +197,24 @@ for mode in ("eager", "function"):
         check(f"{mode} mismatch type", False, f"{type(error).__name__}: {str(error)[:300]}")
     after = run(lambda: hvd.allreduce(tf.constant([1.0]), op=bf.Sum), mode)
     close(f"{mode} usable after mismatch", after, [float(n)])
+
+if os.environ.get("EXPECT_ROUTE") == "device":
+    # Every tensor above crossed by DLPack into the cuda backend (BLINKFLOW_BACKEND=cuda routes
+    # host tensors as a GPU's would be): no host conversion, and the cuda backend moved the data.
+    from blinkflow.runtime import api as rt
+    from blinkflow.tensorflow import _bridge
+
+    check("no tensor went through the host", _bridge.conversions["host"] == 0, dict(_bridge.conversions))
+    check("tensors went by DLPack", _bridge.conversions["device"] > 50, dict(_bridge.conversions))
+    backends = rt._engine._backends
+    check("the cuda backend ran the collectives", "cuda" in backends and sum(backends["cuda"].state.sent.values()) > 0,
+          sorted(backends))
+    check("the cpu backend moved nothing", not any(backends["cpu"].state.sent.values()), backends["cpu"].state.sent)
+elif os.environ.get("EXPECT_ROUTE") == "host":
+    from blinkflow.tensorflow import _bridge
+
+    check("every tensor went through the host", _bridge.conversions["device"] == 0 and _bridge.conversions["host"] > 50,
+          dict(_bridge.conversions))
 
 # numpy stays numpy through the same dispatching API.
 out = hvd.allreduce(np.array([r], dtype=np.float64), op=bf.Sum, name="numpy.sum")

@@ -16,3 +16,13 @@ def test_fit_optimizer_callbacks_and_saving(n):
     extra = ["--core"] if n == 4 else []
     out = run_mpi(n, ["python", os.path.join(HERE, "fit_script.py")] + extra, timeout=500).stdout
     assert out.count("FIT OK") == n, out[-3000:]
+
+
+@pytest.mark.mpi
+def test_fit_on_the_device_route():
+    """model.fit whose gradients cross by DLPack into the cuda backend (its fake CuPy here)."""
+    fake = os.path.join(os.path.dirname(HERE), "fake_cupy")
+    env = {"PYTHONPATH": os.pathsep.join([fake] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
+           "BLINKFLOW_BACKEND": "cuda", "BLINKFLOW_TOPOLOGY": "cpu-host:2"}
+    out = run_mpi(2, ["python", os.path.join(HERE, "fit_script.py"), "--core"], timeout=500, env=env).stdout
+    assert out.count("FIT OK") == 2, out[-3000:]

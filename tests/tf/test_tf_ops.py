@@ -1,5 +1,7 @@
 """Multi-process tests of the TF collectives, their gradients, DistributedGradientTape,
-broadcast_variables and error mapping, eagerly and in tf.function (see ops_script.py)."""
+broadcast_variables and error mapping, eagerly and in tf.function (see ops_script.py): on the
+host route (the cpu backend), and on the device route, where TF tensors cross by DLPack into the
+cuda backend (its fake CuPy here, BLINKFLOW_BACKEND=cuda) without a host conversion."""
 import os
 
 import pytest
@@ -8,10 +10,20 @@ from mpi_launch import run_mpi
 
 pytest.importorskip("tensorflow")
 HERE = os.path.dirname(os.path.abspath(__file__))
+FAKE = os.path.join(os.path.dirname(HERE), "fake_cupy")
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", [2, 4])
 def test_tf_ops_values_gradients_and_errors(n):
-    out = run_mpi(n, ["python", os.path.join(HERE, "ops_script.py")], timeout=400).stdout
+    out = run_mpi(n, ["python", os.path.join(HERE, "ops_script.py")], timeout=400, env={"EXPECT_ROUTE": "host"}).stdout
+    assert out.count("OPS OK") == n, out[-3000:]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [2, 3])
+def test_tf_tensors_reach_the_cuda_backend_by_dlpack(n):
+    env = {"PYTHONPATH": os.pathsep.join([FAKE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
+           "BLINKFLOW_BACKEND": "cuda", "BLINKFLOW_TOPOLOGY": f"cpu-host:{n}", "EXPECT_ROUTE": "device"}
+    out = run_mpi(n, ["python", os.path.join(HERE, "ops_script.py")], timeout=400, env=env).stdout
     assert out.count("OPS OK") == n, out[-3000:]

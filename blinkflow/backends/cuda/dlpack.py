@@ -1,8 +1,9 @@
 """TensorFlow GPU tensors <-> cupy arrays through DLPack, without copying.
 
-The TF bindings call these so a ``tf.Tensor`` on a GPU reaches the cuda backend as a cupy
-view of the same memory (DESIGN §1: gradients go from the optimizer into the fusion buffer
-without a host round trip), and results go back the same way.
+The TF bindings (``blinkflow.tensorflow._bridge``) call these so a ``tf.Tensor`` on a GPU reaches
+the cuda backend as a cupy view of the same memory (DESIGN §1: gradients go from the optimizer
+into the fusion buffer without a host round trip), and results go back the same way. CuPy
+refuses a capsule of host memory; the bridge places tensors on the GPU first.
 
 CuPy has no bfloat16 dtype: a bfloat16 tensor is bit-cast to uint16 first (``tf.bitcast``
 reinterprets, it does not convert) and the dtype name travels beside the array, so the
@@ -27,11 +28,6 @@ def tf_to_cupy(tensor, sync: bool = True) -> Tuple[object, str]:
     name = tensor.dtype.name
     if name == "bfloat16":
         tensor = tf.bitcast(tensor, tf.uint16)
-    if "GPU" not in (tensor.device or "").upper():
-        from ...errors import BackendError
-
-        raise BackendError(f"tensor lives on {tensor.device!r}; the cuda backend takes GPU tensors "
-                           "(place it with tf.device('/GPU:0') or use BLINKFLOW_BACKEND=cpu)")
     capsule = tf.experimental.dlpack.to_dlpack(tensor)
     array = _from_capsule(cupy, capsule)
     if sync:

@@ -37,9 +37,66 @@ class ndarray(np.ndarray):
     def set(self, arr, stream=None):
         np.asarray(self)[...] = arr
 
+    def toDlpack(self):
+        return np.asarray(self).__dlpack__()
+
+    def copy(self, order="C"):
+        return _wrap(self)
+
+
+class _Capsule:
+    """A DLPack capsule of host memory, presented the way numpy consumes it (TF's host tensors
+    play the GPU's part under the fake: their capsules point at CPU memory)."""
+
+    def __init__(self, capsule):
+        self.capsule = capsule
+
+    def __dlpack__(self, stream=None, **kwargs):
+        return self.capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU
+
+
+def from_dlpack(capsule):
+    """Zero-copy, like CuPy's: the array views the producer's memory."""
+    return np.from_dlpack(_Capsule(capsule)).view(ndarray)
+
+
+fromDlpack = from_dlpack
+
+
+def concatenate(arrays, out=None):
+    if out is None:
+        return _wrap(np.concatenate([np.asarray(a) for a in arrays]))
+    np.concatenate([np.asarray(a) for a in arrays], out=np.asarray(out))
+    return out
+
+
+def array(a, dtype=None, order="C", copy=True):
+    return _wrap(np.array(a, dtype=dtype, order=order, copy=copy))
+
+
+def ascontiguousarray(a):
+    return _wrap(a)
+
+
+_ALIGN = 256  # cudaMalloc's alignment (TensorFlow checks 64 on the memory DLPack hands it)
+
+
+def _aligned_empty(shape, dtype):
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    raw = np.empty(count * dtype.itemsize + _ALIGN, dtype=np.uint8)
+    skip = -raw.__array_interface__["data"][0] % _ALIGN
+    return raw[skip:skip + count * dtype.itemsize].view(dtype).reshape(shape)
+
 
 def _wrap(a):
-    return np.ascontiguousarray(a).view(ndarray)
+    a = np.asarray(a)
+    out = _aligned_empty(a.shape, a.dtype)
+    out[...] = a
+    return out.view(ndarray)
 
 
 def asarray(a, dtype=None):
@@ -51,7 +108,7 @@ def asnumpy(a):
 
 
 def empty(n, dtype=np.float64):
-    return _wrap(np.empty(n, dtype=dtype))
+    return _aligned_empty(n if isinstance(n, tuple) else (n,), dtype).view(ndarray)
 
 
 def zeros(n, dtype=np.float64):
