@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import importlib
 
-from .api import allgather, allreduce, alltoall, broadcast, grouped_allgather, grouped_allreduce, reducescatter
+from .api import (allgather, allreduce, alltoall, broadcast, grouped_allgather, grouped_allreduce, reducescatter,
+                  register_binding)
 from .compression import Compression
 from .errors import (BackendError, BlinkflowError, ConfigError, DuplicateNameError, NotInitializedError,
                      PlanError, ShutdownError, TensorMismatchError, TopologyError)
 from .ops import Average, Max, Min, Product, ReduceOp, Sum
 from .version import __version__
+
+# The TensorFlow binding (imported when a TF tensor or a TF name is first used; it registers
+# itself on import too).
+register_binding(("tensorflow", "keras"), "blinkflow.tensorflow.ops")
 
 # Names served lazily: attribute -> module that defines it.
 _RUNTIME_NAMES = (

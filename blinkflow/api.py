@@ -1,23 +1,31 @@
 """The public collective API of DESIGN §3.1, dispatched on the tensor's type.
 
 numpy (and cupy) arrays go to the framework-neutral runtime (``blinkflow.runtime.api``) and
-come back as the same kind of array; ``tf.Tensor``, ``tf.Variable`` and Keras variables go to
-the TensorFlow bindings (``blinkflow.tensorflow.ops``), which return differentiable
-``tf.Tensor``s. TensorFlow is imported only when a TensorFlow object arrives.
+come back as the same kind of array. A framework's tensors go to the binding registered for the
+framework (:func:`register_binding`): ``tf.Tensor``, ``tf.Variable`` and Keras variables to
+``blinkflow.tensorflow.ops``, which returns differentiable ``tf.Tensor``s. This module knows no
+framework; a binding is imported only when one of its tensors arrives.
 """
 from __future__ import annotations
+
+import importlib
+from typing import Dict, Iterable
 
 from .compression import Compression
 from .ops import Average
 
-
-def _is_tf(tensor) -> bool:
-    return type(tensor).__module__.startswith(("tensorflow", "keras"))
-
-
+_bindings: Dict[str, str] = {}
+"""Top-level module of a tensor type ("tensorflow", "keras") -> module of its binding's collectives."""
 _modules = {}
-"""The runtime and TensorFlow modules once imported: an ``import`` statement in a function runs
-importlib's Python code on every call (tens of microseconds on a cache-cold step)."""
+"""The runtime and bindings once imported: an ``import`` statement in a function runs importlib's
+Python code on every call (tens of microseconds on a cache-cold step)."""
+
+
+def register_binding(frameworks: Iterable[str], module: str) -> None:
+    """Send tensors whose type lives under any of ``frameworks`` (top-level module names) to the
+    collectives of ``module`` (imported on first use), which take this module's signatures."""
+    for framework in frameworks:
+        _bindings[framework] = module
 
 
 def _runtime():
@@ -29,17 +37,14 @@ def _runtime():
     return api
 
 
-def _tf_ops():
-    ops = _modules.get("tf")
-    if ops is None:
-        from .tensorflow import ops
-
-        _modules["tf"] = ops
-    return ops
-
-
 def _backend_for(tensor):
-    return _tf_ops() if _is_tf(tensor) else _runtime()
+    binding = _bindings.get(type(tensor).__module__.partition(".")[0])
+    if binding is None:
+        return _runtime()
+    ops = _modules.get(binding)
+    if ops is None:
+        ops = _modules[binding] = importlib.import_module(binding)
+    return ops
 
 
 def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,

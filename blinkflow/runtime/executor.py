@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import numpy as np
 
-from ..errors import BlinkflowError, ShutdownError, TensorMismatchError
+from ..errors import BlinkflowError, PlanError, ScheduleError, ShutdownError, TensorMismatchError
 from ..ops import ReduceOp
 from .fusion import Batch, make_batches
 from .messages import Kind, Request, Response
@@ -148,7 +148,14 @@ class Executor:
                 self._mark(names, "B", batch.kind.name)
             self.batch_timeline.tracks = names
             self.running = (batch.kind, names)
-            results = self._execute(step, responses, entries)
+            try:
+                results = self._execute(step, responses, entries)
+            except (PlanError, ScheduleError) as error:
+                # Raised on every rank at this batch, before anything moved: plans are agreed and
+                # lowered alike everywhere. The batch's calls fail with it; the runtime goes on.
+                self.running = None
+                self._fail_batch(batch, responses, entries, error, on_done)
+                continue
             self.running = None
             self.batch_timeline.tracks = []
             self._mark(names, "E", batch.kind.name)
@@ -161,6 +168,15 @@ class Executor:
                 remaining[index] -= 1
                 if remaining[index] == 0:
                     self._finish(responses[index], entries[index], outputs[index], on_done)
+
+    def _fail_batch(self, batch: Batch, responses, entries, error: BlinkflowError, on_done) -> None:
+        self._mark(self.batch_timeline.tracks, "E", batch.kind.name)
+        self.batch_timeline.tracks = []
+        for index in dict.fromkeys(piece.response for piece in batch.pieces):
+            if entries[index] is not None:
+                self.state.complete(entries[index], error=error)
+                entries[index] = None  # a group split over several batches fails once
+            on_done(responses[index])
 
     def _plan(self, responses: List[Response]) -> _Plan:
         """The plan of ``responses``, remembered for the last lists of responses seen. The

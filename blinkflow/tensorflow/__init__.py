@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 
 from .. import _RUNTIME_NAMES
-from ..api import allgather, allreduce, alltoall, broadcast, grouped_allgather, grouped_allreduce, reducescatter
+from ..api import (allgather, allreduce, alltoall, broadcast, grouped_allgather, grouped_allreduce, reducescatter,
+                   register_binding)
 from ..compression import Compression
 from ..errors import (BlinkflowError, DuplicateNameError, NotInitializedError, ShutdownError,
                       TensorMismatchError)
@@ -21,6 +22,8 @@ from .gradient_tape import DistributedGradientTape
 from .ops import grouped_broadcast
 from .optimizer import DistributedOptimizer, load_model
 from .variables import broadcast_variables
+
+register_binding(("tensorflow", "keras"), "blinkflow.tensorflow.ops")  # blinkflow.allreduce(tf tensor) lands here
 
 
 def __getattr__(name):
