@@ -10,6 +10,7 @@ SUITES = {
     "planner": "blinkflow.bench.planner",
     "paper": "blinkflow.bench.paper",
     "allreduce": "blinkflow.bench.allreduce",
+    "separate": "blinkflow.bench.separate",
     "gpu": "blinkflow.bench.gpu",
 }
 

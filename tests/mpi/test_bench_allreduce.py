@@ -23,3 +23,23 @@ def test_bench_allreduce_json(via):
         assert r["speedup_out_of_place"] == pytest.approx(r["mpi_out_of_place"]["seconds"] / r["blinkflow"]["seconds"])
     small = report["small_tensors"]
     assert small["tensors"] == 200 and small["speedup"] > 0 and small["speedup_out_of_place"] > 0
+
+
+@pytest.mark.mpi
+def test_bench_separate_times_each_side_in_its_own_job(tmp_path):
+    """``bench separate`` launches blinkflow's and MPI's jobs in turn (two trees here: the same
+    checkout under two names) and reports every case for each, with the ratios to MPI."""
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "-m", "blinkflow.bench", "separate", "--np", "2", "--rounds", "1",
+                           "--sizes", "4KB", "--tree", f"a={here}", "--tree", f"b={here}", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ranks"] == 2 and set(report["cases"]) == {"4096B", "200 x 16KB"}
+    for row in report["cases"].values():
+        assert set(row) == {"a", "b", "MPI"} and all(v["median_s"] > 0 for v in row.values())
+        assert row["a"]["vs_mpi"] == pytest.approx(row["MPI"]["median_s"] / row["a"]["median_s"])

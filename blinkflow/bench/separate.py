@@ -1,0 +1,85 @@
+"""``python -m blinkflow.bench separate``: blinkflow's all-reduce and MPI's, each timed in its own
+job, launch after launch in turn, and optionally several blinkflow trees alternated the same way.
+
+``bench allreduce`` rotates blinkflow and MPI call by call inside one job, so both see the same
+machine load; but there MPI runs in a process where blinkflow's background thread is alive, which
+slows MPI's calls and flatters blinkflow's ratio. Here MPI runs in jobs where blinkflow never
+started. A round launches every tree's blinkflow job and one MPI job (in a rotating order), each
+through blinkrun, each printing the median of its repetitions (:mod:`.timing_worker`); the report
+gives per case the median over rounds, the spread, and the ratios.
+
+``--tree NAME=PATH`` (repeatable) times the blinkflow found at ``PATH`` (put first on
+PYTHONPATH) under ``NAME``: e.g. ``--tree now=. --tree c4fcb5a=/tmp/old`` compares this checkout
+with an older one (a ``git worktree``) in one session. Without it, the installed blinkflow.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from typing import Dict, List, Tuple
+
+import click
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "timing_worker.py")
+
+
+def _launch(np_: int, side: str, sizes: str, pythonpath: str = "") -> Dict:
+    beside = os.path.join(os.path.dirname(sys.executable), "blinkrun")  # this interpreter's own
+    blinkrun = beside if os.path.exists(beside) else shutil.which("blinkrun")
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(pythonpath)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    proc = subprocess.run([blinkrun, "-np", str(np_), sys.executable, WORKER, "--side", side, "--sizes", sizes],
+                          env=env, capture_output=True, text=True, timeout=1800)
+    for line in proc.stdout.splitlines():
+        if "RESULT " in line:
+            return json.loads(line.split("RESULT ", 1)[1])
+    raise click.ClickException(f"the {side} job failed (status {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+
+
+def _case_name(case: str) -> str:
+    if case == "small":
+        return "200 x 16KB"
+    nbytes = int(case)
+    return f"{nbytes >> 20}MB" if nbytes % (1 << 20) == 0 else f"{nbytes}B"
+
+
+@click.command(help=__doc__.split("\n\n")[0])
+@click.option("--np", "np_", default=2, show_default=True, type=click.IntRange(1))
+@click.option("--rounds", default=5, show_default=True, type=click.IntRange(1))
+@click.option("--sizes", default="16MB,64MB", show_default=True, help="per-rank buffer sizes (KB, MB)")
+@click.option("--tree", "trees", multiple=True, help="NAME=PATH of a blinkflow checkout to time (repeatable)")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+def command(np_: int, rounds: int, sizes: str, trees: Tuple[str, ...], as_json: bool) -> None:
+    from .allreduce import parse_size
+
+    size_arg = ",".join(str(parse_size(s)) for s in sizes.split(",") if s.strip())
+    named = [tuple(t.split("=", 1)) for t in trees] or [("blinkflow", "")]
+    sides: List[Tuple[str, str, str]] = [(name, "blinkflow", path) for name, path in named] + [("MPI", "mpi", "")]
+    runs: Dict[str, List[Dict]] = {name: [] for name, _, _ in sides}
+    for r in range(rounds):
+        for name, side, path in sides[r % len(sides):] + sides[:r % len(sides)]:
+            runs[name].append(_launch(np_, side, size_arg, path)["cases"])
+    cases = list(runs["MPI"][0])
+    report = {"ranks": np_, "rounds": rounds, "cases": {}}
+    for case in cases:
+        row = {}
+        for name in runs:
+            values = [run[case] for run in runs[name]]
+            row[name] = {"median_s": statistics.median(values), "min_s": min(values), "max_s": max(values)}
+        for name, _, _ in sides[:-1]:
+            row[name]["vs_mpi"] = row["MPI"]["median_s"] / row[name]["median_s"]
+        report["cases"][_case_name(case)] = row
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    click.echo(f"all-reduce float32, {np_} ranks, each side in its own job, {rounds} rounds (median of per-job medians, "
+               "[min-max]); MPI_Allreduce out of place")
+    for case, row in report["cases"].items():
+        parts = [f"{name} {v['median_s'] * 1e3:.3f} ms [{v['min_s'] * 1e3:.3f}-{v['max_s'] * 1e3:.3f}]"
+                 + (f" {v['vs_mpi']:.2f}x" if "vs_mpi" in v else "") for name, v in row.items()]
+        click.echo(f"{case:>11}: " + "; ".join(parts))
