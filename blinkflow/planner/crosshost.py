@@ -27,9 +27,10 @@ from .edmonds import edmonds_bound
 from .forestcoll import allgather_node_rate
 from .loads import plan_rate
 from .maxflow import integer_scale, scaled
-from .multihost import common_refinement, nic_paths as _nic_paths_of
 from .network import fabric, main_network
+from .nics import nic_paths as _nic_paths_of
 from .plan import Plan, Route, Tree
+from .refinement import common_refinement
 from .single import allgather, broadcast
 
 Arc = Tuple[int, int]

@@ -18,23 +18,27 @@ from __future__ import annotations
 
 import dataclasses
 from fractions import Fraction
-from typing import Dict, Hashable, List, Sequence, Tuple, TypeVar
+from typing import Dict, Hashable, List, Sequence, Tuple
 
-from ..errors import PlanError
 from ..topology.model import Topology
+from .assemble import to_plan
 from .loads import plan_rate
-from .maxflow import FlowGraph, integer_scale, scaled, to_fraction
+from .maxflow import to_fraction
 from .network import Network, main_network
+from .nics import host_uplink, nic_paths
 from .plan import CrossGroup, Plan, Route, Tree
+from .refinement import common_refinement
 from .single import PackedPlan, allreduce
-
-T = TypeVar("T")
 
 
 def three_phase(topology: Topology, devices: Sequence[int]) -> Plan:
-    """A verified-shape three-phase all-reduce plan over devices on several hosts."""
-    from .make import to_plan
+    """A verified-shape three-phase all-reduce plan over devices on several hosts.
 
+    >>> from blinkflow.topology.presets import get_preset
+    >>> plan = three_phase(get_preset("2xdgx1-v100"), list(range(16)))
+    >>> len(plan.intra), len(plan.cross), round(plan.rate_gbps, 1)  # 4 NICs x 12 GB/s, H = 2
+    (2, 28, 48.0)
+    """
     hosts: List[str] = []
     for d in devices:
         h = topology.node(d).host
@@ -92,8 +96,6 @@ def _tree_at(trees: Sequence[Tree], point: float) -> Tree:
 
 
 def _cross_groups(topology: Topology, hosts: List[str], shards) -> List[CrossGroup]:
-    from .make import to_plan
-
     nic_use: Dict[Hashable, int] = {}
     paths_of: Dict[int, Tuple[Tuple[Hashable, ...], Tuple[Hashable, ...]]] = {}
     groups = []
@@ -105,64 +107,6 @@ def _cross_groups(topology: Topology, hosts: List[str], shards) -> List[CrossGro
         plan = to_plan(topology, "allreduce", members, None, [packed])
         groups.append(CrossGroup(start=float(start), stop=float(stop), devices=members, plan=plan))
     return groups
-
-
-def common_refinement(partitions: Sequence[Sequence[Tuple[Fraction, T]]]
-                      ) -> List[Tuple[Fraction, Fraction, Tuple[T, ...]]]:
-    """Cut [0, 1) at every boundary of several partitions, each a list of ``(width, item)``
-    whose widths sum to 1: ``(start, stop, items)`` per slice, ``items[i]`` being the item of
-    partition ``i`` that covers the slice.
-
-    >>> common_refinement([[(Fraction(1, 2), "a"), (Fraction(1, 2), "b")], [(Fraction(1), "x")]])
-    [(Fraction(0, 1), Fraction(1, 2), ('a', 'x')), (Fraction(1, 2), Fraction(1, 1), ('b', 'x'))]
-    """
-    cuts = {Fraction(0), Fraction(1)}
-    for partition in partitions:
-        acc = Fraction(0)
-        for width, _ in partition:
-            acc += width
-            cuts.add(acc)
-    edges = sorted(cuts)
-    return [(lo, hi, tuple(_item_at(p, (lo + hi) / 2) for p in partitions)) for lo, hi in zip(edges[:-1], edges[1:])]
-
-
-def _item_at(partition: Sequence[Tuple[Fraction, T]], point: Fraction) -> T:
-    acc = Fraction(0)
-    for width, item in partition:
-        acc += width
-        if point < acc:
-            return item
-    return partition[-1][1]
-
-
-def nic_paths(topology: Topology, device: int, nic_use: Dict[Hashable, int]):
-    """Paths device -> nearest NIC -> network switch and back; ties go to the least used NIC."""
-    frontier = {device: (device,)}
-    seen = {device}
-    found: List[Tuple[Hashable, ...]] = []
-    while frontier and not found:
-        nxt: Dict[Hashable, Tuple[Hashable, ...]] = {}
-        for node, path in sorted(frontier.items(), key=lambda kv: str(kv[0])):
-            for link in topology.out_links(node):
-                dst = link.dst
-                if dst in seen or link.kind == "net" or topology.node(dst).is_compute:
-                    continue
-                if topology.node(dst).kind == "nic":
-                    found.append(path + (dst,))
-                elif dst not in nxt:
-                    nxt[dst] = path + (dst,)
-        seen |= set(nxt)
-        frontier = nxt
-    if not found:
-        raise PlanError(f"device {device} reaches no NIC; a multi-host plan needs one per host")
-    path = min(found, key=lambda p: (nic_use.get(p[-1], 0), str(p[-1])))
-    nic = path[-1]
-    nic_use[nic] = nic_use.get(nic, 0) + 1
-    uplinks = [l for l in topology.out_links(nic) if l.kind == "net"]
-    if not uplinks:
-        raise PlanError(f"NIC {nic!r} has no network link")
-    up = path + (uplinks[0].dst,)
-    return up, tuple(reversed(up))
 
 
 def _group_plan(topology: Topology, members, paths_of) -> PackedPlan:
@@ -193,24 +137,3 @@ def _bound(topology: Topology, intra: List[Plan], hosts: List[str], devices: Seq
         if out > 0:
             bounds.append(out * count / (2 * (count - 1)))
     return min(bounds) if bounds else float("inf")
-
-
-def host_uplink(topology: Topology, host: str, devices: Sequence[int]) -> float:
-    """GB/s the allocated ``devices`` of ``host`` can push into the network: a max-flow from
-    them through the host's forwarding nodes (never through GPUs outside the allocation, which
-    are not relays) to the far ends of its network links."""
-    allocated = set(devices)
-    inside = {n.id for n in topology.nodes if n.host == host and (n.id in allocated or not n.is_compute)}
-    caps = {(l.src, l.dst): to_fraction(l.gbps) for l in topology.links
-            if l.src in inside and (l.dst in inside or l.kind == "net")}
-    if not caps:
-        return 0.0
-    source = ("uplink", "source")
-    for d in (d for d in devices if d in inside):
-        caps[(source, d)] = sum(c for (a, _), c in caps.items() if a == d)
-    sinks = {b for (a, b) in caps if b not in inside and a != source}
-    sink = ("uplink", "sink")
-    for b in sinks:
-        caps[(b, sink)] = sum(c for (_, x), c in caps.items() if x == b)
-    scale = integer_scale(caps.values())
-    return FlowGraph(scaled(caps, scale)).max_flow(source, sink) / scale
