@@ -2,8 +2,9 @@
 
 It picks the fabric (:mod:`.network`), runs the collective's algorithm (:mod:`.single`), adds
 Blink's PCIe channel when asked (:mod:`.hybrid`), builds the three-phase plan when the devices
-span hosts (:mod:`.multihost`), attaches the NCCL ring baseline (:mod:`.ring`) and verifies the
-result (:mod:`.verify`) before returning it. Pure and deterministic: the same topology and
+span hosts (:mod:`.multihost`) and verifies the result (:mod:`.verify`) before returning it; the
+NCCL ring baseline (:mod:`.ring`, a linear program) is attached only when asked (``ring=True``),
+by the tools that show it, not at every job's start-up. Pure and deterministic: the same topology and
 arguments give the same plan (and the same :meth:`Plan.digest`) on every rank.
 """
 from __future__ import annotations
@@ -25,14 +26,16 @@ from .verify import verify_plan
 
 
 def make_plan(topology: Topology, collective: str, devices: Optional[Sequence[int]] = None,
-              root: Optional[int] = None, hybrid: bool = False) -> Plan:
+              root: Optional[int] = None, hybrid: bool = False, ring: bool = False) -> Plan:
     """A verified plan of ``collective`` over ``devices`` (rank order; default: all devices).
 
     ``root`` (broadcast and reduce; default the first device) must be one of the devices.
     ``hybrid=True`` adds trees on the PCIe fabric (channel "pcie") when the primary fabric is
     NVLink / NVSwitch and PCIe connects the devices too. Devices on several hosts give a
-    three-phase all-reduce plan. Raises TopologyError for devices the topology lacks and
-    PlanError for everything the planner cannot do.
+    three-phase all-reduce plan. ``ring=True`` fills ``ring_gbps`` with the NCCL-style ring
+    baseline (what ``blinkrun plan`` shows); otherwise it stays 0. ``plan_seconds`` is the time
+    spent planning, without the baseline. Raises TopologyError for devices the topology lacks
+    and PlanError for everything the planner cannot do.
 
     >>> from blinkflow.topology.presets import get_preset
     >>> round(make_plan(get_preset("dgx1-v100"), "broadcast").rate_gbps, 1)
@@ -57,9 +60,10 @@ def make_plan(topology: Topology, collective: str, devices: Optional[Sequence[in
         plan = cross_host_plan(topology, collective, devices, root)
     else:
         plan = _one_host(topology, collective, devices, root, hybrid)
-    plan = dataclasses.replace(plan, ring_gbps=ring_gbps(topology, devices, collective),
-                               plan_seconds=time.perf_counter() - start)
+    plan = dataclasses.replace(plan, plan_seconds=time.perf_counter() - start)
     verify_plan(plan, topology)
+    if ring:
+        plan = dataclasses.replace(plan, ring_gbps=ring_gbps(topology, devices, collective))
     return plan
 
 
