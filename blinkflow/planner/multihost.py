@@ -24,11 +24,13 @@ from ..topology.model import Topology
 from .assemble import to_plan
 from .loads import plan_rate
 from .maxflow import to_fraction
+from .hosts import PackingMemo, hosts_in_order
 from .network import Network, main_network
 from .nics import host_uplink, nic_paths
 from .plan import CrossGroup, Plan, Route, Tree
 from .refinement import common_refinement
 from .single import PackedPlan, allreduce
+from .star import uniform_star_allreduce
 
 
 def three_phase(topology: Topology, devices: Sequence[int]) -> Plan:
@@ -39,12 +41,9 @@ def three_phase(topology: Topology, devices: Sequence[int]) -> Plan:
     >>> len(plan.intra), len(plan.cross), round(plan.rate_gbps, 1)  # 4 NICs x 12 GB/s, H = 2
     (2, 28, 48.0)
     """
-    hosts: List[str] = []
-    for d in devices:
-        h = topology.node(d).host
-        if h not in hosts:
-            hosts.append(h)
-    per_host = {h: [d for d in devices if topology.node(d).host == h] for h in hosts}
+    per_host = hosts_in_order(topology, devices)
+    hosts = list(per_host)
+    packings = PackingMemo()  # identical hosts: one packing, relabelled
     intra, shards = [], {}
     for h in hosts:
         devs = per_host[h]
@@ -53,9 +52,8 @@ def three_phase(topology: Topology, devices: Sequence[int]) -> Plan:
                               algorithm="local"))
             shards[h] = [(Fraction(1), devs[0])]
             continue
-        packed = allreduce(main_network(topology, devs), forestcoll_only=True)
-        order = {d: i for i, d in enumerate(devs)}
-        packed.trees.sort(key=lambda t: order[t[1]])  # each device's slices side by side
+        net = main_network(topology, devs)
+        packed = packings.packing(net, h, "allreduce", lambda: _host_packing(net))
         intra.append(to_plan(topology, "allreduce", devs, None, [packed]))
         shards[h] = [(frac, root) for frac, root, _ in packed.trees]
     cross = _cross_groups(topology, hosts, shards)
@@ -63,6 +61,14 @@ def three_phase(topology: Topology, devices: Sequence[int]) -> Plan:
                 intra=tuple(intra), cross=tuple(cross))
     rate = plan_rate(plan, topology)
     return dataclasses.replace(plan, rate_gbps=rate, optimal_gbps=max(rate, _bound(topology, intra, hosts, devices)))
+
+
+def _host_packing(net: Network) -> PackedPlan:
+    """A host's phase-1/phase-3 trees: ForestColl's, each device's slices side by side."""
+    packed = allreduce(net, forestcoll_only=True)
+    order = {d: i for i, d in enumerate(net.devices)}
+    packed.trees.sort(key=lambda t: order[t[1]])
+    return packed
 
 
 def one_level_trees(plan: Plan) -> Tuple[Tuple[Tree, ...], Tuple[Route, ...]]:
@@ -97,31 +103,59 @@ def _tree_at(trees: Sequence[Tree], point: float) -> Tree:
 
 def _cross_groups(topology: Topology, hosts: List[str], shards) -> List[CrossGroup]:
     nic_use: Dict[Hashable, int] = {}
-    paths_of: Dict[int, Tuple[Tuple[Hashable, ...], Tuple[Hashable, ...]]] = {}
+    access: Dict[int, _Access] = {}
+    # Slices held by the same devices (a device roots several trees of its host) share one group
+    # plan: the same Plan object, planned, verified and rated once.
+    plans: Dict[Tuple[int, ...], Plan] = {}
     groups = []
     for start, stop, members in common_refinement([shards[h] for h in hosts]):
         for d in members:
-            if d not in paths_of:
-                paths_of[d] = nic_paths(topology, d, nic_use)
-        packed = _group_plan(topology, members, paths_of)
-        plan = to_plan(topology, "allreduce", members, None, [packed])
-        groups.append(CrossGroup(start=float(start), stop=float(stop), devices=members, plan=plan))
+            if d not in access:
+                access[d] = _Access.of(topology, d, nic_use)
+        if members not in plans:
+            packed = _group_plan(members, access)
+            plans[members] = to_plan(topology, "allreduce", members, None, [packed])
+        groups.append(CrossGroup(start=float(start), stop=float(stop), devices=members, plan=plans[members]))
     return groups
 
 
-def _group_plan(topology: Topology, members, paths_of) -> PackedPlan:
+class _Access:
+    """A device's way into the network: its NIC paths up and down and their bottlenecks."""
+
+    __slots__ = ("up", "down", "up_gbps", "down_gbps")
+
+    def __init__(self, up, down, up_gbps: Fraction, down_gbps: Fraction):
+        self.up, self.down, self.up_gbps, self.down_gbps = up, down, up_gbps, down_gbps
+
+    @classmethod
+    def of(cls, topology: Topology, device: int, nic_use: Dict[Hashable, int]) -> "_Access":
+        up, down = nic_paths(topology, device, nic_use)
+        return cls(up, down, _bottleneck(topology, up), _bottleneck(topology, down))
+
+
+def _bottleneck(topology: Topology, path) -> Fraction:
+    return min(to_fraction(topology.capacity(a, b)) for a, b in zip(path[:-1], path[1:]))
+
+
+def _group_plan(members, access: Dict[int, _Access]) -> PackedPlan:
     """All-reduce among one device per host over a star: each member's NIC path contracted to
-    one arc into the network switch, the switch split off, the paths expanded again."""
-    caps: Dict[Tuple[Hashable, Hashable], Fraction] = {}
-    for d in members:
-        up, down = paths_of[d]
-        caps[(d, up[-1])] = min(to_fraction(topology.capacity(a, b)) for a, b in zip(up[:-1], up[1:]))
-        caps[(down[0], d)] = min(to_fraction(topology.capacity(a, b)) for a, b in zip(down[:-1], down[1:]))
-    packed = allreduce(Network(tuple(members), caps, "main"), forestcoll_only=True)
+    one arc into the network switch, the switch split off, the paths expanded again. Identical
+    hosts give a uniform star, whose optimum is written down (:mod:`.star`)."""
+    switch = access[members[0]].up[-1]
+    link = access[members[0]].up_gbps
+    if all(a.up[-1] == switch and a.down[0] == switch and a.up_gbps == link and a.down_gbps == link
+           for a in (access[d] for d in members)):
+        packed = uniform_star_allreduce(members, switch, link)
+    else:
+        caps: Dict[Tuple[Hashable, Hashable], Fraction] = {}
+        for d in members:
+            caps[(d, access[d].up[-1])] = access[d].up_gbps
+            caps[(access[d].down[0], d)] = access[d].down_gbps
+        packed = allreduce(Network(tuple(members), caps, "main"), forestcoll_only=True)
     physical = {}
     for arc, path in packed.paths.items():
         if len(path) == 3:  # device -> switch -> device
-            physical[arc] = paths_of[path[0]][0] + paths_of[path[2]][1][1:]
+            physical[arc] = access[path[0]].up + access[path[2]].down[1:]
     packed.paths = physical
     return packed
 

@@ -48,9 +48,10 @@ def host_uplink(topology: Topology, host: str, devices: Sequence[int]) -> float:
     them through the host's forwarding nodes (never through GPUs outside the allocation, which
     are not relays) to the far ends of its network links."""
     allocated = set(devices)
-    inside = {n.id for n in topology.nodes if n.host == host and (n.id in allocated or not n.is_compute)}
-    caps = {(l.src, l.dst): to_fraction(l.gbps) for l in topology.links
-            if l.src in inside and (l.dst in inside or l.kind == "net")}
+    own = [n.id for n in topology.nodes_on_host(host) if n.id in allocated or not n.is_compute]
+    inside = set(own)
+    caps = {(l.src, l.dst): to_fraction(l.gbps) for n in own for l in topology.out_links(n)
+            if l.dst in inside or l.kind == "net"}
     if not caps:
         return 0.0
     source = ("uplink", "source")

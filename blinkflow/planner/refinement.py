@@ -22,20 +22,27 @@ def common_refinement(partitions: Sequence[Sequence[Tuple[Fraction, T]]]
     >>> common_refinement([[(Fraction(1, 2), "a"), (Fraction(1, 2), "b")], [(Fraction(1), "x")]])
     [(Fraction(0, 1), Fraction(1, 2), ('a', 'x')), (Fraction(1, 2), Fraction(1, 1), ('b', 'x'))]
     """
+    ends = []  # each partition's cumulative boundaries
     cuts = {Fraction(0), Fraction(1)}
     for partition in partitions:
-        acc = Fraction(0)
+        acc, mine = Fraction(0), []
         for width, _ in partition:
             acc += width
-            cuts.add(acc)
+            mine.append(acc)
+        ends.append(mine)
+        cuts.update(mine)
     edges = sorted(cuts)
-    return [(lo, hi, tuple(_item_at(p, (lo + hi) / 2) for p in partitions)) for lo, hi in zip(edges[:-1], edges[1:])]
-
-
-def _item_at(partition: Sequence[Tuple[Fraction, T]], point: Fraction) -> T:
-    acc = Fraction(0)
-    for width, item in partition:
-        acc += width
-        if point < acc:
-            return item
-    return partition[-1][1]
+    # One walk per partition (not a search per slice): every boundary is a cut, so the piece
+    # covering slice [lo, hi) is the first whose end lies beyond lo.
+    cursor = [0] * len(partitions)
+    out = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        items = []
+        for i, partition in enumerate(partitions):
+            k, mine = cursor[i], ends[i]
+            while k < len(mine) and mine[k] <= lo:
+                k += 1
+            cursor[i] = k
+            items.append(partition[min(k, len(partition) - 1)][1])
+        out.append((lo, hi, tuple(items)))
+    return out

@@ -13,7 +13,8 @@ Checks, raising :class:`~blinkflow.errors.PlanError` with what is wrong and wher
   rate, so at that rate no link carries more than its capacity, and the reported optimum is not
   below it;
 * a three-phase plan: every intra plan verifies on its host, the cross slices tile [0, 1) and
-  each cross group has one device per host and verifies too.
+  each cross group has one device per host and a plan over exactly those devices that verifies
+  too (a plan object that several slices share is verified once).
 """
 from __future__ import annotations
 
@@ -77,6 +78,7 @@ def _check_trees(plan: Plan, topology: Topology) -> None:
         raise PlanError(f"tree fractions sum to {total!r}, not 1")
     devices = set(plan.devices)
     checked = set()  # (parent, child, channel) edges already checked: trees share many
+    nodes = _Nodes(topology)
     for i, tree in enumerate(plan.trees):
         where = f"tree {i} (root {tree.root})"
         if not tree.fraction > 0:
@@ -86,8 +88,16 @@ def _check_trees(plan: Plan, topology: Topology) -> None:
         _check_arborescence(tree, devices, where)
         for parent, child in tree.edges:
             if (parent, child, tree.channel) not in checked:
-                _check_edge(plan, tree, parent, child, topology, where)
+                _check_edge(plan, tree, parent, child, topology, nodes, where)
                 checked.add((parent, child, tree.channel))
+
+
+class _Nodes:
+    """The topology's node ids and compute ids as sets, for checking routes by set operations."""
+
+    def __init__(self, topology: Topology):
+        self.known = {n.id for n in topology.nodes}
+        self.compute = set(topology.compute_ids)
 
 
 def _check_arborescence(tree: Tree, devs: Set[int], where: str) -> None:
@@ -115,7 +125,8 @@ def _check_arborescence(tree: Tree, devs: Set[int], where: str) -> None:
         raise PlanError(f"{where} does not reach devices {missing} from its root (not a spanning arborescence)")
 
 
-def _check_edge(plan: Plan, tree: Tree, parent: int, child: int, topology: Topology, where: str) -> None:
+def _check_edge(plan: Plan, tree: Tree, parent: int, child: int, topology: Topology, nodes: _Nodes,
+                where: str) -> None:
     """The edge is a link or routed through forwarding nodes; the links under it are checked
     with the loads (:func:`verify_plan`)."""
     route = plan.route(parent, child, tree.channel)
@@ -125,12 +136,14 @@ def _check_edge(plan: Plan, tree: Tree, parent: int, child: int, topology: Topol
         return
     if route.path[0] != parent or route.path[-1] != child:
         raise PlanError(f"route {list(route.path)} does not join {parent} to {child}")
-    for node in route.path[1:-1]:
-        try:
-            if topology.node(node).is_compute:
-                raise PlanError(f"route {parent}->{child} relays through compute device {node}")
-        except KeyError:
-            raise PlanError(f"route {parent}->{child} passes unknown node {node!r}") from None
+    inner = route.path[1:-1]
+    if nodes.known.issuperset(inner) and nodes.compute.isdisjoint(inner):
+        return
+    for node in inner:
+        if node not in nodes.known:
+            raise PlanError(f"route {parent}->{child} passes unknown node {node!r}")
+        if node in nodes.compute:
+            raise PlanError(f"route {parent}->{child} relays through compute device {node}")
 
 
 def _check_three_phase(plan: Plan, topology: Topology) -> None:
@@ -147,6 +160,7 @@ def _check_three_phase(plan: Plan, topology: Topology) -> None:
     if covered != set(plan.devices):
         raise PlanError("intra plans do not cover the plan's devices exactly")
     edge = 0.0
+    verified = set()  # slices held by the same devices share one plan object: verify it once
     for group in plan.cross:
         if not math.isclose(group.start, edge, abs_tol=1e-9) or group.stop <= group.start:
             raise PlanError(f"cross slice [{group.start}, {group.stop}) does not continue at {edge}")
@@ -154,7 +168,10 @@ def _check_three_phase(plan: Plan, topology: Topology) -> None:
         group_hosts = [topology.node(d).host for d in group.devices]
         if sorted(group_hosts) != sorted(hosts) or len(set(group_hosts)) != len(group_hosts):
             raise PlanError(f"cross group {list(group.devices)} is not one device per host")
-        if len(group.devices) > 1:
+        if tuple(group.plan.devices) != tuple(group.devices):
+            raise PlanError(f"cross group {list(group.devices)} carries a plan over {list(group.plan.devices)}")
+        if len(group.devices) > 1 and id(group.plan) not in verified:
             verify_plan(group.plan, topology)
+            verified.add(id(group.plan))
     if plan.cross and not math.isclose(edge, 1.0, abs_tol=1e-9):
         raise PlanError(f"cross slices end at {edge}, not 1")

@@ -31,7 +31,7 @@ SWITCH_DETAILS = ("nvswitch", "pcie", "net")
 LINK_KINDS = ("nvlink", "pcie", "qpi", "nvswitch", "net", "shm")
 SCHEMA_VERSION = 1
 #: Lookup indexes a Topology caches on itself (see ``Topology.__getstate__``).
-_INDEXES = ("_node_index", "_link_index", "_out_index")
+_INDEXES = ("_node_index", "_link_index", "_out_index", "_in_index", "_host_index")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +148,20 @@ class Topology:
         return {l.key: l for l in self.links}
 
     @functools.cached_property
+    def _in_index(self) -> Dict[NodeId, Tuple[Link, ...]]:
+        into: Dict[NodeId, List[Link]] = {}
+        for link in self.links:
+            into.setdefault(link.dst, []).append(link)
+        return {dst: tuple(links) for dst, links in into.items()}
+
+    @functools.cached_property
+    def _host_index(self) -> Dict[str, Tuple[Node, ...]]:
+        out: Dict[str, List[Node]] = {}
+        for node in self.nodes:
+            out.setdefault(node.host, []).append(node)
+        return {host: tuple(nodes) for host, nodes in out.items()}
+
+    @functools.cached_property
     def _out_index(self) -> Dict[NodeId, Tuple[Link, ...]]:
         out: Dict[NodeId, List[Link]] = {}
         for link in self.links:
@@ -183,7 +197,11 @@ class Topology:
         return tuple(out)
 
     def compute_on_host(self, host: str) -> Tuple[int, ...]:
-        return tuple(n.id for n in self.nodes if n.is_compute and n.host == host)
+        return tuple(n.id for n in self._host_index.get(host, ()) if n.is_compute)
+
+    def nodes_on_host(self, host: str) -> Tuple[Node, ...]:
+        """Every node whose ``host`` is ``host`` (devices, switches, sockets, NICs), in order."""
+        return self._host_index.get(host, ())
 
     def link(self, src: NodeId, dst: NodeId) -> Optional[Link]:
         return self._link_index.get((src, dst))
@@ -195,6 +213,9 @@ class Topology:
 
     def out_links(self, node_id: NodeId) -> Iterator[Link]:
         return iter(self._out_index.get(node_id, ()))
+
+    def in_links(self, node_id: NodeId) -> Iterator[Link]:
+        return iter(self._in_index.get(node_id, ()))
 
     def neighbors(self, node_id: NodeId) -> List[NodeId]:
         return [link.dst for link in self._out_index.get(node_id, ())]
@@ -280,8 +301,12 @@ def _sorted_nodes(nodes: Sequence[Node]) -> Tuple[Node, ...]:
     return tuple(sorted(nodes, key=_node_order))
 
 
-def _link_order(link: Link):
+def link_order(link: Link):
+    """The order of ``Topology.links``: by source, then destination; devices before named nodes."""
     return (_id_order(link.src), _id_order(link.dst))
+
+
+_link_order = link_order
 
 
 def _id_order(node_id: NodeId):

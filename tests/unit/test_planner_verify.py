@@ -107,3 +107,13 @@ def test_route_over_a_missing_link_rejected(topo):
                               routes=(Route(1, 4, (1, "pcie0", 4)),))
     with pytest.raises(PlanError, match="pcie0->4, which is not a link"):
         verify_plan(bad, topo)
+
+
+def test_three_phase_group_plan_must_be_over_its_devices():
+    multi = get_preset("2xcpu-host:2")
+    plan = make_plan(multi, "allreduce")
+    groups = list(plan.cross)
+    other = next(g for g in groups if g.devices != groups[0].devices)
+    groups[0] = dataclasses.replace(groups[0], plan=other.plan)
+    with pytest.raises(PlanError, match="carries a plan over"):
+        verify_plan(dataclasses.replace(plan, cross=tuple(groups)), multi)
