@@ -9,7 +9,6 @@ arguments give the same plan (and the same :meth:`Plan.digest`) on every rank.
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import List, Optional, Sequence
 
@@ -60,10 +59,10 @@ def make_plan(topology: Topology, collective: str, devices: Optional[Sequence[in
         plan = cross_host_plan(topology, collective, devices, root)
     else:
         plan = _one_host(topology, collective, devices, root, hybrid)
-    plan = dataclasses.replace(plan, plan_seconds=time.perf_counter() - start)
+    plan = plan.with_figures(plan_seconds=time.perf_counter() - start)
     verify_plan(plan, topology)
     if ring:
-        plan = dataclasses.replace(plan, ring_gbps=ring_gbps(topology, devices, collective))
+        plan = plan.with_figures(ring_gbps=ring_gbps(topology, devices, collective))
     return plan
 
 

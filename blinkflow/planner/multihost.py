@@ -16,7 +16,6 @@ split off, each logical edge keeping its physical route GPU -> PCIe -> NIC -> ne
 """
 from __future__ import annotations
 
-import dataclasses
 from fractions import Fraction
 from typing import Dict, Hashable, List, Sequence, Tuple
 
@@ -60,7 +59,7 @@ def three_phase(topology: Topology, devices: Sequence[int]) -> Plan:
     plan = Plan("allreduce", topology.name, tuple(devices), (), 0.0, 0.0, algorithm="three-phase",
                 intra=tuple(intra), cross=tuple(cross))
     rate = plan_rate(plan, topology)
-    return dataclasses.replace(plan, rate_gbps=rate, optimal_gbps=max(rate, _bound(topology, intra, hosts, devices)))
+    return plan.with_figures(rate_gbps=rate, optimal_gbps=max(rate, _bound(topology, intra, hosts, devices)))
 
 
 def _host_packing(net: Network) -> PackedPlan:

@@ -161,7 +161,17 @@ class Plan:
         return self._derived[name]
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_route_index", "_derived")}
+        return {k: v for k, v in self.__dict__.items() if k not in _CACHES}
+
+    def with_figures(self, **figures: float) -> "Plan":
+        """The same trees with other reported figures (``rate_gbps``, ``optimal_gbps``,
+        ``ring_gbps``, ``plan_seconds``); what was derived from the trees stays computed."""
+        unknown = set(figures) - set(_FIGURES)
+        if unknown:
+            raise ValueError(f"with_figures changes only {', '.join(_FIGURES)}, not {', '.join(sorted(unknown))}")
+        out = dataclasses.replace(self, **figures)
+        out.__dict__.update({k: v for k, v in self.__dict__.items() if k in _CACHES})
+        return out
 
     # ---- serialisation ----------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -210,6 +220,10 @@ class Plan:
         d = self.to_dict()
         _strip_timing(d)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+_CACHES = ("_route_index", "_derived")
+_FIGURES = ("rate_gbps", "optimal_gbps", "ring_gbps", "plan_seconds")
 
 
 def _strip_timing(d: dict) -> None:

@@ -4,7 +4,7 @@ from fractions import Fraction
 
 import pytest
 
-from blinkflow.planner import make, make_plan, multihost, ring
+from blinkflow.planner import crosshost, make, make_plan, multihost, ring
 from blinkflow.planner.network import Network
 from blinkflow.planner.single import allreduce
 from blinkflow.planner.star import uniform_star_allreduce
@@ -68,3 +68,17 @@ def test_uniform_star_is_what_forestcoll_packs(n):
     star = uniform_star_allreduce(members, "net", Fraction(12))
     assert (star.trees, star.paths, star.rate, star.optimal, star.algorithm) == \
         (packed.trees, packed.paths, packed.rate, packed.optimal, packed.algorithm)
+
+
+@pytest.mark.parametrize("collective, packer", [("broadcast", "broadcast"), ("allgather", "allgather")])
+def test_identical_hosts_are_packed_once_across_hosts(monkeypatch, collective, packer):
+    # Broadcast needs each host's packing from the device where the data enters it (one per
+    # position a chain uses), all-gather one packing per host: both once per host shape.
+    calls = _count(monkeypatch, crosshost, packer)
+    counts = []
+    for hosts in (2, 4, 8):
+        calls.clear()
+        plan = make_plan(get_preset(f"{hosts}xdgx1-v100"), collective)
+        assert plan.rate_gbps == pytest.approx(plan.optimal_gbps)
+        counts.append(len(calls))
+    assert counts[0] == counts[1] == counts[2] and counts[0] <= 8
