@@ -44,15 +44,25 @@ def measure(preset: str, size: int, collective: str, repeat: int) -> dict:
             "trees": len(plan.trees) or sum(len(p.trees) for p in plan.intra), "algorithm": plan.algorithm}
 
 
-@click.command(help="Planning time (median of --repeat runs) per preset, allocation size and collective.")
+@click.command(help="Planning time (median of --repeat runs) per preset, allocation size and collective; "
+               "--scale: against the number of hosts.")
 @click.option("--preset", "presets", multiple=True, help="Presets to measure (default: all single-host "
-              "presets, cpu-host:8 and 2xdgx1-v100).")
+              "presets, cpu-host:8 and 2xdgx1-v100; with --scale: dgx1-v100, hgx-h100, dgx-a100).")
 @click.option("--repeat", default=5, show_default=True, help="Runs per case; the median is reported.")
 @click.option("--full-only", is_flag=True, help="Only the whole machine, not the smaller allocations.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per case instead of the table.")
-def command(presets, repeat, full_only, as_json):
+@click.option("--scale", is_flag=True, help="Nx<preset> for N = 2, 4, ... --max-hosts: wall and CPU time.")
+@click.option("--max-hosts", default=128, show_default=True, type=click.IntRange(2, 128),
+              help="With --scale: the largest N.")
+@click.option("--collective", "collectives", multiple=True, type=click.Choice(COLLECTIVES),
+              help="With --scale: collectives to plan (default: allreduce, broadcast).")
+@click.option("--png", type=click.Path(dir_okay=False), help="With --scale: a log-log plot of time against GPUs.")
+def command(presets, repeat, full_only, as_json, scale, max_hosts, collectives, png):
     from ..topology.presets import get_preset
 
+    if scale:
+        _scale(presets, collectives, max_hosts, repeat, as_json, png)
+        return
     rows = []
     for preset in presets or DEFAULT_PRESETS:
         n = len(get_preset(preset).compute_ids)
@@ -74,3 +84,20 @@ def command(presets, repeat, full_only, as_json):
         click.echo(f"| {r['preset']} | {r['devices']} | {r['collective']} | {r['median_ms']:.1f} | "
                    f"{r['rate_gbps']:.2f} | {r['optimal_gbps']:.2f} | {r['ring_gbps']:.2f} | {r['trees']} | "
                    f"{r['algorithm']} |")
+
+
+def _scale(presets, collectives, max_hosts, repeat, as_json, png):
+    from .planner_scale import SCALE_COLLECTIVES, SCALE_PRESETS, plot_scale, scale_rows, scale_table
+
+    rows = []
+    for row in scale_rows(presets or SCALE_PRESETS, collectives or SCALE_COLLECTIVES, max_hosts, repeat):
+        rows.append(row)
+        if as_json:
+            click.echo(json.dumps(row))
+    if not as_json:
+        click.echo(scale_table(rows, repeat))
+    if png:
+        try:
+            plot_scale(rows, png)
+        except ImportError:
+            raise click.UsageError("--png needs matplotlib (pip install 'blinkflow[plot]')") from None
