@@ -17,7 +17,7 @@ from typing import List, Optional
 import click
 
 from blinkflow.planner.plan import COLLECTIVES
-from blinkflow.sim.compare import Comparison, compare, sweep_sizes
+from blinkflow.sim.compare import Comparison, compare, compare_sizes, sweep_sizes
 from blinkflow.topology.resolve import resolve_topology
 
 from .one_line import OneLineErrorCommand
@@ -73,10 +73,10 @@ def command(topology_spec, gpus, collective, root, size_text, elem_bytes, chunk_
         topology.subset(devices, where="--gpus")  # checks the list; the plan runs on the full graph
     options = dict(elem_bytes=elem_bytes, chunk_elems=max(1, chunk) if chunk else None)
     if not (sweep or png):
-        row = compare(topology, collective, size, devices, root, **options)
+        row = compare(topology, collective, size, devices, root, latency=False, **options)
         click.echo(json.dumps(row.to_json(), indent=2) if as_json else row.describe())
         return
-    rows = [compare(topology, collective, s, devices, root, **options) for s in sweep_sizes(size)]
+    rows = compare_sizes(topology, collective, sweep_sizes(size), devices, root, **options)
     if as_json:
         click.echo(json.dumps([r.to_json() for r in rows], indent=2))
     else:

@@ -207,15 +207,20 @@ def simulate_baseline(b: Baseline, topology: Topology, size_bytes: int, elem_byt
     from .api import simulate
     nelems = max(0, size_bytes // elem_bytes)
     router = Router(topology, None, options.pop("latency_us", None))
+    lowered = {}  # the one-chunk schedule below, if MIAD asks for that chunk (it does at scale)
 
     def run(chunk: int) -> SimResult:
-        return simulate(b.lower(nelems, chunk), topology, elem_bytes=elem_bytes, router=router, **options)
+        schedule = lowered.pop(chunk, None) or b.lower(nelems, chunk)
+        return simulate(schedule, topology, elem_bytes=elem_bytes, router=router, **options)
 
     if chunk_elems is not None:
         r = run(chunk_elems)
         return Tuning(chunk_elems, r, ((chunk_elems, r.seconds),))
     largest = b.largest_job(nelems)
-    steps = sum(len(p) for _, p in b.lower(nelems, max(1, largest)).programs) if nelems else 1
+    steps = 1
+    if nelems:
+        lowered[max(1, largest)] = one_chunk = b.lower(nelems, max(1, largest))
+        steps = sum(len(p) for _, p in one_chunk.programs)
     return miad(run, largest, elem_bytes, steps_per_chunk=steps, step_budget=step_budget)
 
 
