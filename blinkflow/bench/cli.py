@@ -11,6 +11,7 @@ SUITES = {
     "paper": "blinkflow.bench.paper",
     "allreduce": "blinkflow.bench.allreduce",
     "gpu": "blinkflow.bench.gpu",
+    "scale": "blinkflow.bench.scale",
 }
 
 

@@ -28,6 +28,26 @@ def hosts_in_order(topology: Topology, devices: Sequence[int]) -> Dict[str, List
     return per_host
 
 
+def identical_hosts(topology: Topology, devices: Sequence[int]) -> bool:
+    """Whether every host holding ``devices`` is the same machine with the same allocation: its
+    links (all kinds, capacities and latencies, to its own nodes and to shared ones such as the
+    network switch) equal under the relabelling, so exchanging two hosts maps the topology and
+    the allocation onto themselves."""
+    signatures = set()
+    for host, devs in hosts_in_order(topology, devices).items():
+        own, allocated = topology.nodes_on_host(host), set(devs)
+        idle = {n.id: i for i, n in enumerate(x for x in own if x.is_compute and x.id not in allocated)}
+        label = _labeller(host, devs)
+
+        def name(node):
+            return ("idle", idle[node]) if node in idle else label(node)
+        signatures.add(frozenset((name(l.src), name(l.dst), l.kind, l.count, l.gbps, l.latency_us)
+                                 for n in own for l in (*topology.out_links(n.id), *topology.in_links(n.id))))
+        if len(signatures) > 1:
+            return False
+    return True
+
+
 def shape(net: Network, host: str) -> Hashable:
     """The network of ``host`` with its devices numbered and its own nodes unprefixed."""
     label = _labeller(host, net.devices)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import PlanError
 from ..schedule.builder import ScheduleBuilder
@@ -225,11 +225,19 @@ def simulate_baseline(b: Baseline, topology: Topology, size_bytes: int, elem_byt
 
 
 def best_baseline(topology: Topology, devices: Sequence[int], collective: str, size_bytes: int,
-                  root: Optional[int] = None, elem_bytes: int = 4, **options) -> Tuple[Baseline, Tuning]:
+                  root: Optional[int] = None, elem_bytes: int = 4, simulate: Optional[Callable] = None,
+                  **options) -> Tuple[Baseline, Tuning]:
     """What NCCL would run: rings; across hosts for all-reduce also the double binary tree,
-    whichever simulates faster (NCCL picks by its own cost model)."""
+    whichever simulates faster (NCCL picks by its own cost model). ``simulate(baseline, topology,
+    size_bytes, elem_bytes, **options)`` returns ``(baseline, tuning)``; by default
+    :func:`simulate_baseline` (``compare`` passes :func:`.extrapolate.simulate_at_scale`)."""
+    simulate = simulate or _simulated
     candidates = [nccl_ring(topology, devices, collective, root)]
     if collective == "allreduce" and len({topology.node(d).host for d in devices}) > 1:
         candidates.append(nccl_double_tree(topology, devices))
-    results = [(b, simulate_baseline(b, topology, size_bytes, elem_bytes, **dict(options))) for b in candidates]
+    results = [simulate(b, topology, size_bytes, elem_bytes, **dict(options)) for b in candidates]
     return min(results, key=lambda bt: bt[1].result.seconds)
+
+
+def _simulated(b: Baseline, topology: Topology, size_bytes: int, elem_bytes: int, **options) -> Tuple[Baseline, Tuning]:
+    return b, simulate_baseline(b, topology, size_bytes, elem_bytes, **options)

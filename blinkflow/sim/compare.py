@@ -15,6 +15,7 @@ from .api import simulate_plan
 from .baselines import best_baseline
 from .chunking import STEP_BUDGET
 from .engine import bus_factor
+from .extrapolate import simulate_at_scale
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +95,7 @@ def compare(topology: Topology, collective: str, size_bytes: int, devices: Optio
                          step_budget=step_budget)
     latency_s = plan_latency(plan, topology, elem_bytes) if latency else None
     baseline, theirs = best_baseline(topology, devices, collective, size_bytes, root, elem_bytes=elem_bytes,
+                                     simulate=simulate_at_scale,
                                      chunk_elems=chunk_elems, step_budget=step_budget)
     return Comparison(topology=topology.name, devices=devices, collective=collective, size_bytes=size_bytes,
                       seconds=ours.result.seconds, baseline_name=baseline.name,
@@ -108,8 +110,8 @@ def plan_latency(plan: Plan, topology: Topology, elem_bytes: int = 4) -> float:
                          elem_bytes=elem_bytes).result.seconds
 
 
-def compare_sizes(topology: Topology, collective: str, sizes: Sequence[int], devices: Optional[Sequence[int]] = None,
-          root: Optional[int] = None, **options) -> List[Comparison]:
+def compare_sizes(topology: Topology, collective: str, sizes: Sequence[int],
+                  devices: Optional[Sequence[int]] = None, root: Optional[int] = None, **options) -> List[Comparison]:
     """``compare`` at every size with one plan, its fixed cost simulated once."""
     plan = options.pop("plan", None) or make_plan_for(topology, collective, devices, root)
     latency_s = plan_latency(plan, topology, options.get("elem_bytes", 4))
