@@ -1,10 +1,12 @@
 """The planner at cluster scale (issue 19): work that does not grow with the number of identical
 hosts is done once, and start-up does not pay for what only the tools show. Counted, not timed."""
+import json
+import pickle
 from fractions import Fraction
 
 import pytest
 
-from blinkflow.planner import crosshost, make, make_plan, multihost, ring
+from blinkflow.planner import Plan, crosshost, make, make_plan, multihost, ring, verify_plan
 from blinkflow.planner.network import Network
 from blinkflow.planner.single import allreduce
 from blinkflow.planner.star import uniform_star_allreduce
@@ -82,3 +84,31 @@ def test_identical_hosts_are_packed_once_across_hosts(monkeypatch, collective, p
         assert plan.rate_gbps == pytest.approx(plan.optimal_gbps)
         counts.append(len(calls))
     assert counts[0] == counts[1] == counts[2] and counts[0] <= 8
+
+
+@pytest.mark.parametrize("spec, collective, hybrid", [("16xdgx1-v100", "allreduce", False),
+                                                      ("4xdgx-a100", "broadcast", False),
+                                                      ("3xcpu-host:2", "allgather", False),
+                                                      ("dgx1-v100", "allreduce", True)])
+def test_plan_round_trips_through_json_and_pickle_with_its_digest(spec, collective, hybrid):
+    # A job may plan on one rank and send the plan to the others (as JSON or pickled), each
+    # checking the digest: what arrives must be the same plan, whatever was cached on the original.
+    topology = get_preset(spec)
+    plan = make_plan(topology, collective, hybrid=hybrid)
+    plan.route(*plan.devices[:2])  # build the route index, as planning did
+    assert "_derived" in plan.__dict__ and "_route_index" in plan.__dict__
+    again = Plan.from_dict(json.loads(json.dumps(plan.to_dict())))
+    assert again == plan and again.digest() == plan.digest()
+    verify_plan(again, topology)
+    shipped = pickle.loads(pickle.dumps(plan))
+    assert shipped == plan and shipped.digest() == plan.digest()
+    assert "_derived" not in shipped.__dict__ and "_route_index" not in shipped.__dict__
+
+
+def test_with_figures_changes_only_the_figures():
+    topology = get_preset("2xdgx1-v100")
+    plan = make_plan(topology, "allreduce")
+    faster = plan.with_figures(rate_gbps=plan.rate_gbps * 2)
+    assert faster.trees == plan.trees and faster.cross == plan.cross and faster.digest() != plan.digest()
+    with pytest.raises(ValueError, match="trees"):
+        plan.with_figures(trees=())
