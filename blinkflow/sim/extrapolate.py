@@ -6,11 +6,11 @@ and ``n − 1`` more while gathering: ``2n²`` steps per ring in the schedule IR
 four rings over 1,024 GPUs — beyond what the event simulator runs in a minute or in memory. Over
 identical hosts the ring repeats host after host, so with the slice (and its chunking) held
 fixed every rank does the same work in lockstep and the time is affine in the ring's length:
-``T(n) = a·(n − 1) + b`` — the α-β form NCCL's own tuning model uses for rings. We simulate the
-same ring on the first ``H1`` and ``H2`` hosts with the full-size slice, fit ``a`` and ``b``, and
-read off ``T(n)``. At that size MIAD would not chunk a slice either: one chunk per slice already
-exceeds any step budget, so the full-size tuning would stop at its first probe. A test holds the
-prediction within 2% of the full simulation where both run.
+``T(n) = a·(n − 1) + b``, Hockney's α-β form (1994), which NCCL's tuning model uses for rings
+too. We simulate the same ring on the first ``H1`` and ``H2`` hosts with the full-size slice, fit
+``a`` and ``b``, and read off ``T(n)``. At that size MIAD would not chunk a slice either: one
+chunk per slice already exceeds any step budget, so the full-size tuning would stop at its first
+probe. A test holds the prediction within 2% of the full simulation where both run.
 """
 from __future__ import annotations
 
