@@ -149,24 +149,15 @@ class Topology:
 
     @functools.cached_property
     def _in_index(self) -> Dict[NodeId, Tuple[Link, ...]]:
-        into: Dict[NodeId, List[Link]] = {}
-        for link in self.links:
-            into.setdefault(link.dst, []).append(link)
-        return {dst: tuple(links) for dst, links in into.items()}
+        return _grouped(self.links, lambda link: link.dst)
 
     @functools.cached_property
     def _host_index(self) -> Dict[str, Tuple[Node, ...]]:
-        out: Dict[str, List[Node]] = {}
-        for node in self.nodes:
-            out.setdefault(node.host, []).append(node)
-        return {host: tuple(nodes) for host, nodes in out.items()}
+        return _grouped(self.nodes, lambda node: node.host)
 
     @functools.cached_property
     def _out_index(self) -> Dict[NodeId, Tuple[Link, ...]]:
-        out: Dict[NodeId, List[Link]] = {}
-        for link in self.links:
-            out.setdefault(link.src, []).append(link)
-        return {src: tuple(links) for src, links in out.items()}
+        return _grouped(self.links, lambda link: link.src)
 
     def __getstate__(self) -> dict:
         # The indexes are rebuilt on first use; a pickled topology (sent between ranks) is data.
@@ -284,6 +275,14 @@ class Topology:
     def digest(self) -> str:
         """A short stable hash of the graph (ranks compare it at init)."""
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _grouped(items, key) -> dict:
+    """``items`` grouped by ``key(item)``, each group a tuple in the items' order."""
+    out: Dict = {}
+    for item in items:
+        out.setdefault(key(item), []).append(item)
+    return {k: tuple(group) for k, group in out.items()}
 
 
 def _is_leaf(node_id: NodeId, links: Sequence[Link]) -> bool:
