@@ -13,6 +13,10 @@ nearest NIC (the PCIe path of the GPU to the NIC behind its PCIe switch), and me
 different groups on one host spread over the host's NICs, so several NICs work in parallel.
 The group's own plan comes from the same machinery as a single host's: the network switch is
 split off, each logical edge keeping its physical route GPU -> PCIe -> NIC -> net -> NIC -> GPU.
+
+At cluster scale (issue 19): identical hosts share one packing, relabelled (:mod:`.hosts`); a
+group whose members all reach the switch at one rate is a uniform star, whose optimum is
+written down (:mod:`.star`); consecutive slices held by the same devices are one group.
 """
 from __future__ import annotations
 
@@ -21,9 +25,9 @@ from typing import Dict, Hashable, List, Sequence, Tuple
 
 from ..topology.model import Topology
 from .assemble import to_plan
+from .hosts import PackingMemo, hosts_in_order
 from .loads import plan_rate
 from .maxflow import to_fraction
-from .hosts import PackingMemo, hosts_in_order
 from .network import Network, main_network
 from .nics import host_uplink, nic_paths
 from .plan import CrossGroup, Plan, Route, Tree
