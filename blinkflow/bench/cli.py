@@ -12,6 +12,7 @@ SUITES = {
     "allreduce": "blinkflow.bench.allreduce",
     "separate": "blinkflow.bench.separate",
     "gpu": "blinkflow.bench.gpu",
+    "scale": "blinkflow.bench.scale",
 }
 
 

@@ -54,9 +54,11 @@ def simulate_plan(plan: Plan, topology: Topology, size_bytes: int, elem_bytes: i
     """
     nelems = max(0, size_bytes // elem_bytes)
     router = Router(topology, plan, options.pop("latency_us", None))
+    lowered = {}  # the one-chunk schedule below, if MIAD asks for that chunk (it does at scale)
 
     def run(chunk: int) -> SimResult:
-        return simulate(lower(plan, nelems, chunk), topology, elem_bytes=elem_bytes, router=router, **options)
+        schedule = lowered.pop(chunk, None) or lower(plan, nelems, chunk)
+        return simulate(schedule, topology, elem_bytes=elem_bytes, router=router, **options)
 
     if chunk_elems is not None:
         r = run(chunk_elems)
@@ -64,4 +66,6 @@ def simulate_plan(plan: Plan, topology: Topology, size_bytes: int, elem_bytes: i
     largest = largest_job(plan, nelems)
     one_chunk = lower(plan, nelems, max(1, largest)) if nelems else None
     steps = sum(len(p) for _, p in one_chunk.programs) if one_chunk else 1
+    if one_chunk is not None:
+        lowered[max(1, largest)] = one_chunk
     return miad(run, largest, elem_bytes, steps_per_chunk=steps, step_budget=step_budget)
