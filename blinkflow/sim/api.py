@@ -8,7 +8,7 @@ from ..planner.plan import Plan, split_counts
 from ..schedule.ir import Schedule
 from ..topology.model import Topology
 from .chunking import STEP_BUDGET, Tuning, miad
-from .engine import CHUNK_OVERHEAD_US, SimResult, run_schedule
+from .engine import CHUNK_OVERHEAD_US, SimResult, simulate_schedule
 from .routes import Router
 
 
@@ -22,7 +22,7 @@ def simulate(schedule: Schedule, topology: Topology, plan: Optional[Plan] = None
     latencies (``{"nvlink": 1.0}``); a ``Link.latency_us`` in the topology overrides both.
     """
     router = router or Router(topology, plan, latency_us)
-    return run_schedule(schedule, topology, router, elem_bytes=elem_bytes, reduce_gbps=reduce_gbps,
+    return simulate_schedule(schedule, topology, router, elem_bytes=elem_bytes, reduce_gbps=reduce_gbps,
                         chunk_overhead_us=chunk_overhead_us)
 
 

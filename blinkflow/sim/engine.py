@@ -85,7 +85,7 @@ def bus_factor(collective: str, n: int) -> float:
     return 1.0
 
 
-def run_schedule(schedule: Schedule, topology: Topology, router: Optional[Router] = None, elem_bytes: int = 4,
+def simulate_schedule(schedule: Schedule, topology: Topology, router: Optional[Router] = None, elem_bytes: int = 4,
                  reduce_gbps: Optional[float] = None, copy_gbps: Optional[float] = None,
                  chunk_overhead_us: float = CHUNK_OVERHEAD_US) -> SimResult:
     """Simulate ``schedule`` and return when every device finished and how busy each link was.
