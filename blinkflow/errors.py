@@ -35,6 +35,16 @@ class TensorMismatchError(BlinkflowError):
         self.name = name
 
 
+class InvalidArgumentError(BlinkflowError):
+    """A rank passed a collective arguments it cannot run with (an unsupported dtype, a root that
+    is not a rank, splits that do not add up, ...).
+
+    Raised on every rank of the collective, naming the rank(s) that refused it and why: the call
+    still travels to the coordinator under the name it would have had, so one rank's bad input
+    never leaves the others waiting or pairs their next call with a different one.
+    """
+
+
 class DuplicateNameError(BlinkflowError):
     """A tensor name was submitted again while the first submission is still in flight."""
 
@@ -66,3 +76,7 @@ class BackendError(BlinkflowError):
 
 class KernelCompileError(BackendError):
     """A CUDA kernel failed to compile; the message carries the source name and options."""
+
+
+class ConfigWarning(UserWarning):
+    """A ``BLINKFLOW_*`` variable that no setting reads (most likely a misspelling)."""

@@ -20,7 +20,7 @@ from . import liveness
 from .executor import BatchTimeline, Executor
 from .job import Job, discover
 from .log import configure, logger
-from .messages import Response
+from .messages import Response, shown
 from .negotiation import Negotiator
 from .response_cache import ResponseCache
 from .stall import StallInspector
@@ -183,7 +183,7 @@ class Engine:
             # keeps the ranks' cycles aligned, so an idle cycle hardly waits for its peers.
             synced = time.monotonic()
             if responses and logger.isEnabledFor(logging.DEBUG):
-                logger.debug("running %s", ", ".join(f"{r.kind.label} {r.name!r}" for r in responses))
+                logger.debug("running %s", ", ".join(f"{r.kind.label} {shown(r.name)}" for r in responses))
             executor.run(responses, negotiator.pending, done)
             if reasons is not None:
                 state.fail(self._shutdown_error(reasons))
