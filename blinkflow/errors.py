@@ -27,6 +27,17 @@ class ShutdownError(BlinkflowError):
         self.rank = rank
 
 
+class InitError(ShutdownError):
+    """``init()`` could not complete on every rank: some rank did not reach it within the start
+    timeout (``BLINKFLOW_START_TIMEOUT``, ``blinkrun --start-timeout``), or failed in it while
+    the others waited. ``ranks`` names them (``rank`` the first); empty when unknown."""
+
+    def __init__(self, message: str, ranks=()):
+        ranks = sorted(ranks)
+        super().__init__(message, rank=ranks[0] if ranks else None)
+        self.ranks = ranks
+
+
 class TensorMismatchError(BlinkflowError):
     """Ranks submitted the same tensor name with different shape, dtype, op, root or scale."""
 

@@ -36,7 +36,7 @@ from ..compression import Compression
 from ..config import apply_mpi_defaults, get_config
 from ..errors import BlinkflowError, InvalidArgumentError, NotInitializedError, ShutdownError
 from ..ops import Average, as_reduce_op
-from . import arguments
+from . import arguments, startup
 from .background import Engine
 from .handles import Handle, Slot
 from .messages import JOIN_NAME, Kind, Request, clipped, shown
@@ -46,8 +46,10 @@ _lock = threading.Lock()
 _engine: Optional[Engine] = None
 _counters: Dict[str, "itertools.count"] = {}
 _broken_by: Optional[BaseException] = None
-"""Set when an engine stopped after a peer died or its own loop broke: MPI on the world
-communicator cannot be trusted any more (MPI_Finalize, or a new init on it, would wait forever)."""
+"""Set when an engine stopped after a peer died or its own loop broke, or init failed with ranks
+left inside a collective: MPI on the world communicator cannot be trusted any more
+(MPI_Finalize, or a new init on it, would wait forever)."""
+_broken_engine: Optional[Engine] = None
 
 
 
@@ -76,7 +78,12 @@ def init(comm=None) -> None:
         if comm is None and "mpi4py.MPI" not in sys.modules:
             apply_mpi_defaults()  # before MPI_Init, which importing mpi4py.MPI performs
         engine = Engine(get_config(), comm)
-        engine.start()
+        try:
+            engine.start()
+        except BaseException as error:
+            if engine.broken or startup.leaves_peers_waiting(error):
+                _remember_broken(engine, error)  # MPI may be inside a collective that cannot finish
+            raise
         _engine = engine
         _counters.clear()
 
@@ -93,9 +100,14 @@ def shutdown() -> None:
 
 
 def _remember_if_broken(engine: Engine) -> None:
-    global _broken_by
-    if (engine.peer_failed or engine.broken) and _broken_by is None:
-        _broken_by = engine.state.failure or ShutdownError("a peer rank failed")
+    if engine.peer_failed or engine.broken:
+        _remember_broken(engine, engine.state.failure or ShutdownError("a peer rank failed"))
+
+
+def _remember_broken(engine: Engine, error: BaseException) -> None:
+    global _broken_by, _broken_engine
+    if _broken_by is None:
+        _broken_by, _broken_engine = error, engine
 
 
 def is_initialized() -> bool:
@@ -139,16 +151,43 @@ def mpi_threads_supported() -> bool:
 
 
 def _exit_hook() -> None:
+    global _engine
     engine = _engine
     if _broken_by is not None or (engine is not None and (engine.peer_failed or engine.broken)):
         # A peer died, or this rank's loop died mid-collective: MPI_Finalize would wait forever
         # for ranks that cannot arrive (also after the user called shutdown() on the error).
-        # Leave now with a failure status; mpirun (or the peers' watchdogs) then end the others.
+        # Leave now with a failure status; mpirun (or the peers' watchdogs) then end the others,
+        # told first which rank this one leaves because of.
+        failed = engine if engine is not None and (engine.peer_failed or engine.broken) else _broken_engine
+        if failed is not None and failed.job is not None:
+            failed.tell_departure()
+        _record_for_launcher(failed)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
     if engine is not None:
-        shutdown()
+        with _lock:
+            _engine = None
+        engine.stop(_exit_reason())
+        _remember_if_broken(engine)
+
+
+def _exit_reason() -> str:
+    """Why this rank's runtime stops at interpreter exit, for the peers still waiting on it."""
+    error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)  # set for an uncaught exception
+    if error is not None:
+        return f"its process is exiting after an uncaught {type(error).__name__}: {clipped(str(error))}"
+    return "its process is exiting (its script ended or called sys.exit without blinkflow.shutdown())"
+
+
+def _record_for_launcher(engine: Optional[Engine]) -> None:
+    """Under blinkrun, say why this rank exits with status 1 and which rank it blames (the
+    launcher then names the rank at fault first, not this casualty). The hook is blinkrun's
+    sitecustomize; plain mpirun has none."""
+    record = getattr(sys.modules.get("sitecustomize"), "blinkrun_record_failure", None)
+    failure = _broken_by or (engine.state.failure if engine is not None and engine.state is not None else None)
+    if record is not None and failure is not None:
+        record(f"{type(failure).__name__}: {clipped(str(failure))}", getattr(failure, "rank", None))
 
 
 atexit.register(_exit_hook)  # after mpi4py's own atexit, so it runs before MPI_Finalize
