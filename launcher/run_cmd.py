@@ -136,8 +136,10 @@ def command(np, hosts, hostfile, mpi_args, output_filename, verbose, command, **
     spec = LaunchSpec(np=np, command=tuple(command), hosts=tuple(hosts or ()), hostfile=hostfile,
                       settings=settings, mpi_args=extra,
                       output_dir=os.path.abspath(output_filename) if output_filename else None)
+    from .reclaim import quietly_reclaim, scratch_prefix
     from .supervise import Job
-    with tempfile.TemporaryDirectory(prefix="blinkrun-") as scratch:
+    quietly_reclaim()  # what killed jobs left on this machine: scratch folders, shared memory
+    with tempfile.TemporaryDirectory(prefix=scratch_prefix()) as scratch:
         mpich_hostfile = None
         if hostfile and impl.family == MPICH:
             mpich_hostfile = os.path.join(scratch, "hosts.hydra")

@@ -37,7 +37,7 @@ from ..config import apply_mpi_defaults, get_config
 from ..errors import BlinkflowError, InvalidArgumentError, NotInitializedError, ShutdownError
 from ..ops import Average, as_reduce_op
 from . import arguments, startup
-from .background import Engine
+from .background import SHUTDOWN_CALLED, Engine
 from .handles import Handle, Slot
 from .messages import JOIN_NAME, Kind, Request, clipped, shown
 from .state import Entry
@@ -95,7 +95,7 @@ def shutdown() -> None:
     with _lock:
         engine, _engine = _engine, None
     if engine is not None:
-        engine.stop("shutdown() was called")
+        engine.stop(SHUTDOWN_CALLED)
         _remember_if_broken(engine)
 
 

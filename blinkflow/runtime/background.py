@@ -28,6 +28,10 @@ from .state import SharedState
 from .timeline import Timeline
 
 
+#: The reason a rank gives when its user called ``shutdown()``.
+SHUTDOWN_CALLED = "shutdown() was called"
+
+
 def make_backend(device: str, config: Config, ctx: BackendContext):
     """The executor for arrays on ``device``: cpu (numpy) or cuda (cupy)."""
     if device == "cuda":
@@ -243,8 +247,11 @@ class Engine:
     def _shutdown_error(self, reasons) -> ShutdownError:
         who = [(r, why) for r, why in enumerate(reasons) if why is not None]
         text = "; ".join(f"rank {r}: {why}" for r, why in who)
-        return ShutdownError(f"blinkflow was shut down ({text}); call blinkflow.init() again to run more "
-                             "collectives", rank=None if who[0][0] == self.job.rank else who[0][0])
+        # Only after shutdown() on purpose can every rank start again; a rank that is exiting cannot.
+        again = ("; call blinkflow.init() again to run more collectives"
+                 if all(why == SHUTDOWN_CALLED for _, why in who) else "")
+        return ShutdownError(f"blinkflow was shut down ({text}){again}",
+                             rank=None if who[0][0] == self.job.rank else who[0][0])
 
     def _as_shutdown_error(self, error: BaseException) -> BlinkflowError:
         if isinstance(error, ShutdownError):
