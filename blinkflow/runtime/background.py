@@ -103,8 +103,8 @@ class Engine:
             self.side.close()
 
     def tell_departure(self) -> None:
-        """This process leaves after a peer's failure: tell the ranks on this machine which rank
-        it leaves because of, so their watchdogs, seeing two ranks gone, blame the right one."""
+        """This rank stops because of a peer's failure: tell the ranks on this machine which rank
+        that is, so their watchdogs, should they see this process gone too, blame the right one."""
         failure = self.state.failure if self.state is not None else None
         cause = getattr(failure, "rank", None)
         if self.side is not None and self.side.concurrent and cause is not None and cause != self.job.rank:
@@ -174,6 +174,7 @@ class Engine:
     def _on_peer_failure(self, error: ShutdownError) -> None:
         self.peer_failed = True
         self.state.fail(error)
+        self.tell_departure()  # now: however this process leaves later, it is not blamed
 
     def _backend(self, device: str):
         backend = self._backends.get(device)

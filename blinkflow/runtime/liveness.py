@@ -158,10 +158,15 @@ class Watchdog:
             if notice is None:
                 return None
             sender, cause = int(notice.get("rank", -1)), int(notice.get("cause", -1))
-            if cause != sender:
+            text = notice.get("text", "?")
+            if cause != sender:  # it stops because of another rank: that one failed
                 self.departed[sender] = cause
-            where = f" on {self._hosts[sender]}" if 0 <= sender < len(self._hosts) else ""
-            return ShutdownError(f"rank {sender}{where} reports: {notice.get('text', '?')}", rank=cause)
+                return ShutdownError(f"rank {cause}{self._on(cause)} failed (rank {sender} reports: {text}); the job "
+                                     "cannot continue", rank=cause)
+            return ShutdownError(f"rank {sender}{self._on(sender)} reports: {text}", rank=cause)
+
+    def _on(self, rank: int) -> str:
+        return f" on {self._hosts[rank]}" if 0 <= rank < len(self._hosts) else ""
 
     def _dead_peers(self) -> Optional[ShutdownError]:
         dead = self.dead()

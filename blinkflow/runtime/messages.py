@@ -64,10 +64,12 @@ class Request:
     splits: Optional[Tuple[int, ...]] = None
     device: str = "cpu"
     parts: Optional[Tuple[Tuple[str, Tuple[int, ...]], ...]] = None
-    """A grouped all-reduce: (dtype, shape) of each member. The group is negotiated, cached,
-    validated and completed as one unit (Horovod negotiates each member: at a few hundred
-    gradients per step that per-tensor bookkeeping would cost more than the reduction itself).
-    ``dtype`` is then the members' common dtype (or "mixed") and ``shape`` is (members,)."""
+    """A grouped all-reduce, all-gather or broadcast: (dtype, shape) of each member. The group is
+    negotiated, cached, validated and completed as one unit (Horovod negotiates each member: at
+    a few hundred gradients per step that per-tensor bookkeeping would cost more than the
+    reduction itself, and a rank with another member count would leave the others waiting for
+    the members it lacks). ``dtype`` is then the members' common dtype (or "mixed") and
+    ``shape`` is (members,)."""
     waited: float = dataclasses.field(default=0.0, compare=False)
     """Seconds the tensor had waited on its rank when this request was sent (a late report of a
     cache hit); lets the stall inspector date it from its submission. Not part of equality."""
