@@ -14,6 +14,7 @@ import numpy as np
 
 import blinkflow as bf
 from blinkflow.runtime import api as rt
+from case_runner import run_cases
 
 
 def refusals(n):
@@ -176,12 +177,7 @@ def case_long_names_are_shortened(r, n):
 
 def main():
     bf.init()
-    r, n = bf.rank(), bf.size()
-    only = sys.argv[1:]
-    for name, fn in list(globals().items()):
-        if name.startswith("case_") and (not only or name[5:] in only):
-            fn(r, n)
-            print(f"OK {name[5:]} rank {r}", flush=True)
+    run_cases(globals(), sys.argv[1:])
     bf.shutdown()
 
 

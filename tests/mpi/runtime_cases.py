@@ -12,6 +12,7 @@ import numpy as np
 
 import blinkflow as bf
 from blinkflow.runtime import api as rt
+from case_runner import run_cases
 
 DTYPES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"]
 SHAPES = [(), (5,), (2, 3, 4), (0,), (3, 0, 2)]
@@ -666,12 +667,7 @@ def main():
     else:
         raise AssertionError("rank() before init did not raise")
     bf.init()
-    r, n = bf.rank(), bf.size()
-    only = sys.argv[1:]
-    for name, fn in list(globals().items()):
-        if name.startswith("case_") and (not only or name[5:] in only):
-            fn(r, n)
-            print(f"OK {name[5:]} rank {r}", flush=True)
+    run_cases(globals(), sys.argv[1:])
     bf.shutdown()
 
 

@@ -30,6 +30,17 @@ def _caught(proc):
     return {int(r): (kind, blamed, float(s), text) for r, kind, blamed, s, text in found}
 
 
+def _survivors_caught(proc, survivors, kind, blamed):
+    """Every survivor's CAUGHT line, each an error of ``kind`` blaming rank ``blamed``:
+    {rank: (seconds, message)}."""
+    output = proc.stdout + proc.stderr[-4000:]
+    caught = _caught(proc)
+    assert sorted(caught) == list(survivors), output
+    for got_kind, got_blamed, _, _ in caught.values():
+        assert got_kind == kind and got_blamed == str(blamed), output
+    return {r: (seconds, text) for r, (_, _, seconds, text) in caught.items()}
+
+
 def _next_calls_fail(proc, ranks):
     nexts = dict(re.findall(r"^NEXT rank (\d+) (\w+)$", proc.stdout, re.M))
     assert {int(r) for r in nexts} == set(ranks), proc.stdout
@@ -47,10 +58,7 @@ def test_a_frozen_rank_is_reported_then_stops_the_job(n, mode, why, tmp_path):
     victim, output = n - 1, proc.stdout + proc.stderr[-4000:]
     assert re.search(rf"WARNING: rank {victim} has not been heard from for \d+ s: .*{re.escape(why)}", proc.stderr), \
         output
-    caught = _caught(proc)
-    assert sorted(caught) == list(range(n - 1)), output
-    for kind, blamed, seconds, text in caught.values():
-        assert kind == "ShutdownError" and blamed == str(victim), output
+    for seconds, text in _survivors_caught(proc, range(n - 1), "ShutdownError", victim).values():
         assert f"rank {victim} (" in text and "made no progress" in text and why in text, text
         assert seconds <= shutdown_s + SLACK_S, output
     _next_calls_fail(proc, range(n - 1))
@@ -62,10 +70,7 @@ def test_a_frozen_rank_is_reported_then_stops_the_job(n, mode, why, tmp_path):
 def test_a_rank_whose_runtime_failed_but_lives_on_is_named_at_once(n, tmp_path):
     proc, took = _launch(n, "failed_alive", {}, tmp_path)
     victim, output = n - 1, proc.stdout + proc.stderr[-4000:]
-    caught = _caught(proc)
-    assert sorted(caught) == list(range(n - 1)), output
-    for kind, blamed, seconds, text in caught.values():
-        assert kind == "ShutdownError" and blamed == str(victim), output
+    for seconds, text in _survivors_caught(proc, range(n - 1), "ShutdownError", victim).values():
         assert f"runtime of rank {victim} failed while running allreduce of 'boom'" in text, text
         assert "injected backend failure" in text and "bug or a broken MPI" not in text, text
         assert seconds < SLACK_S, output  # at once, not when the victim exits (it lives 60 s)
@@ -81,10 +86,7 @@ def test_a_rank_missing_from_init_is_named_within_the_start_timeout(n, tmp_path)
     timeout = 5
     proc, took = _launch(n, "no_init", {"BLINKFLOW_START_TIMEOUT": str(timeout)}, tmp_path)
     victim, output = n - 1, proc.stdout + proc.stderr[-4000:]
-    caught = _caught(proc)
-    assert sorted(caught) == list(range(n - 1)), output
-    for kind, blamed, seconds, text in caught.values():
-        assert kind == "InitError" and blamed == str(victim), output
+    for seconds, text in _survivors_caught(proc, range(n - 1), "InitError", victim).values():
         assert f"rank {victim} did not reach init() within {timeout} s" in text, text
         assert seconds <= timeout + SLACK_S, output
     _next_calls_fail(proc, range(n - 1))

@@ -6,7 +6,6 @@ ones), in a graph its trace failed while the others waited forever.
 
 Prints ``REFUSALS OK <count>``; exits 1 naming every failed check.
 """
-import sys
 
 import numpy as np
 import tensorflow as tf
@@ -16,22 +15,14 @@ tf.config.threading.set_inter_op_parallelism_threads(1)
 
 import blinkflow as bf  # noqa: E402
 import blinkflow.tensorflow as hvd  # noqa: E402
+from script_checks import Checks, run  # noqa: E402
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
 bad = n - 1
-failures, count = [], 0
+checks = Checks(r)
+check, close = checks.check, checks.close
 
-
-def check(label, ok, detail=""):
-    global count
-    count += 1
-    if not ok:
-        failures.append(f"rank {r}: {label} {detail}")
-
-
-def run(fn, mode):
-    return tf.function(fn)() if mode == "function" else fn()
 
 
 x = tf.constant(np.full((n, 2), r + 1.0, np.float32))
@@ -70,7 +61,4 @@ for mode in ("eager", "function"):
         y = run(lambda: hvd.allreduce(tf.constant([float(r + 1)]), op=bf.Sum, name=f"after.{mode}.{label}"), mode)
         check(f"{mode} {label} next named", np.allclose(y, [n * (n + 1) / 2]), y)
 
-if failures:
-    print("\n".join(failures), flush=True)
-    sys.exit(1)
-print(f"REFUSALS OK {count}", flush=True)
+checks.report("REFUSALS OK")
