@@ -11,9 +11,9 @@ This channel carries small point-to-point messages beside it:
   silence means the neighbour is stopped or blocked holding the GIL (see :mod:`.liveness`).
 
 Nothing travels in a healthy steady state but the heartbeats (two tiny messages per rank per
-second, from a thread off the collective's path). Receiving needs ``MPI_THREAD_MULTIPLE`` (a
-watching thread calls MPI while the background thread is inside a collective); without it
-only sending at a failure works, and :attr:`concurrent` is False.
+second, from a thread off the collective's path). It needs ``MPI_THREAD_MULTIPLE`` (a watching
+thread calls MPI while the background thread is inside a collective, mpi4py's default); without
+it :attr:`concurrent` is False and the channel stays silent (the pid watchdog remains).
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ class SideChannel:
         """:meth:`tell_all`, to ``ranks`` only."""
         notice = {"rank": self.rank, "cause": self.rank if cause is None else cause, "text": text[:NOTICE_CHARS]}
         with self._lock:
-            if self.closed:
+            if self.closed or not self.concurrent:  # another thread (the user's) may be in MPI now
                 return
             for peer in ranks:
                 if peer != self.rank:
