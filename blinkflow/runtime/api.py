@@ -60,6 +60,8 @@ def init(comm=None) -> None:
     Discovers the hosts and topology, makes the all-reduce plan, checks that every rank made the
     same one (PlanError naming the ranks otherwise) and starts the background thread. Calling it
     again while running does nothing; after ``shutdown()`` (on every rank) it starts afresh.
+    Every rank must call it within ``BLINKFLOW_START_TIMEOUT`` seconds (60) of the others, and a
+    rank whose set-up fails tells the others: InitError names the ranks missing or failed.
     """
     global _engine
     with _lock:
