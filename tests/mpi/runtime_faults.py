@@ -119,15 +119,17 @@ def timeline(abort=False):
     bf.shutdown()
 
 
-def config_mismatch():
-    """The last rank turns single copy off: init must raise ConfigError on every rank, naming the
+def config_mismatch(setting="BLINKFLOW_CPU_SINGLE_COPY=0"):
+    """The last rank alone has ``setting`` (single copy off by default; a topology, which rank 0
+    alone reads, was silently ignored): init must raise ConfigError on every rank, naming the
     setting and the ranks on each side, instead of hanging in a collective only some ranks run."""
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
     r, n = world.Get_rank(), world.Get_size()
     if r == n - 1:
-        os.environ["BLINKFLOW_CPU_SINGLE_COPY"] = "0"
+        variable, value = setting.split("=", 1)
+        os.environ[variable] = value
     try:
         bf.init()
     except bf.ConfigError as e:
@@ -169,7 +171,7 @@ def cma_failure(setup: bool):
 def main():
     mode = sys.argv[1]
     if mode == "config":
-        config_mismatch()
+        config_mismatch(*sys.argv[2:3])
         return
     bf.init()
     if mode == "kill":
