@@ -1,9 +1,9 @@
 // Scale in place or out of place: out = in * factor (Horovod's Average, prescale, postscale).
 //
-// Semantics match blinkflow.backends.base.Backend.scale so the CPU and GPU backends agree:
-// floating buffers multiply in their own precision by the factor already rounded to the
-// buffer's dtype (the host passes it), half/bfloat16 through float with one rounding;
-// integer buffers multiply in double and truncate toward zero.
+// Semantics match blinkflow.backends.base.Backend.scale so the CPU and GPU backends agree, and
+// Horovod's arithmetic: float and half multiply by the factor rounded to float (the host passes
+// it; half through float with one rounding), bfloat16 by the factor rounded to bfloat16, double
+// in double; integer buffers multiply in double and truncate toward zero.
 //
 // Instantiated through CuPy name_expressions: blinkflow_scale<T> for every supported dtype.
 #include "common.cuh"

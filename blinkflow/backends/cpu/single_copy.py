@@ -31,6 +31,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import cma
+from .transport import scaled_copy
 
 #: Bytes of a cache line (x86-64, most aarch64): the unit of copy alignment.
 LINE = 64
@@ -149,7 +150,7 @@ class ChunkReducer:
             else:
                 ufunc(acc, self._pull(q, first, last, 1), out=out)
         if scaled:
-            np.multiply(acc, o.dtype.type(self.scale), out=o)
+            scaled_copy(acc, o, self.scale)
         if self.outs is not None:
             write, pids, outs = self.memory.write_span, self.pids, self.outs
             for q in order:

@@ -32,9 +32,13 @@ from .shm import SharedArena
 
 
 def scaled_copy(src: np.ndarray, dst: np.ndarray, scale: float) -> None:
-    """``dst = src * scale`` in one pass (a plain copy when ``scale`` is 1)."""
+    """``dst = src * scale`` in one pass (a plain copy when ``scale`` is 1). float16 is scaled in
+    float32 and rounded once, Horovod's arithmetic (and the GPU kernels'); other floats in their
+    own precision."""
     if scale == 1.0:
         np.copyto(dst, src)
+    elif dst.dtype == np.float16:
+        np.multiply(src, np.float32(scale), out=dst, dtype=np.float32)
     else:
         np.multiply(src, dst.dtype.type(scale), out=dst)
 
@@ -110,7 +114,7 @@ class CpuTransport(Transport):
             if a.reduces:
                 kernels.reduce_into(target, [buf[lo:hi]] + incoming, self.ufunc, self.chunk)
                 if into_out and self.scale != 1.0:
-                    np.multiply(target, target.dtype.type(self.scale), out=target)
+                    scaled_copy(target, target, self.scale)
             else:
                 scaled_copy(incoming[0], target, self.scale if into_out else 1.0)
             for (src, _), seq in zip(a.inputs, recv_seqs):

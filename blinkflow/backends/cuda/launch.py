@@ -60,10 +60,11 @@ def reduce(out, inputs: Sequence, op: ReduceOp, out2=None, dtype: Optional[str] 
 
 
 def host_factor(dtype: str, factor: float) -> float:
-    """The factor as the kernel must see it to match ``Backend.scale`` on the CPU: rounded to
-    the buffer's floating dtype first (numpy multiplies ``buf *= dtype.type(factor)``)."""
+    """The factor as the kernel must see it to match ``Backend.scale`` on the CPU: float32 and
+    float16 buffers multiply by the factor rounded to float32 (float16 is computed in float32,
+    Horovod's arithmetic), bfloat16 by the factor rounded to bfloat16."""
     if dtype in ("float16", "float32"):
-        return float(np.dtype(dtype).type(factor))
+        return float(np.float32(factor))
     if dtype == "bfloat16":
         bits = np.array([factor], dtype=np.float32).view(np.uint32)
         bits = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
