@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import importlib
 
-from .api import (allgather, allreduce, alltoall, broadcast, grouped_allgather, grouped_allreduce, reducescatter,
-                  register_binding)
+from .api import (allgather, allreduce, alltoall, broadcast, grouped_allgather, grouped_allreduce,
+                  grouped_reducescatter, reducescatter, register_binding)
+from .capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, mpi_built, mpi_enabled,
+                           nccl_built, rocm_built, sycl_built)
 from .compression import Compression
 from .errors import (BackendError, BlinkflowError, ConfigError, DuplicateNameError, InitError, InvalidArgumentError,
-                     NotInitializedError, PlanError, ShutdownError, TensorMismatchError, TopologyError)
+                     NotInitializedError, PlanError, ProcessSetError, ShutdownError, TensorMismatchError,
+                     TopologyError)
 from .ops import Average, Max, Min, Product, ReduceOp, Sum
+from .runtime.process_sets import ProcessSet, global_process_set
 from .version import __version__
 
 # The TensorFlow binding (imported when a TF tensor or a TF name is first used; it registers
@@ -26,6 +30,9 @@ _RUNTIME_NAMES = (
     "cross_rank", "barrier", "join", "broadcast_object", "allgather_object",
     "allreduce_async", "grouped_allreduce_async", "allgather_async", "broadcast_async",
     "reducescatter_async", "alltoall_async", "poll", "synchronize", "mpi_threads_supported",
+    "grouped_allgather_async", "grouped_broadcast_async", "grouped_reducescatter_async",
+    "add_process_set", "remove_process_set", "get_process_set_ids_and_ranks", "comm_process_set_id",
+    "is_homogeneous", "start_timeline", "stop_timeline",
 )
 _TF_NAMES = (
     "DistributedOptimizer", "DistributedGradientTape", "broadcast_variables", "load_model",
@@ -51,7 +58,10 @@ def __dir__():
 
 __all__ = [
     "__version__", "Average", "Sum", "Min", "Max", "Product", "ReduceOp", "Compression",
-    "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "reducescatter", "alltoall",
+    "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "reducescatter",
+    "grouped_reducescatter", "alltoall", "ProcessSet", "global_process_set",
+    "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built", "ddl_built", "ccl_built", "cuda_built",
+    "rocm_built", "sycl_built",
     "BlinkflowError", "NotInitializedError", "ShutdownError", "TensorMismatchError", "DuplicateNameError",
-    "TopologyError", "PlanError", "ConfigError", "BackendError", "InvalidArgumentError", "InitError",
+    "TopologyError", "PlanError", "ConfigError", "BackendError", "InvalidArgumentError", "InitError", "ProcessSetError",
 ] + list(_LAZY)

@@ -5,6 +5,9 @@ come back as the same kind of array. A framework's tensors go to the binding reg
 framework (:func:`register_binding`): ``tf.Tensor``, ``tf.Variable`` and Keras variables to
 ``blinkflow.tensorflow.ops``, which returns differentiable ``tf.Tensor``s. This module knows no
 framework; a binding is imported only when one of its tensors arrives.
+
+Every collective takes ``process_set=`` (Horovod's): a :class:`~blinkflow.ProcessSet` the call
+runs on, by default the global set (every rank).
 """
 from __future__ import annotations
 
@@ -48,49 +51,62 @@ def _backend_for(tensor):
 
 
 def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-              compression=Compression.none):
+              compression=Compression.none, process_set=None):
     """Reduce ``tensor`` across all ranks with ``op``; every rank gets the result."""
     return _backend_for(tensor).allreduce(tensor, op=op, name=name, prescale_factor=prescale_factor,
-                                          postscale_factor=postscale_factor, compression=compression)
+                                          postscale_factor=postscale_factor, compression=compression,
+                                          process_set=process_set)
 
 
 def grouped_allreduce(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-                      compression=Compression.none):
+                      compression=Compression.none, process_set=None):
     """All-reduce a list of tensors as one fused operation; returns a list. An empty list is
     negotiated too (every rank must pass one then), so a rank that passes none while the others
     pass tensors gets a TensorMismatchError like them instead of an early, unmatched return."""
     tensors = list(tensors)
     return (_backend_for(tensors[0]) if tensors else _runtime()).grouped_allreduce(
         tensors, op=op, name=name, prescale_factor=prescale_factor,
-        postscale_factor=postscale_factor, compression=compression)
+        postscale_factor=postscale_factor, compression=compression, process_set=process_set)
 
 
-def allgather(tensor, name=None):
+def allgather(tensor, name=None, process_set=None):
     """Concatenate every rank's ``tensor`` along the first dimension (which may differ per rank)."""
-    return _backend_for(tensor).allgather(tensor, name=name)
+    return _backend_for(tensor).allgather(tensor, name=name, process_set=process_set)
 
 
-def grouped_allgather(tensors, name=None):
+def grouped_allgather(tensors, name=None, process_set=None):
     """All-gather each of ``tensors``; returns a list. An empty list is negotiated too (see
     :func:`grouped_allreduce`)."""
     tensors = list(tensors)
-    return (_backend_for(tensors[0]) if tensors else _runtime()).grouped_allgather(tensors, name=name)
+    return (_backend_for(tensors[0]) if tensors else _runtime()).grouped_allgather(tensors, name=name,
+                                                                                 process_set=process_set)
 
 
-def broadcast(tensor, root_rank, name=None):
-    """Every rank gets ``root_rank``'s ``tensor``."""
-    return _backend_for(tensor).broadcast(tensor, root_rank, name=name)
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    """Every rank gets ``root_rank``'s ``tensor`` (a global rank, also in a process set)."""
+    return _backend_for(tensor).broadcast(tensor, root_rank, name=name, process_set=process_set)
 
 
-def reducescatter(tensor, op=Average, name=None):
+def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Reduce across ranks and give each rank a slice of the first dimension
     (the first ``n % size`` ranks get one extra row)."""
-    return _backend_for(tensor).reducescatter(tensor, op=op, name=name)
+    return _backend_for(tensor).reducescatter(tensor, op=op, name=name, prescale_factor=prescale_factor,
+                                              postscale_factor=postscale_factor, process_set=process_set)
 
 
-def alltoall(tensor, splits=None, name=None):
+def grouped_reducescatter(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                          process_set=None):
+    """Reduce-scatter each of ``tensors`` as one request; returns a list."""
+    tensors = list(tensors)
+    return (_backend_for(tensors[0]) if tensors else _runtime()).grouped_reducescatter(
+        tensors, op=op, name=name, prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+        process_set=process_set)
+
+
+def alltoall(tensor, splits=None, name=None, process_set=None):
     """Scatter slices of the first dimension to every rank and gather theirs.
 
-    With ``splits`` given returns ``(output, received_splits)``, else the output alone.
+    With ``splits`` given returns ``(output, received_splits)``, else the output alone (the
+    first dimension must then divide evenly by the number of ranks).
     """
-    return _backend_for(tensor).alltoall(tensor, splits=splits, name=name)
+    return _backend_for(tensor).alltoall(tensor, splits=splits, name=name, process_set=process_set)

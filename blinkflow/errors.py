@@ -56,6 +56,17 @@ class InvalidArgumentError(BlinkflowError):
     """
 
 
+class ProcessSetError(BlinkflowError, ValueError):
+    """A process set that cannot be added, used or removed: ranks that are not ranks of the job,
+    a set that exists already, one that was never registered or was removed. A ``ValueError``
+    too, as Horovod raises there."""
+
+
+class NotSupportedError(BlinkflowError, NotImplementedError):
+    """What Horovod does not support either and reports as ``NotImplementedError``: reductions
+    other than Average and Sum of ``IndexedSlices``, for one."""
+
+
 class DuplicateNameError(BlinkflowError):
     """A tensor name was submitted again while the first submission is still in flight."""
 

@@ -85,11 +85,15 @@ def need_dims(array) -> None:
         raise InvalidArgumentError("a 0-d tensor has no first dimension to split or concatenate; reshape it to (1,)")
 
 
-def root_rank(value, size: int) -> int:
-    """A broadcast root: an integer that is a rank of the job."""
+def root_rank(value, ranks, label: str = "") -> int:
+    """A broadcast root: an integer that is one of ``ranks`` (the global ranks of the job, or of
+    a process set, which ``label`` names)."""
     root = whole_number(value, "root_rank")
-    if not 0 <= root < size:
-        raise InvalidArgumentError(f"root_rank {root} is not a rank of this job (size {size})")
+    if root not in ranks:
+        if not label:
+            raise InvalidArgumentError(f"root_rank {root} is not a rank of this job (size {len(ranks)})")
+        raise InvalidArgumentError(f"root_rank {root} is not a rank{label}; roots are global ranks of the set's "
+                                   "members")
     return root
 
 

@@ -1,29 +1,27 @@
-"""The background thread: every MPI call of the runtime happens here.
+"""The background thread: every MPI call of the global process set happens here.
 
-``init`` starts it and waits until it has set the job up (:func:`job.discover`, the backend);
-then it negotiates, executes and inspects stalls in rounds: at once when a tensor is submitted,
-back to back while tensors are pending, else every ``BLINKFLOW_CYCLE_TIME`` ms. It stops
-when any rank asks to shut down (all ranks leave the loop in the same cycle, so collective
-teardown such as freeing shared-memory windows stays matched), or when MPI reports a failed peer.
+``init`` starts it and waits until it has set the job up (:func:`job.discover`, the backend,
+the process sets of ``init(process_sets=...)``); then it runs the global set's
+:class:`~.set_loop.SetLoop`: it negotiates, executes and inspects stalls in rounds, at once
+when a tensor is submitted, back to back while tensors are pending, else every
+``BLINKFLOW_CYCLE_TIME`` ms. Adding and removing process sets are responses of this loop
+(:mod:`.set_threads`); every other set runs on a thread of its own. It stops when any rank asks
+to shut down (all ranks leave the loop in the same cycle, so collective teardown such as freeing
+shared-memory windows stays matched; the sets stop after it), or when MPI reports a failed peer.
 """
 from __future__ import annotations
 
-import logging
 import threading
-import time
-from typing import Any, Dict, Optional
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..backends.base import BackendContext
 from ..config import Config
-from ..errors import BackendError, BlinkflowError, ShutdownError
+from ..errors import BackendError, BlinkflowError, ProcessSetError, ShutdownError
 from . import liveness, startup
-from .executor import BatchTimeline, Executor
 from .job import Job, discover
 from .log import configure, logger
-from .messages import Response, shown
-from .negotiation import Negotiator
-from .response_cache import ResponseCache
-from .stall import StallInspector
+from .messages import Kind, Response
+from .set_loop import SetLoop, make_backend  # noqa: F401  (make_backend: re-exported)
+from .set_threads import ProcessSets, static_sets
 from .state import SharedState
 from .timeline import Timeline
 
@@ -32,28 +30,15 @@ from .timeline import Timeline
 SHUTDOWN_CALLED = "shutdown() was called"
 
 
-def make_backend(device: str, config: Config, ctx: BackendContext):
-    """The executor for arrays on ``device``: cpu (numpy) or cuda (cupy)."""
-    if device == "cuda":
-        if config.backend == "cpu":
-            raise BackendError("a CuPy array was given but BLINKFLOW_BACKEND=cpu; pass numpy arrays or set "
-                               "BLINKFLOW_BACKEND=auto")
-        try:
-            from ..backends.cuda import CudaBackend
-        except ImportError as e:
-            raise BackendError(f"the cuda backend cannot load ({e}); install cupy for your CUDA version") from None
-        return CudaBackend(ctx)
-    from ..backends.cpu import CpuBackend
-
-    return CpuBackend(ctx)
-
-
 class Engine:
-    """Owns the background thread and everything only it touches."""
+    """Owns the background thread (the global process set's loop), the other sets' threads, and
+    everything only they touch."""
 
-    def __init__(self, config: Config, comm):
+    def __init__(self, config: Config, comm, process_sets: Sequence[object] = ()):
         self.config = config
         self._user_comm = comm
+        self._static_sets = list(process_sets)
+        """This rank's ``init(process_sets=...)``: tuples of global ranks (or the reason one is refused)."""
         self.state: Optional[SharedState] = None
         self.job: Optional[Job] = None
         self.mpi_threads_supported = False
@@ -61,14 +46,15 @@ class Engine:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._main, name="blinkflow-background", daemon=True)
         self._watchdog: Optional[liveness.Watchdog] = None
-        self._backends: Dict[str, Any] = {}
         self._timeline: Optional[Timeline] = None
         self.peer_failed = False
         """A peer died: MPI calls may never return, so nobody waits for this thread."""
-        self.negotiator: Optional[Negotiator] = None
-        self._executor: Optional[Executor] = None
+        self.loop: Optional[SetLoop] = None
+        """The global set's loop (negotiator, executor, backends); run by this engine's thread."""
+        self.sets: Optional[ProcessSets] = None
+        """The other process sets: the registry, and this rank's set threads."""
         self.broken = False
-        """The loop died mid-cycle: this rank's MPI state cannot be trusted (nor MPI_Finalize)."""
+        """A loop died mid-cycle: this rank's MPI state cannot be trusted (nor MPI_Finalize)."""
         self.side = None
         """The side channel (:mod:`.side_channel`): init's and the watchdog's messages to peers."""
 
@@ -115,6 +101,38 @@ class Engine:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def _backends(self):
+        """The global set's backends by device (tests look at their counters)."""
+        return self.loop.backends if self.loop is not None else {}
+
+    @property
+    def negotiator(self):
+        return self.loop.negotiator if self.loop is not None else None
+
+    def loop_for(self, set_id: int) -> Optional[SetLoop]:
+        """The loop of process set ``set_id`` on this rank, or None when this rank is not in it."""
+        return self.loop if set_id == 0 else self.sets.loop(set_id)
+
+    def start_timeline(self, path: str) -> None:
+        """Write the timeline to ``path`` from now on (Horovod's ``start_timeline``)."""
+        old = self._timeline
+        self._use_timeline(Timeline(path, self.job.rank))
+        if old is not None:
+            old.close()
+
+    def stop_timeline(self) -> None:
+        old = self._timeline
+        self._use_timeline(None)
+        if old is not None:
+            old.close()
+
+    def _use_timeline(self, timeline: Optional[Timeline]) -> None:
+        self._timeline = timeline
+        self.sets.timeline = timeline
+        for loop in [self.loop] + [thread.loop for thread in list(self.sets.threads.values())]:
+            loop.set_timeline(timeline)
+
     # ---- background thread --------------------------------------------------------------------
     def _main(self) -> None:
         try:
@@ -122,19 +140,18 @@ class Engine:
         except BaseException as e:  # noqa: BLE001 - handed to init() on the user thread
             self.init_error = e
             startup.tell_setup_failed(self.side, e)  # peers may wait for this rank in a collective
+            if isinstance(e, ProcessSetError) and self.loop is not None:
+                self._release()  # every rank refused the same sets at the same point
             self._ready.set()
             return
         self._ready.set()
         clean = False
         try:
-            self._loop()
+            reasons = self.loop.run()
+            self.state.fail(self._shutdown_error(reasons))
             clean = True
         except BaseException as e:  # noqa: BLE001 - every failure must reach the waiting users
-            self.broken = True
-            error = self._as_shutdown_error(e)
-            self.state.fail(error)
-            if not self.peer_failed and self.side is not None:  # peers may wait inside a collective for us
-                self.side.tell_all(str(error))
+            self._loop_failed(self.loop, e)
         finally:
             if self._watchdog is not None:
                 self._watchdog.stop()
@@ -142,6 +159,17 @@ class Engine:
                 self._teardown()
             elif self._timeline is not None:
                 self._timeline.close()
+
+    def _loop_failed(self, loop: SetLoop, error: BaseException) -> None:
+        """A set's loop died mid-cycle (its thread, or the global one): MPI state is not to be
+        trusted any more, so the whole runtime stops and the peers hear of it."""
+        self.broken = True
+        failure = self._as_shutdown_error(error, loop)
+        self.state.fail(failure)
+        if self.sets is not None:
+            self.sets.fail_all(failure)
+        if not self.peer_failed and self.side is not None:  # peers may wait inside a collective for us
+            self.side.tell_all(str(failure))
 
     def _setup(self) -> None:
         from mpi4py import MPI
@@ -161,98 +189,48 @@ class Engine:
             logger.info("configuration:\n" + self.config.describe())
         if self.config.timeline:
             self._timeline = Timeline(self.config.timeline, job.rank)
-        self._batch_timeline = BatchTimeline()
-        self._ctx = job.backend_context(self.config, self._batch_timeline if self._timeline else None)
-        self._backend("cpu")
+        self.loop = SetLoop(0, job, self.config, self.state, self._timeline,
+                            hooks={Kind.ADD_PROCESS_SET: self._add_set, Kind.REMOVE_PROCESS_SET: self._remove_set})
+        self.loop.backend("cpu")
+        self.sets = ProcessSets(job, self.config, self.state.handles, self._timeline, self._loop_failed,
+                                lambda: self.peer_failed)
+        for ranks in static_sets(self._static_sets, job.comm):  # every rank: the same sets, in one order
+            self._add_ranks(ranks)
         self._watchdog = liveness.Watchdog(job.rank, job.machines, job.hosts, job.pids, self._on_peer_failure,
                                            self.side, self.config.stall_check_time_seconds,
                                            self.config.stall_shutdown_time_seconds)
         self._watchdog.start()
 
+    def _add_ranks(self, ranks: Tuple[int, ...]) -> int:
+        if not self.mpi_threads_supported:
+            raise ProcessSetError("process sets need MPI_THREAD_MULTIPLE (each set runs on a thread of its own); "
+                                  "leave mpi4py.rc.thread_level at its default ('multiple')")
+        return self.sets.add(ranks)
+
+    def _add_set(self, response: Response) -> int:
+        """The global set's ADD_PROCESS_SET response, run at the same point on every rank."""
+        return self._add_ranks(tuple(response.first().shape))
+
+    def _remove_set(self, response: Response) -> bool:
+        return self.sets.remove(response.first().root)
+
     def _on_peer_failure(self, error: ShutdownError) -> None:
         self.peer_failed = True
         self.state.fail(error)
+        if self.sets is not None:
+            self.sets.fail_all(error)
         self.tell_departure()  # now: however this process leaves later, it is not blamed
 
-    def _backend(self, device: str):
-        backend = self._backends.get(device)
-        if backend is None:
-            backend = self._backends[device] = make_backend(device, self.config, self._ctx)
-        return backend
-
-    def _loop(self) -> None:
-        job, state, config = self.job, self.state, self.config
-        stall = StallInspector(config.stall_check_time_seconds, config.stall_shutdown_time_seconds)
-        cache = ResponseCache(config.cache_capacity, job.rank)
-        from mpi4py import MPI
-
-        negotiator = self.negotiator = Negotiator(job.comm, job.rank, job.size, cache, stall.report_after_s(),
-                                                  MPI.BAND)
-        cache_evict = cache.evict
-
-        def evict(bit: int) -> None:
-            cache_evict(bit)
-            negotiator.on_evict(bit)
-
-        cache.evict = evict
-        executor = self._executor = Executor(job.rank, job.size, job.comm, self._backend, state, config.fusion_threshold,
-                            self._timeline, self._batch_timeline)
-        cycle_s = config.cycle_time / 1000.0
-        stalled_s = 0.0
-
-        def done(response: Response) -> None:
-            cache.put(response)
-
-        while True:
-            new = state.drain()
-            if self._timeline is not None:
-                for entry in new:
-                    self._timeline.end(entry.name, "QUEUED")
-                    self._timeline.start(entry.name, "NEGOTIATE")
-            responses, reasons = negotiator.cycle(new, state.shutdown_reason, state.work_submitted,
-                                                  state.abort_check)
-            # Every rank leaves the negotiation at about the same moment: pacing the next cycle
-            # from here (not from this cycle's start, which differs by how long each rank waited)
-            # keeps the ranks' cycles aligned, so an idle cycle hardly waits for its peers.
-            synced = time.monotonic()
-            if responses and logger.isEnabledFor(logging.DEBUG):
-                logger.debug("running %s", ", ".join(f"{r.kind.label} {shown(r.name)}" for r in responses))
-            executor.run(responses, negotiator.pending, done)
-            if reasons is not None:
-                state.fail(self._shutdown_error(reasons))
-                return
-            if state.failure is not None:  # the watchdog saw a dead peer: MPI may hang from now on
-                raise state.failure
-            if negotiator.table is not None:
-                reason = stall.inspect(negotiator.table)
-                if reason is not None:
-                    state.request_shutdown(reason)
-            # Nothing pending here: sleep until a submission (or a shutdown request) wakes the
-            # thread, or for a cycle at most. Submissions are negotiated at once on every rank, so
-            # the cycle is not a latency: only stall checks, join and shutdown ride on idle
-            # rounds, and rare idle rounds (20 ms by default) leave a computing rank its CPU and
-            # seldom overlap a submission. With tensors pending (some rank has not submitted
-            # them yet) the next round starts at once and waits quietly for the late ranks,
-            # which join it the moment they submit: a collective's latency is the ranks' skew.
-            # A round that moved nothing while tensors are pending (each rank holds some that
-            # others lack, e.g. submitted in different orders) completes at once and would
-            # repeat in a tight loop: back off, doubling up to 1 ms, until something happens.
-            stalled_s = 0.0 if responses or new else min(max(2 * stalled_s, 50e-6), min(cycle_s, 1e-3))
-            if not negotiator.pending:
-                state.wait_for_work(cycle_s - (time.monotonic() - synced))
-            elif stalled_s:
-                state.wait_for_work(stalled_s)
-
-    def _shutdown_error(self, reasons) -> ShutdownError:
+    def _shutdown_error(self, reasons: List[Optional[str]]) -> ShutdownError:
         who = [(r, why) for r, why in enumerate(reasons) if why is not None]
         text = "; ".join(f"rank {r}: {why}" for r, why in who)
         # Only after shutdown() on purpose can every rank start again; a rank that is exiting cannot.
-        again = ("; call blinkflow.init() again to run more collectives"
+        again = ("; call blinkflow.shutdown() then blinkflow.init() on every rank to run more collectives"
                  if all(why == SHUTDOWN_CALLED for _, why in who) else "")
-        return ShutdownError(f"blinkflow was shut down ({text}){again}",
+        return ShutdownError(f"blinkflow has been shut down ({text}){again}",
                              rank=None if who[0][0] == self.job.rank else who[0][0])
 
-    def _as_shutdown_error(self, error: BaseException) -> BlinkflowError:
+    def _as_shutdown_error(self, error: BaseException, loop: Optional[SetLoop] = None) -> BlinkflowError:
         if isinstance(error, ShutdownError):
             return error
         if self.peer_failed and self.state.failure is not None:
@@ -264,19 +242,22 @@ class Engine:
                 blamed = liveness.culprits(dead, self._watchdog.departed if self._watchdog else {})
                 return liveness.dead_peer_error(blamed, self.job.hosts, f"MPI reports: {error}")
             return ShutdownError(f"a peer rank failed (MPI reports: {error}); the job cannot continue")
-        running = self._executor.describe_running() if self._executor is not None else ""
-        during = f" while running {running}" if running else ""
+        running = loop.describe_running() if loop is not None else ""
+        during = f" while running {running}{loop.label}" if running else ""
         logger.exception("the background thread failed%s", during)
         return ShutdownError(f"the blinkflow runtime of rank {self.job.rank} failed{during}: "
                              f"{type(error).__name__}: {error}. The job cannot continue; the traceback is in this "
                              "rank's log.", rank=self.job.rank)
 
     def _teardown(self) -> None:
-        for backend in self._backends.values():
-            try:
-                backend.close()
-            except Exception:  # noqa: BLE001 - teardown must go on; report and continue
-                logger.exception("closing backend %s failed", getattr(backend, "name", "?"))
-        self.job.free()
+        # Every rank left the global loop in the same cycle; its sets stop now, each in a last
+        # cycle its members agree on, before the job's communicators go.
+        self._release()
         if self._timeline is not None:
             self._timeline.close()
+
+    def _release(self) -> None:
+        if self.sets is not None:
+            self.sets.stop_all("the job is shutting down", self.state.failure or ShutdownError("blinkflow stopped"))
+        self.loop.close_backends()
+        self.job.free()

@@ -16,8 +16,13 @@ from .messages import JOIN_NAME, Kind, Request, Response, shown
 
 
 class MessageTable:
-    def __init__(self, size: int):
+    """``ranks[i]``: the global rank of index ``i`` (a process set's members; the identity for
+    the job), named in messages; ``label`` says which process set, after a tensor's name."""
+
+    def __init__(self, size: int, ranks=None, label: str = ""):
         self.size = size
+        self.ranks = tuple(ranks) if ranks is not None else tuple(range(size))
+        self.label = label
         self.table: Dict[str, Dict[int, Request]] = {}
         self.first_seen: Dict[str, float] = {}
         self.joined: List[int] = []  # in the order the ranks joined
@@ -72,10 +77,10 @@ class MessageTable:
 
     def _respond(self, name: str, entry: Dict[int, Request]) -> Response:
         requests = tuple(entry.get(r) for r in range(self.size))
-        refused = refusal(name, requests)
+        refused = refusal(name, requests, self.ranks, self.label)
         if refused:
             return Response(Kind.ERROR, name, requests, error=refused, error_type="InvalidArgumentError")
-        error = validate(name, requests, self.joined)
+        error = validate(name, requests, self.joined, self.ranks, self.label)
         if error:
             return Response(Kind.ERROR, name, requests, error=error, error_type="TensorMismatchError")
         return Response(requests[min(entry)].kind, name, requests)
@@ -84,38 +89,42 @@ class MessageTable:
         """(name, first seen, ranks that submitted, ranks that did not) for every waiting name."""
         out = []
         for name, entry in self.table.items():
-            absent = [r for r in range(self.size) if r not in entry and r not in self.joined]
-            out.append((name, self.first_seen[name], sorted(entry), absent))
+            absent = [self.ranks[r] for r in range(self.size) if r not in entry and r not in self.joined]
+            out.append((name, self.first_seen[name], sorted(self.ranks[r] for r in entry), absent))
         return out
 
 
-def refusal(name: str, requests: Tuple[Optional[Request], ...]) -> str:
+def refusal(name: str, requests: Tuple[Optional[Request], ...], ranks=None, label: str = "") -> str:
     """The error every rank raises when some rank refused the call (its arguments were bad),
-    naming those ranks and their reasons, else ''."""
+    naming those ranks (``ranks[i]``: the global rank of index i) and their reasons, else ''."""
     reasons: Dict[str, List[int]] = {}
     kind = None
     for r, q in enumerate(requests):
         if q is not None and q.rejected:
-            reasons.setdefault(q.rejected, []).append(r)
+            reasons.setdefault(q.rejected, []).append(ranks[r] if ranks else r)
             kind = kind or q.kind
     if not reasons:
         return ""
     said = "; ".join(f"{_ranks(ranks)}: {why}" for why, ranks in reasons.items())
-    return f"{kind.label} {shown(name)} was refused by {said}"
+    return f"{kind.label} {shown(name)}{label} was refused by {said}"
 
 
 def _ranks(ranks: List[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks}"
 
 
-def validate(name: str, requests: Tuple[Optional[Request], ...], joined: List[int]) -> str:
-    """An error message if the ranks' requests for ``name`` disagree, else ''."""
+def validate(name: str, requests: Tuple[Optional[Request], ...], joined: List[int], ranks=None,
+             label: str = "") -> str:
+    """An error message if the ranks' requests for ``name`` disagree, else ''. ``ranks[i]`` is
+    the global rank of index i (a process set's members), ``label`` the set, for the message."""
     present = [(r, q) for r, q in enumerate(requests) if q is not None]
     signatures = {q.signature() for _, q in present}
     if len(signatures) > 1:
         what = _what_differs([q for _, q in present])
-        sent = "; ".join(f"rank {r}: {q.describe()}" for r, q in present)
-        return (f"ranks disagree on the {what} of tensor {shown(name)}: {sent}{_first_member_difference(present)}. "
+        named = [(ranks[r] if ranks else r, q) for r, q in present]
+        sent = "; ".join(f"rank {r}: {q.describe()}" for r, q in named)
+        return (f"ranks disagree on the {what} of tensor {shown(name)}{label}: {sent}"
+                f"{_first_member_difference(named)}. "
                 "Every rank must submit the same collective under one name (give distinct names to different "
                 "tensors).")
     first = present[0][1]

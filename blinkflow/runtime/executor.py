@@ -13,7 +13,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import numpy as np
 
-from ..errors import BlinkflowError, InvalidArgumentError, PlanError, ScheduleError, ShutdownError, TensorMismatchError
+from ..errors import (BlinkflowError, InvalidArgumentError, PlanError, ProcessSetError, ScheduleError, ShutdownError,
+                      TensorMismatchError)
 from ..ops import ReduceOp
 from .fusion import Batch, make_batches
 from .messages import Kind, Request, Response, shown
@@ -94,7 +95,13 @@ class BatchTimeline:
 
 class Executor:
     def __init__(self, rank: int, size: int, comm, backend_for: Callable[[str], Any], state: SharedState,
-                 fusion_threshold: int, timeline=None, batch_timeline: Optional[BatchTimeline] = None):
+                 fusion_threshold: int, timeline=None, batch_timeline: Optional[BatchTimeline] = None,
+                 hooks: Optional[Dict[Kind, Callable[[Response], Any]]] = None, ranks=None):
+        self.hooks = hooks or {}
+        """Runs a response of a kind the runtime above handles (adding, removing process sets);
+        its return value completes the call."""
+        self.index_of = {g: i for i, g in enumerate(ranks if ranks is not None else range(size))}
+        """A process set's index of a global rank (broadcast roots are global ranks, Horovod's rule)."""
         self.rank = rank
         self.size = size
         self.comm = comm
@@ -151,9 +158,10 @@ class Executor:
             self.running = (batch.kind, names)
             try:
                 results = self._execute(step, responses, entries)
-            except (PlanError, ScheduleError) as error:
+            except (PlanError, ScheduleError, ProcessSetError) as error:
                 # Raised on every rank at this batch, before anything moved: plans are agreed and
-                # lowered alike everywhere. The batch's calls fail with it; the runtime goes on.
+                # lowered alike everywhere, process sets are added and removed alike. The batch's
+                # calls fail with it; the runtime goes on.
                 self.running = None
                 self._fail_batch(batch, responses, entries, error, on_done)
                 continue
@@ -220,6 +228,9 @@ class Executor:
             return [None]
         if batch.kind is Kind.JOIN:
             return [response.last_joined]
+        hook = self.hooks.get(batch.kind)
+        if hook is not None:
+            return [hook(response)]
         mine = response.requests[self.rank]
         array = entry.array if entry is not None else None
         run = {Kind.ALLGATHER: self._allgather, Kind.BROADCAST: self._broadcast,
@@ -305,10 +316,11 @@ class Executor:
 
     def _broadcast(self, response: Response, mine: Optional[Request], array):
         first = response.first()
+        root = self.index_of[first.root]
         if first.parts is not None:  # a group travels as one request: its members, in order
-            return [self._cast(first.device, first.root, dtype, shape, array[i] if array is not None else None)
+            return [self._cast(first.device, root, dtype, shape, array[i] if array is not None else None)
                     for i, (dtype, shape) in enumerate(first.parts)]
-        return self._cast(first.device, first.root, first.dtype, first.shape, array)
+        return self._cast(first.device, root, first.dtype, first.shape, array)
 
     def _cast(self, device: str, root: int, dtype: str, shape, array):
         xp = _xp(device)
@@ -321,19 +333,31 @@ class Executor:
         return buf.reshape(shape)
 
     def _reducescatter(self, response: Response, mine: Request, array):
+        if mine.parts is not None:  # a group travels as one request: its members, in order
+            return [self._scatter(mine, dtype, shape, array[i]) for i, (dtype, shape) in enumerate(mine.parts)]
+        return self._scatter(mine, mine.dtype, mine.shape, array)
+
+    def _scatter(self, mine: Request, dtype: str, shape, array):
+        """One reduce-scatter: prescaled (Horovod's rules, :meth:`Backend.scale`), reduced,
+        this rank's block kept, then averaged and postscaled."""
         xp = _xp(mine.device)
-        tail = tuple(mine.shape[1:])
+        tail = tuple(shape[1:])
         row = _count(tail)
-        rows = split_rows(mine.shape[0], self.size)
+        rows = split_rows(shape[0], self.size)
         counts = [n * row for n in rows]
         send = xp.ascontiguousarray(array).reshape(-1)
-        recv = xp.empty(counts[self.rank], np.dtype(mine.dtype))
+        recv = xp.empty(counts[self.rank], np.dtype(dtype))
         backend = self.backend_for(mine.device)
         op = ReduceOp(mine.op)
         if sum(counts):
+            if mine.prescale != 1.0:
+                send = send.copy()  # inputs are never written
+                backend.scale(send, mine.prescale)
             backend.reducescatter(send, recv, counts, op.combiner)
             if op is ReduceOp.AVERAGE:
-                average(backend, recv, self.size)
+                average(backend, recv, self.size, mine.postscale)
+            else:
+                backend.scale(recv, mine.postscale)
         return recv.reshape((rows[self.rank],) + tail)
 
     def _alltoall(self, response: Response, mine: Request, array):

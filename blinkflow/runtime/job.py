@@ -11,8 +11,9 @@ run different schedules fail now, loudly, instead of deadlocking in the first co
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..backends.base import BackendContext, Layout
 from ..config import Config
@@ -36,6 +37,13 @@ class Job:
     topology: Any
     plans: PlanBook
     """``plans.get(collective, root=None)``: the agreed plans (root: a device id)."""
+    ranks: Tuple[int, ...] = ()
+    """A process set's job: the global rank of each of its ranks (empty: the job itself)."""
+
+    @functools.cached_property
+    def global_ranks(self) -> Tuple[int, ...]:
+        """The global rank of each rank of this job (the identity for the job itself)."""
+        return self.ranks or tuple(range(self.size))
 
     @property
     def rank(self) -> int:
@@ -77,10 +85,7 @@ class Job:
 
     def free(self) -> None:
         for comm in (self.cross_comm, self.local_comm, self.comm):
-            try:
-                comm.Free()
-            except Exception:  # noqa: BLE001 - a failed peer can make Free raise; nothing to save
-                pass
+            _free(comm)
 
 
 def host_indexes(hosts: List[str]) -> List[int]:
@@ -108,6 +113,51 @@ def discover(comm, config: Config) -> Job:
     return Job(comm=comm, local_comm=local_comm, cross_comm=cross_comm, layout=layout, hosts=tuple(found.hosts),
                machines=tuple(m for m, _, _ in gathered), pids=tuple(p for _, p, _ in gathered),
                topology=found.topology, plans=plans)
+
+
+def set_job(job: Job, ranks: Sequence[int]) -> Optional[Job]:
+    """The job of the process set of global ``ranks`` (sorted), or None on ranks outside it.
+
+    Collective over ``job.comm`` (the global job's): the set's communicator is split from it,
+    ranks keep their order. Then, among the set's members only: its layout (hosts renumbered by
+    their lowest member), local and cross communicators, the job's topology cut down to the set's
+    devices, and its all-reduce plan agreed (a PlanError names the members that disagree). The
+    planner thus packs trees on the set's own devices: Blink's partial allocation.
+    """
+    from mpi4py import MPI
+
+    member = job.rank in ranks
+    comm = job.comm.Split(color=0 if member else MPI.UNDEFINED, key=job.rank)
+    if not member:
+        return None
+    made = [comm]
+    try:
+        index = list(ranks).index(job.rank)
+        hosts = tuple(job.hosts[r] for r in ranks)
+        layout = Layout(index, tuple(host_indexes(list(hosts))), tuple(job.devices[r] for r in ranks))
+        local_comm = comm.Split(color=layout.hosts[index], key=index)
+        made.append(local_comm)
+        cross_comm = comm.Split(color=layout.local_rank, key=layout.hosts[index])
+        made.append(cross_comm)
+        topology = job.topology
+        if len(layout.devices) < len(job.devices):
+            topology = topology.subset(layout.devices, where=f"process set {list(ranks)}")
+        plans = PlanBook(comm, topology, layout.devices)
+        plans.agree(init_keys(layout.devices))
+    except BaseException:
+        for made_comm in reversed(made):
+            _free(made_comm)
+        raise
+    return Job(comm=comm, local_comm=local_comm, cross_comm=cross_comm, layout=layout, hosts=hosts,
+               machines=tuple(job.machines[r] for r in ranks), pids=tuple(job.pids[r] for r in ranks),
+               topology=topology, plans=plans, ranks=tuple(ranks))
+
+
+def _free(comm) -> None:
+    try:
+        comm.Free()
+    except Exception:  # noqa: BLE001 - a failed peer can make Free raise; nothing to save
+        pass
 
 
 def _check_config(config: Config, every: List[tuple]) -> None:

@@ -39,6 +39,10 @@ class Kind(enum.IntEnum):
     BARRIER = 5
     JOIN = 6
     ERROR = 7
+    ADD_PROCESS_SET = 8
+    """Global set only: every rank adds the process set of ``Request.shape`` (its ranks)."""
+    REMOVE_PROCESS_SET = 9
+    """Global set only: every rank removes the process set ``Request.root``."""
 
     @property
     def label(self) -> str:
@@ -64,7 +68,7 @@ class Request:
     splits: Optional[Tuple[int, ...]] = None
     device: str = "cpu"
     parts: Optional[Tuple[Tuple[str, Tuple[int, ...]], ...]] = None
-    """A grouped all-reduce, all-gather or broadcast: (dtype, shape) of each member. The group is
+    """A grouped all-reduce, all-gather, broadcast or reduce-scatter: (dtype, shape) of each member. The group is
     negotiated, cached, validated and completed as one unit (Horovod negotiates each member: at
     a few hundred gradients per step that per-tensor bookkeeping would cost more than the
     reduction itself, and a rank with another member count would leave the others waiting for
@@ -100,6 +104,10 @@ class Request:
         """Human-readable, for mismatch messages."""
         if self.rejected:
             return f"{self.kind.label} refused: {self.rejected}"
+        if self.kind is Kind.ADD_PROCESS_SET:
+            return f"add_process_set of ranks {list(self.shape)}"
+        if self.kind is Kind.REMOVE_PROCESS_SET:
+            return f"remove_process_set of set {self.root}"
         if self.parts is not None:
             members = ", ".join(f"{d}{list(s)}" for d, s in self.parts[:4])
             more = f", ... ({len(self.parts)} in all)" if len(self.parts) > 4 else ""
@@ -110,7 +118,7 @@ class Request:
             from ..ops import ReduceOp
 
             parts.append(f"op={ReduceOp(self.op).name.title()}")
-        if self.kind is Kind.ALLREDUCE and (self.prescale != 1.0 or self.postscale != 1.0):
+        if self.kind in (Kind.ALLREDUCE, Kind.REDUCESCATTER) and (self.prescale != 1.0 or self.postscale != 1.0):
             parts.append(f"prescale={self.prescale:g} postscale={self.postscale:g}")
         if self.kind is Kind.BROADCAST:
             parts.append(f"root={self.root}")

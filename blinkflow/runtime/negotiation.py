@@ -36,14 +36,17 @@ _NO_REQUESTS, _NO_SHUTDOWN, _NO_JOIN = 1, 2, 4
 
 
 class Negotiator:
-    def __init__(self, comm, rank: int, size: int, cache: ResponseCache, report_after_s: Optional[float], band):
+    def __init__(self, comm, rank: int, size: int, cache: ResponseCache, report_after_s: Optional[float], band,
+                 ranks=None, label: str = ""):
         self.comm = comm
         self.band = band
         """``MPI.BAND`` (passed in, so this module runs on a stand-in communicator in tests)."""
         self.rank = rank
         self.size = size
         self.cache = cache
-        self.table = MessageTable(size) if rank == 0 else None
+        self.table = MessageTable(size, ranks, label) if rank == 0 else None
+        """Rank 0's coordinator; ``ranks`` (global ranks of a process set's members) and ``label``
+        (which set) only shape its messages."""
         self.pending: Dict[str, Entry] = {}
         # A cache hit that waits this long is also reported to the coordinator, so the stall
         # inspector can see who has it (hits are otherwise invisible to rank 0).

@@ -46,12 +46,13 @@ class StallInspector:
                 self._warned[name] = now
                 stalled.append((name, waited, present, absent))
             if self.shutdown_s > 0 and waited >= self.shutdown_s:
-                fatal.append(f"{shown(name)} missing on ranks {absent} (ready on ranks {present})")
+                fatal.append(f"{shown(name)}{table.label} missing on ranks {absent} (ready on ranks {present})")
         if fatal:
             return (f"stall: tensors not submitted by every rank within {self.shutdown_s:g} s "
                     f"(BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS): " + "; ".join(fatal))
         if stalled:
-            lines = [f"  {shown(name)}: missing on ranks {absent} (ready on ranks {present}, waiting {waited:.0f} s)"
+            lines = [f"  {shown(name)}{table.label}: missing on ranks {absent} (ready on ranks {present}, "
+                     f"waiting {waited:.0f} s)"
                      for name, waited, present, absent in stalled]
             logger.warning("stalled collectives: some ranks did not submit these tensors. Every rank must "
                            "run the same collectives under the same names.\n" + "\n".join(lines))

@@ -24,12 +24,13 @@ import warnings
 from typing import List, Optional
 
 from ..config import Config, unknown_variables
-from ..errors import ConfigError, ConfigWarning, InitError, PlanError, TopologyError
+from ..errors import ConfigError, ConfigWarning, InitError, PlanError, ProcessSetError, TopologyError
 from .side_channel import SideChannel, open_side_channel
 
-#: Errors the set-up raises on every rank alike (the agreements of ``job.discover``): no rank is
+#: Errors the set-up raises on every rank alike (the agreements of ``job.discover``, process sets
+#: refused or failed at init): no rank is
 #: left inside a collective after them.
-AGREED_ERRORS = (ConfigError, PlanError, TopologyError)
+AGREED_ERRORS = (ConfigError, PlanError, TopologyError, ProcessSetError)
 _POLL_S = 0.02
 NOTICE_GRACE_S = 1.0
 VERDICT_SLACK_S = 2.0

@@ -38,10 +38,13 @@ class Entry:
 
 
 class SharedState:
-    def __init__(self, config: Config, rank: int):
+    """One process set's queue and names in flight (a name is unique within a set); ``handles``
+    is shared by every set of the runtime, since ``synchronize(handle)`` does not name the set."""
+
+    def __init__(self, config: Config, rank: int, handles: Optional[HandleTable] = None):
         self.config = config
         self.rank = rank
-        self.handles = HandleTable()
+        self.handles = handles if handles is not None else HandleTable()
         self._lock = threading.Lock()
         self._queue: List[Entry] = []
         self._in_flight: Dict[str, Entry] = {}

@@ -133,6 +133,53 @@ def case_allreduce_scaling_and_layout(r, n):
     assert got.shape == () and got == sum(range(n))
 
 
+def case_scale_factors_match_horovod_bit_for_bit(r, n):
+    """Horovod's test_horovod_allreduce_cpu_prescale / _postscale: float16 scaled in float32 and
+    integers in float64 (truncated toward zero), cast back before the sum; equal bit for bit at
+    up to 3 ranks. (float16 used to be scaled by the factor rounded to float16: 21.375 where
+    Horovod has 21.359375.)"""
+    rng = np.random.RandomState(1234)
+    factor = rng.uniform()
+    for dtype in ["uint8", "int8", "int32", "int64", "float16", "float32"]:
+        for dim in (1, 2, 3):
+            high = 100 if dtype not in ("uint8", "int8") else 1
+            low = -high if dtype != "uint8" else 0
+            x = rng.uniform(low, high, size=(17,) * dim).astype(dtype)  # the same on every rank
+            wide = np.float32 if dtype == "float16" else np.float64 if dtype[0] in "ui" else np.dtype(dtype).type
+            with np.errstate(over="ignore"):
+                pre = bf.allreduce(x, op=bf.Sum, prescale_factor=factor, name=f"hvd.pre.{dtype}.{dim}")
+                want_pre = (x.astype(wide) * wide(factor)).astype(dtype) * np.array(n, dtype)
+                post = bf.allreduce(x, op=bf.Sum, postscale_factor=factor, name=f"hvd.post.{dtype}.{dim}")
+                want_post = ((x * np.array(n, dtype)).astype(wide) * wide(factor)).astype(dtype)
+            if n <= 3 or dtype[0] in "ui":
+                assert np.array_equal(pre, want_pre), (dtype, dim, pre.ravel()[:4], want_pre.ravel()[:4])
+                assert np.array_equal(post, want_post), (dtype, dim, post.ravel()[:4], want_post.ravel()[:4])
+    # A float16 value whose scaled result differs with a float16-rounded factor.
+    x = np.full(4, 20.44, np.float16)
+    got = bf.allreduce(x, op=bf.Sum, postscale_factor=1.0457, name="hvd.post.example")
+    assert np.array_equal(got, ((x * np.float16(n)).astype(np.float32) * np.float32(1.0457)).astype(np.float16)), got
+
+
+def case_reducescatter_scale_factors_and_groups(r, n):
+    """reducescatter(prescale_factor=, postscale_factor=) (Horovod's, with the all-reduce's
+    arithmetic) and grouped_reducescatter (one request, every member scattered alike)."""
+    rows = 2 * n + 1
+    counts = [rows // n + (1 if q < rows % n else 0) for q in range(n)]
+    start = sum(counts[:r])
+    x = value(r, (rows, 2), "float32")
+    got = bf.reducescatter(x, op=bf.Sum, prescale_factor=0.5, postscale_factor=4.0, name="rs.scaled")
+    want = sum(value(q, (rows, 2), "float32") * np.float32(0.5) for q in range(n)) * np.float32(4.0)
+    close(got, want[start:start + counts[r]], "float32")
+    got = bf.reducescatter(value(r, (rows,), "int32"), op=bf.Average, postscale_factor=3.0, name="rs.int.avg")
+    full = sum(value(q, (rows,), "int32") for q in range(n))
+    close(got, np.trunc(full.astype(np.float64) * 3.0 / n).astype("int32")[start:start + counts[r]], "int32")
+    outs = bf.grouped_reducescatter([value(r, (rows,), "float64"), value(r, (rows, 3), "int64")], op=bf.Sum,
+                                    name="rs.group")
+    for got, (shape, dtype) in zip(outs, [((rows,), "float64"), ((rows, 3), "int64")]):
+        close(got, sum(value(q, shape, dtype) for q in range(n))[start:start + counts[r]], dtype)
+    assert bf.grouped_reducescatter([]) == []
+
+
 def case_allgather(r, n):
     for dtype in DTYPES:
         for tail in [(), (3, 2)]:
