@@ -25,12 +25,15 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
 
     Runs at the end of the first batch, once the optimizer's slot variables exist, and again on
     the first batch of any later ``fit``; ranks that started from different weights are identical
-    from then on.
+    from then on. ``local_variables`` (Horovod's): variables each rank keeps its own of (model
+    parallel parts), left out. ``device`` is accepted for Horovod's signature.
     """
 
-    def __init__(self, root_rank: int = 0):
+    def __init__(self, root_rank: int = 0, device: str = "", local_variables=None):
         super().__init__()
         self.root_rank = root_rank
+        self.device = device
+        self.local_variables = list(local_variables or [])
         self.broadcast_done = False
 
     def on_train_begin(self, logs=None):
@@ -39,7 +42,9 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if self.broadcast_done:
             return
-        broadcast_variables(self.model.variables, self.root_rank, name="BroadcastGlobalVariables.model")
+        local = {id(v) for v in self.local_variables}
+        shared = [v for v in self.model.variables if id(v) not in local]
+        broadcast_variables(shared, self.root_rank, name="BroadcastGlobalVariables.model")
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is not None and optimizer.variables:
             broadcast_variables(optimizer.variables, self.root_rank, name="BroadcastGlobalVariables.optimizer")
@@ -49,7 +54,11 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
 class MetricAverageCallback(keras.callbacks.Callback):
     """Average the epoch's metrics (``logs``) over ranks, in place, so that every rank and every
     later callback (History, checkpoints, ReduceLROnPlateau) sees the same numbers. Put it before
-    the callbacks that read metrics."""
+    the callbacks that read metrics. ``device`` is accepted for Horovod's signature."""
+
+    def __init__(self, device: str = ""):
+        super().__init__()
+        self.device = device
 
     def on_epoch_end(self, epoch, logs=None):
         if not logs:

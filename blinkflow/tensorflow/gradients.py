@@ -22,8 +22,10 @@ class GradientReducer:
     """Reduce lists of gradients with fixed settings; ``name`` prefixes the runtime names."""
 
     def __init__(self, name: str, op=ReduceOp.AVERAGE, compression=Compression.none,
-                 gradient_predivide_factor: float = 1.0, sparse_as_dense: bool = False):
+                 gradient_predivide_factor: float = 1.0, sparse_as_dense: bool = False, process_set=None):
         self.name = name
+        self.process_set = process_set
+        """The process set the gradients are reduced over (None: every rank)."""
         self.op = as_reduce_op(op)
         self.compression = compression
         self.gradient_predivide_factor = float(gradient_predivide_factor)
@@ -36,7 +38,7 @@ class GradientReducer:
         f = self.gradient_predivide_factor
         if f == 1.0:
             return self.op, 1.0, 1.0
-        return ReduceOp.SUM, 1.0 / f, f / ops.size()
+        return ReduceOp.SUM, 1.0 / f, f / ops.size(self.process_set)
 
     @tf.autograph.experimental.do_not_convert
     def reduce(self, grads: Sequence[Optional[tf.Tensor]]) -> List[Optional[tf.Tensor]]:
@@ -48,7 +50,8 @@ class GradientReducer:
                 continue
             if isinstance(g, tf.IndexedSlices):
                 if not self.sparse_as_dense:
-                    out[i] = ops.allreduce(g, op=self.op, name=f"{self.name}.sparse.{i}")
+                    out[i] = ops.allreduce(g, op=self.op, name=f"{self.name}.sparse.{i}",
+                                           process_set=self.process_set)
                     continue
                 g = tf.convert_to_tensor(g)
             dense_at.append(i)
@@ -56,7 +59,8 @@ class GradientReducer:
         if dense:
             op, pre, post = self._scale_factors()
             reduced = ops.grouped_allreduce(dense, op=op, name=f"{self.name}.dense", prescale_factor=pre,
-                                            postscale_factor=post, compression=self.compression)
+                                            postscale_factor=post, compression=self.compression,
+                                            process_set=self.process_set)
             for i, r in zip(dense_at, reduced):
                 out[i] = r
         return out

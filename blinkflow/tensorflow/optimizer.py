@@ -8,7 +8,10 @@ Horovod built a subclass of the user's optimizer class at run time and hooked
 optimizer's ``apply``. Weight decay, clipping, EMA and the update rule stay the inner optimizer's.
 
 With ``backward_passes_per_step = N > 1`` gradients are summed locally into accumulator variables
-and every N-th call all-reduces their mean and applies it (one communication per N passes).
+and every N-th call all-reduces the sum (divided by N with ``average_aggregated_gradients``,
+Horovod's semantics) and applies it: one communication per N passes. ``iterations`` counts every
+call, as Horovod's. ``process_set=`` reduces over a process set; ``register_local_var`` keeps a
+variable's gradient local (:mod:`.local_gradients`).
 """
 from __future__ import annotations
 
@@ -18,7 +21,9 @@ import tensorflow as tf
 from ..compression import Compression, FP16Compressor
 from ..errors import BlinkflowError
 from ..ops import ReduceOp, as_reduce_op
+from ._deprecated import warn_once
 from .gradients import GradientReducer
+from .local_gradients import LocalSources, layer_variables
 
 _COMPRESSION_NAMES = {"none": Compression.none, "fp16": Compression.fp16}
 
@@ -41,7 +46,9 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
     """Wrap ``optimizer`` so that ``apply``/``apply_gradients`` average gradients over ranks."""
 
     def __init__(self, optimizer, op=ReduceOp.AVERAGE, compression=Compression.none, backward_passes_per_step=1,
-                 gradient_predivide_factor=1.0, sparse_as_dense=False, name=None):
+                 gradient_predivide_factor=1.0, sparse_as_dense=False, name=None, average_aggregated_gradients=False,
+                 process_set=None, scale_local_gradients=True, device_dense="", device_sparse="", num_groups=0,
+                 groups=None):
         if isinstance(optimizer, (str, dict)):
             optimizer = keras.optimizers.get(optimizer)
         if isinstance(optimizer, DistributedOptimizer):
@@ -61,9 +68,18 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
         self.backward_passes_per_step = int(backward_passes_per_step)
         self.gradient_predivide_factor = float(gradient_predivide_factor)
         self.sparse_as_dense = bool(sparse_as_dense)
+        self.average_aggregated_gradients = bool(average_aggregated_gradients)
+        if num_groups:
+            warn_once("DistributedOptimizer.num_groups", "DistributedOptimizer: `num_groups` is deprecated "
+                      "(Horovod 0.21); pass groups=")
         self._reducer = GradientReducer(f"DistributedOptimizer.{self.name}", self.op, compression,
-                                        self.gradient_predivide_factor, self.sparse_as_dense)
+                                        self.gradient_predivide_factor, self.sparse_as_dense, process_set)
+        self._local = LocalSources(scale_local_gradients, process_set)
         self._accumulation = _Accumulation()
+
+    def register_local_var(self, var) -> None:
+        """Keep ``var``'s gradient on this rank (Horovod's): it is not all-reduced."""
+        self._local.add(var)
 
     # -- state ---------------------------------------------------------------------------------
     def build(self, var_list):
@@ -123,7 +139,8 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
             with keras.name_scope(self.name, caller=self):
                 self.build(trainable_variables)
         if self.backward_passes_per_step == 1:
-            self.inner_optimizer.apply(self._reducer.reduce(grads), trainable_variables)
+            self.inner_optimizer.apply(self._local.reduce(self._reducer, grads, trainable_variables),
+                                       trainable_variables)
             return
         self._accumulate_and_maybe_apply(grads, trainable_variables)
 
@@ -139,15 +156,20 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
         state.passes.assign_add(1)
         n = self.backward_passes_per_step
 
-        def apply_mean():
-            mean = [tf.convert_to_tensor(a) / n if keep else None for a, keep in zip(state.accumulators, present)]
-            self.inner_optimizer.apply(self._reducer.reduce(mean), trainable_variables)
+        def apply_aggregated():
+            aggregated = aggregated_gradients(state.accumulators, present, n, self.average_aggregated_gradients)
+            self.inner_optimizer.apply(self._local.reduce(self._reducer, aggregated, trainable_variables),
+                                       trainable_variables)
             for accumulator in state.accumulators:
                 accumulator.assign(tf.zeros_like(accumulator))
             return tf.constant(True)
 
+        def count_the_pass():  # Horovod's optimizer.iterations counts every call, not every N-th
+            self.inner_optimizer.iterations.assign_add(1)
+            return tf.constant(False)
+
         # Every rank takes the same branch: the pass counter advances identically everywhere.
-        tf.cond(tf.equal(tf.math.floormod(state.passes.value, n), 0), apply_mean, lambda: tf.constant(False))
+        tf.cond(tf.equal(tf.math.floormod(state.passes.value, n), 0), apply_aggregated, count_the_pass)
 
     # -- serialization ---------------------------------------------------------------------------
     def get_config(self):
@@ -160,6 +182,7 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
             "backward_passes_per_step": self.backward_passes_per_step,
             "gradient_predivide_factor": self.gradient_predivide_factor,
             "sparse_as_dense": self.sparse_as_dense,
+            "average_aggregated_gradients": self.average_aggregated_gradients,
         }
 
     @classmethod
@@ -167,6 +190,25 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
         config = dict(config)
         inner = keras.saving.deserialize_keras_object(config.pop("optimizer"), custom_objects=custom_objects)
         return cls(inner, **config)
+
+
+def aggregated_gradients(accumulators, present, passes: int, average: bool):
+    """What N backward passes hand to the all-reduce (Horovod's ``LocalGradientAggregationHelper``):
+    their sum, divided by N only with ``average_aggregated_gradients``."""
+    out = []
+    for accumulator, keep in zip(accumulators, present):
+        value = tf.convert_to_tensor(accumulator) if keep else None
+        out.append(value / passes if keep and average else value)
+    return out
+
+
+def PartialDistributedOptimizer(optimizer, name=None, local_layers=None, **kwargs) -> DistributedOptimizer:
+    """Horovod's ``PartialDistributedOptimizer``: a DistributedOptimizer whose ``local_layers``
+    (Keras layers) keep their gradients local; the other arguments are DistributedOptimizer's."""
+    wrapped = DistributedOptimizer(optimizer, name=name, **kwargs)
+    for variable in layer_variables(local_layers):
+        wrapped.register_local_var(variable)
+    return wrapped
 
 
 def load_model(filepath, custom_optimizers=None, custom_objects=None, compile=True, **distributed_kwargs):
