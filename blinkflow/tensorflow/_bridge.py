@@ -13,8 +13,10 @@ gradient of a step at once and fuses them. Two routes:
 * **host**: CPU tensors become numpy arrays (``.numpy()``, a view where TF allows) for the cpu
   backend. ``BLINKFLOW_BACKEND=cpu`` sends every tensor this way.
 
-Eagerly the function runs directly and runtime errors arrive as the blinkflow errors. Inside a
-graph it runs as one stateful op: ``tf.numpy_function`` where only the host route is possible
+Eagerly the function runs directly and runtime errors arrive as the blinkflow errors, each also
+an instance of the matching ``tf.errors`` class (:func:`._errors.as_tf_error`). Inside a graph
+(a ``tf.function``, or a TF1 ``tf.Graph`` run by ``tf.compat.v1.Session``) it runs as one
+stateful op: ``tf.numpy_function`` where only the host route is possible
 (no CuPy, or ``BLINKFLOW_BACKEND=cpu``), else ``tf.py_function``, which hands its function the
 tensors where they live so the route is chosen per call. TF's automatic control dependencies
 order stateful ops in program order, so every rank enqueues its collectives in the same order
@@ -130,7 +132,10 @@ def call(fn: Callable[[List], Sequence], tensors: Sequence[tf.Tensor],
     """Run ``fn`` on the arrays of ``tensors``; returns tensors of ``out_dtypes``/``out_shapes``."""
     out_dtypes = [tf.as_dtype(d) for d in out_dtypes]
     if tf.executing_eagerly():
-        return _run_eager(fn, tensors, out_dtypes)
+        try:
+            return _run_eager(fn, tensors, out_dtypes)
+        except BlinkflowError as error:  # a tf.errors class too: Horovod code catches those
+            raise _errors.as_tf_error(error) from None
 
     if _device_possible():
         def graph_fn(*eager):

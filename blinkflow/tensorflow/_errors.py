@@ -1,4 +1,9 @@
-"""Runtime errors inside a graph keep their meaning as ``tf.errors`` (DESIGN §3.4).
+"""Runtime errors keep their meaning as ``tf.errors`` (DESIGN §3.4): in a graph, and eagerly.
+
+Eagerly a call on TF tensors raises the blinkflow error as a class that is both: e.g. a
+cross-rank mismatch is a ``blinkflow.TensorMismatchError`` and a
+``tf.errors.FailedPreconditionError`` (:func:`as_tf_error`), so Horovod code that catches
+``tf.errors.*`` and blinkflow code that catches blinkflow's classes both work.
 
 ``tf.numpy_function`` reports any Python exception as ``UnknownError``. So the bridge's Python
 function does not raise: it returns its outputs plus a status (code, message), and the tiny C++ op
@@ -18,8 +23,8 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-from ..errors import (BlinkflowError, DuplicateNameError, InvalidArgumentError, NotInitializedError, ShutdownError,
-                      TensorMismatchError)
+from ..errors import (BlinkflowError, DuplicateNameError, InvalidArgumentError, NotInitializedError,
+                      NotSupportedError, ProcessSetError, ShutdownError, TensorMismatchError)
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +34,8 @@ _OK = 0
 _CODES = [
     (TensorMismatchError, tf.errors.FAILED_PRECONDITION),
     (InvalidArgumentError, tf.errors.INVALID_ARGUMENT),
+    (ProcessSetError, tf.errors.INVALID_ARGUMENT),
+    (NotSupportedError, tf.errors.UNIMPLEMENTED),
     (DuplicateNameError, tf.errors.FAILED_PRECONDITION),
     (NotInitializedError, tf.errors.FAILED_PRECONDITION),
     (ShutdownError, tf.errors.ABORTED),
@@ -45,6 +52,40 @@ def code_of(error: BlinkflowError) -> int:
         if isinstance(error, kind):
             return code
     return tf.errors.UNKNOWN
+
+
+_TF_CLASSES = {tf.errors.FAILED_PRECONDITION: tf.errors.FailedPreconditionError,
+               tf.errors.INVALID_ARGUMENT: tf.errors.InvalidArgumentError, tf.errors.ABORTED: tf.errors.AbortedError,
+               tf.errors.UNIMPLEMENTED: tf.errors.UnimplementedError, tf.errors.INTERNAL: tf.errors.InternalError,
+               tf.errors.UNKNOWN: tf.errors.UnknownError}
+_both = {}
+
+
+def as_tf_error(error: BlinkflowError) -> BaseException:
+    """``error`` as an instance of its blinkflow class and of the ``tf.errors`` class of its code
+    (same message and attributes: ``rank``, ``name``, ``ranks``)."""
+    if isinstance(error, tf.errors.OpError):
+        return error
+    kind = type(error)
+    tf_class = _TF_CLASSES[code_of(error)]
+    both = _both.get(kind)
+    if both is None:
+        both = _both[kind] = type(kind.__name__, (kind, tf_class), {"__module__": kind.__module__,
+                                                                     "__init__": _init_both,
+                                                                     "__reduce__": _reduce_both})
+    out = both.__new__(both)
+    tf_class.__init__(out, None, None, str(error))
+    out.__dict__.update({k: v for k, v in error.__dict__.items() if k not in out.__dict__})
+    return out
+
+
+def _init_both(self, message, *args, **kwargs):
+    # Built by as_tf_error; a direct call (a copy, a re-raise) keeps the message.
+    tf.errors.OpError.__init__(self, None, None, message, code_of(self))
+
+
+def _reduce_both(self):
+    return (type(self), (self.message,), dict(self.__dict__))
 
 
 def ok(outputs):

@@ -117,7 +117,9 @@ for mode in ("eager", "function"):
     y, g = run(scatter, mode)
     full_mean = np.arange(rows * 2).reshape(rows, 2) * mean_over_ranks(lambda q: q + 1.0)
     close(f"{mode} reducescatter", y, full_mean[start:start + counts[r]])
-    close(f"{mode} reducescatter grad", g, np.concatenate([np.full((counts[q], 2), (q + 1.0) / n) for q in range(n)]))
+    # Horovod's gradient: the all-gathered output gradients (times the set's size for Sum; for
+    # Average not divided by it).
+    close(f"{mode} reducescatter grad", g, np.concatenate([np.full((counts[q], 2), q + 1.0) for q in range(n)]))
 
     # alltoall with splits (i+1 rows to rank i), marker 100*source + destination.
     splits = [i + 1 for i in range(n)]

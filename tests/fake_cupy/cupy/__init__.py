@@ -170,5 +170,6 @@ class RawModule:
             if np.dtype(dt).kind in "iu":
                 o[...] = (x * float(factor)).astype(dt)
             else:
-                o[...] = (x.astype(np.float32 if dt == np.float16 else dt) * dt(float(factor))).astype(dt)
+                wide = np.float32 if dt == np.float16 else dt  # half: float math, float factor (scale.cu)
+                o[...] = (x.astype(wide) * wide(float(factor))).astype(dt)
         return scale
