@@ -34,9 +34,10 @@ def mpirun_argv(nprocs: int, argv: Sequence[str], env: Optional[Dict[str, str]] 
 
 
 def run_mpi(nprocs: int, argv: Sequence[str], timeout: float = 120, env: Optional[Dict[str, str]] = None,
-            check: bool = True, mpi_options: Sequence[str] = ()) -> subprocess.CompletedProcess:
-    """Run ``argv`` on ``nprocs`` ranks; ``argv[0] == "python"`` means this interpreter;
-    ``mpi_options`` go to mpirun (e.g. ``--enable-recovery``)."""
+            check: bool = True, mpi_options: Sequence[str] = (), cwd: Optional[str] = None
+            ) -> subprocess.CompletedProcess:
+    """Run ``argv`` on ``nprocs`` ranks (in ``cwd``); ``argv[0] == "python"`` means this
+    interpreter; ``mpi_options`` go to mpirun (e.g. ``--enable-recovery``)."""
     argv = list(argv)
     if argv and argv[0] == "python":
         argv[0] = sys.executable
@@ -48,7 +49,7 @@ def run_mpi(nprocs: int, argv: Sequence[str], timeout: float = 120, env: Optiona
     cmd = mpirun_argv(nprocs, argv, env)
     cmd[1:1] = list(mpi_options)
     try:
-        proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
     except subprocess.TimeoutExpired as e:
         out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
         err = (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
