@@ -18,10 +18,11 @@ an instance of the matching ``tf.errors`` class (:func:`._errors.as_tf_error`). 
 (a ``tf.function``, or a TF1 ``tf.Graph`` run by ``tf.compat.v1.Session``) it runs as one
 stateful op: ``tf.numpy_function`` where only the host route is possible
 (no CuPy, or ``BLINKFLOW_BACKEND=cpu``), else ``tf.py_function``, which hands its function the
-tensors where they live so the route is chosen per call. TF's automatic control dependencies
-order stateful ops in program order, so every rank enqueues its collectives in the same order
-even with one inter-op thread (no cross-rank deadlock), and errors surface as ``tf.errors``
-(see :mod:`._errors`).
+tensors where they live so the route is chosen per call. In a ``tf.function`` TF's automatic
+control dependencies order stateful ops in program order, so every rank enqueues its collectives
+in the same order even with one inter-op thread (no cross-rank deadlock). A TF1 graph run by a
+Session orders nothing, so there a call is a submit op, an asynchronous wait that holds no
+thread, and a collect op (:mod:`._tf1`). Errors surface as ``tf.errors`` (see :mod:`._errors`).
 
 ``conversions`` counts the tensors each route carried (``"host"``, ``"device"``): a GPU tensor
 that went through the host would show here (the tests assert it does not).
@@ -35,7 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..errors import BackendError, BlinkflowError
-from . import _errors
+from . import _errors, _tf1
 from ._naming import scope_name
 
 conversions: "collections.Counter[str]" = collections.Counter()
@@ -80,17 +81,29 @@ def _on_gpu(t) -> bool:
     return "GPU" in (getattr(t, "device", "") or "").upper()
 
 
+def _takes_device_route(tensors) -> bool:
+    return _device_possible() and (_forced() or any(_on_gpu(t) for t in tensors))
+
+
 def _run_eager(fn, tensors, out_dtypes):
     """``fn`` on the tensors' arrays, by the route their placement asks for; tensors out."""
-    if _device_possible() and (_forced() or any(_on_gpu(t) for t in tensors)):
+    if _takes_device_route(tensors):
         return _device_route(fn, tensors, out_dtypes)
     conversions["host"] += len(tensors)
-    outs = fn([t.numpy() for t in tensors])
+    return host_results(fn([t.numpy() for t in tensors]), out_dtypes)
+
+
+def host_results(outs, out_dtypes):
     return [tf.convert_to_tensor(np.asarray(o, dtype=d.as_numpy_dtype)) for o, d in zip(outs, out_dtypes)]
 
 
 def _device_route(fn, tensors, out_dtypes):
-    from ..backends.cuda.dlpack import cupy_to_tf, tf_to_cupy
+    return device_results(fn(device_arrays(tensors)), out_dtypes)
+
+
+def device_arrays(tensors):
+    """The tensors as CuPy arrays on their GPU, by DLPack (bfloat16 widened to float32)."""
+    from ..backends.cuda.dlpack import tf_to_cupy
 
     widened = [t.dtype == tf.bfloat16 for t in tensors]
     arrays = []
@@ -106,7 +119,13 @@ def _device_route(fn, tensors, out_dtypes):
         raise BackendError(f"cannot hand TensorFlow's tensors to the cuda backend ({e}); place them on a GPU "
                            "or set BLINKFLOW_BACKEND=cpu") from None
     conversions["device"] += len(tensors)
-    outs = fn(arrays)
+    return arrays
+
+
+def device_results(outs, out_dtypes):
+    """The cuda backend's results as TF tensors, by DLPack."""
+    from ..backends.cuda.dlpack import cupy_to_tf
+
     results = []
     last = max((i for i, o in enumerate(outs) if _is_cupy(o)), default=-1)
     for i, (o, d) in enumerate(zip(outs, out_dtypes)):
@@ -137,6 +156,9 @@ def call(fn: Callable[[List], Sequence], tensors: Sequence[tf.Tensor],
         except BlinkflowError as error:  # a tf.errors class too: Horovod code catches those
             raise _errors.as_tf_error(error) from None
 
+    if _tf1.in_tf1_graph() and _tf1.available():
+        # A TF1 graph run by a Session orders nothing: wait for the call without holding a thread.
+        return _tf1.call(fn, tensors, out_dtypes, out_shapes, name)
     if _device_possible():
         def graph_fn(*eager):
             try:

@@ -8,25 +8,18 @@ cross-rank mismatch is a ``blinkflow.TensorMismatchError`` and a
 ``tf.numpy_function`` reports any Python exception as ``UnknownError``. So the bridge's Python
 function does not raise: it returns its outputs plus a status (code, message), and the tiny C++ op
 ``BlinkflowRaiseOnError`` (``raise_on_error_op.cc``, compiled once per TensorFlow version into
-``~/.cache/blinkflow``) fails the step with that code and message. A cross-rank mismatch thus
+``~/.cache/blinkflow`` by :mod:`._op_library`) fails the step with that code and message. A cross-rank mismatch thus
 arrives as ``tf.errors.FailedPreconditionError`` carrying the runtime's text. Without a C++
 compiler the error still surfaces, as ``UnknownError`` with the same message.
 """
 from __future__ import annotations
-
-import logging
-import os
-import subprocess
-import tempfile
-import threading
 
 import numpy as np
 import tensorflow as tf
 
 from ..errors import (BlinkflowError, DuplicateNameError, InvalidArgumentError, NotInitializedError,
                       NotSupportedError, ProcessSetError, ShutdownError, TensorMismatchError)
-
-log = logging.getLogger(__name__)
+from . import _op_library
 
 STATUS_DTYPES = [tf.int32, tf.string]
 _OK = 0
@@ -41,10 +34,6 @@ _CODES = [
     (ShutdownError, tf.errors.ABORTED),
     (BlinkflowError, tf.errors.INTERNAL),
 ]
-_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "raise_on_error_op.cc")
-_lock = threading.Lock()
-_module = None
-_tried = False
 
 
 def code_of(error: BlinkflowError) -> int:
@@ -119,41 +108,6 @@ def _raise_unknown(code, message):
     return []
 
 
-def _library_path() -> str:
-    cache = os.path.join(os.path.expanduser("~"), ".cache", "blinkflow")
-    return os.path.join(cache, f"raise_on_error_op-tf{tf.__version__}.so")
-
-
-def _compile(target: str) -> None:
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    # Compile to a private file and rename: ranks that compile at once never load a half-written
-    # library (rename is atomic on one file system).
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(target))
-    os.close(fd)
-    cmd = (["g++", "-shared", "-fPIC", "-O1", "-w", _SOURCE, "-o", tmp] + tf.sysconfig.get_compile_flags()
-           + tf.sysconfig.get_link_flags())
-    try:
-        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def _load_op():
-    """The compiled op module, or None when it cannot be built here (logged once)."""
-    global _module, _tried
-    with _lock:
-        if _tried:
-            return _module
-        _tried = True
-        target = _library_path()
-        try:
-            if not os.path.exists(target):
-                _compile(target)
-            _module = tf.load_op_library(target)
-        except (OSError, subprocess.SubprocessError, tf.errors.OpError) as error:
-            detail = getattr(error, "stderr", "") or error
-            log.warning("blinkflow: cannot build %s (%s); runtime errors inside tf.function will "
-                        "surface as tf.errors.UnknownError", _SOURCE, str(detail)[-500:])
-        return _module
+    """The compiled ops (:mod:`._op_library`), or None without a C++ compiler."""
+    return _op_library.load()

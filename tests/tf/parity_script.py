@@ -125,6 +125,24 @@ dy = hvd.DistributedGradientTape(tape, process_set=EVEN).gradient(y0, [x0])[0] i
 if r % 2 == 0:
     close("sets DistributedGradientTape(process_set=)", dy, 2.0 * sum(EVEN.ranks) / EVEN.size())
 
+# ---- row: TF1 graphs: a Session.run of many independent collectives (its executor starts them in
+# another order on each rank: blocking kernels deadlocked here, at 1 and at 2 inter-op threads) ----
+graph = tf.Graph()
+with graph.as_default():
+    many = [hvd.allreduce(tf.constant(np.full(3, float(r + i), np.float32)), op=hvd.Sum) for i in range(16)]
+    many += [hvd.allgather(tf.constant(np.full((1, 2), float(r + i), np.float32))) for i in range(4)]
+    many += [hvd.allreduce(tf.constant(value(r)), op=hvd.Sum, process_set=mine)]
+    bad = hvd.allreduce(tf.ones([r + 1]), name="tf1.mismatch")
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=1, intra_op_parallelism_threads=1)
+    with tf.compat.v1.Session(graph=graph, config=config) as session:
+        for _ in range(3):
+            got = session.run(many)
+        close("tf1 many independent collectives", got[15], np.full(3, float(sum(range(n)) + 15 * n)))
+        close("tf1 many: set member", got[-1], sum(value(q) for q in ranks))
+        raises("tf1 mismatch: FailedPreconditionError at run", tf.errors.FailedPreconditionError,
+               lambda: session.run(bad), "tf1.mismatch")
+        close("tf1 after the error", session.run(many[0]), np.full(3, float(sum(range(n)))))
+
 # ---- row: build and capability queries; timeline ---------------------------------------------------
 check("queries", hvd.mpi_built() and hvd.mpi_enabled() and not hvd.gloo_built() and not hvd.gloo_enabled()
       and hvd.nccl_built() == 0 and not hvd.ddl_built() and not hvd.ccl_built() and not hvd.rocm_built()
