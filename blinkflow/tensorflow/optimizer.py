@@ -45,6 +45,14 @@ class _Accumulation:
 class DistributedOptimizer(keras.optimizers.Optimizer):
     """Wrap ``optimizer`` so that ``apply``/``apply_gradients`` average gradients over ranks."""
 
+    def __new__(cls, optimizer=None, *args, **kwargs):
+        # Horovod's DistributedOptimizer also wraps TF1's tf.compat.v1.train optimizers (graph mode).
+        if isinstance(optimizer, tf.compat.v1.train.Optimizer):
+            from .legacy_optimizer import LegacyDistributedOptimizer
+
+            return LegacyDistributedOptimizer(optimizer, *args, **kwargs)
+        return super().__new__(cls)
+
     def __init__(self, optimizer, op=ReduceOp.AVERAGE, compression=Compression.none, backward_passes_per_step=1,
                  gradient_predivide_factor=1.0, sparse_as_dense=False, name=None, average_aggregated_gradients=False,
                  process_set=None, scale_local_gradients=True, device_dense="", device_sparse="", num_groups=0,
@@ -54,8 +62,9 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
         if isinstance(optimizer, DistributedOptimizer):
             raise BlinkflowError("the optimizer is already a blinkflow DistributedOptimizer")
         if not isinstance(optimizer, keras.optimizers.Optimizer):
-            raise BlinkflowError(f"DistributedOptimizer wraps a Keras 3 optimizer, got {type(optimizer).__name__}; "
-                                 "for tf.keras 2 (keras.optimizers.legacy) use Horovod")
+            raise BlinkflowError(f"DistributedOptimizer wraps a Keras 3 optimizer or a tf.compat.v1.train optimizer, "
+                                 f"got {type(optimizer).__name__}; for tf.keras 2 (keras.optimizers.legacy) use "
+                                 "Horovod")
         if int(backward_passes_per_step) < 1:
             raise BlinkflowError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
         if isinstance(compression, str):

@@ -297,6 +297,19 @@ raises("elastic run", NotImplementedError, lambda: hvd.elastic.run(lambda state:
 raises("elastic state", NotImplementedError, lambda: hvd.elastic.TensorFlowKerasState(model), "elastic")
 raises("keras elastic callback", NotImplementedError, lambda: hk.elastic.CommitStateCallback(None), "blinkrun")
 
+# TF1's tf.compat.v1.train optimizers (Horovod's _DistributedOptimizer), over the job and over a set.
+for label, process_set, members in (("job", None, list(range(n))), ("set", mine, ranks)):
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("w", initializer=[0.0])
+        dist = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0), process_set=process_set)
+        train = dist.minimize(tf.reduce_sum(w * float(r + 1)))
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train)
+            close(f"legacy optimizer over the {label}", session.run(w), [-sum(q + 1.0 for q in members) / len(members)])
+check("legacy optimizer type", type(dist).__name__ == "LegacyDistributedOptimizer", type(dist))
+
 # ---- row: gradient aggregation: sums N passes unless average_aggregated_gradients; iterations --------
 for average in (False, True):
     var = keras.Variable(np.zeros(2, np.float32))
