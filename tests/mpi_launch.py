@@ -8,6 +8,7 @@ and fails the test with every rank's output when the job fails or hangs.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -59,3 +60,22 @@ def run_mpi(nprocs: int, argv: Sequence[str], timeout: float = 120, env: Optiona
         raise AssertionError(f"mpirun -np {nprocs} exited {proc.returncode}: {' '.join(argv)}\n"
                              f"--- stdout ---\n{proc.stdout[-6000:]}\n--- stderr ---\n{proc.stderr[-6000:]}")
     return proc
+
+
+def assert_every_case_passed(cases: str, out: str, nprocs: int) -> None:
+    """Every ``case_<name>`` of the case script ``cases`` printed ``OK <name> rank <r>`` on every
+    rank (see ``tests/mpi/case_runner.py``)."""
+    with open(cases) as f:
+        names = re.findall(r"^def case_(\w+)\(", f.read(), re.M)
+    for case in names:
+        ranks = sorted(int(r) for r in re.findall(rf"^OK {case} rank (\d+)$", out, re.M))
+        assert ranks == list(range(nprocs)), f"case {case} did not pass on every rank:\n{out[-3000:]}"
+
+
+FAKE_CUPY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_cupy")
+
+
+def fake_cupy_env(**settings: str) -> Dict[str, str]:
+    """The environment of ranks that import ``tests/fake_cupy`` as CuPy, plus ``settings``."""
+    paths = [FAKE_CUPY] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {"PYTHONPATH": os.pathsep.join(paths), **settings}

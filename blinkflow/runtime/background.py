@@ -12,7 +12,7 @@ shared-memory windows stays matched; the sets stop after it), or when MPI report
 from __future__ import annotations
 
 import threading
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from ..config import Config
 from ..errors import BackendError, BlinkflowError, ProcessSetError, ShutdownError

@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..compression import Compression
-from ..errors import BlinkflowError, InvalidArgumentError, NotSupportedError
+from ..errors import BlinkflowError, NotSupportedError
 from ..ops import ReduceOp, as_reduce_op
 from ..runtime import arguments
 from ..runtime.process_sets import set_id_of

@@ -12,11 +12,10 @@ import os
 
 import pytest
 
-from mpi_launch import run_mpi
+from mpi_launch import fake_cupy_env, run_mpi
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(HERE, "gpu", "cuda_backend_worker.py")
-FAKE = os.path.join(HERE, "fake_cupy")
 
 
 @pytest.mark.mpi
@@ -24,7 +23,7 @@ FAKE = os.path.join(HERE, "fake_cupy")
 @pytest.mark.parametrize("n,schedule,hosts", [(1, "chain", 1), (2, "chain", 1), (4, "chain", 1), (4, "chain", 2),
                                                (4, "plan", 1), (4, "plan", 2), (3, "plan", 3)])
 def test_cuda_backend_on_fake_cupy(n, schedule, hosts):
-    env = {"PYTHONPATH": os.pathsep.join([FAKE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    env = fake_cupy_env()
     out = run_mpi(n, ["python", "-m", "mpi4py", WORKER, schedule, str(hosts)], timeout=240, env=env)
     assert f"OK {n} ranks, {hosts} hosts, {schedule}" in out.stdout, out.stdout + out.stderr
 
@@ -36,7 +35,7 @@ def test_gpu_bench_runs_on_fake_cupy():
     GPU, JSON) run; its numbers mean nothing on the fake and are not checked."""
     import json
 
-    env = {"PYTHONPATH": FAKE}
+    env = fake_cupy_env()
     out = run_mpi(2, ["python", "-m", "blinkflow.bench", "gpu", "--sizes", "4KB,20KB", "--iters", "2", "--json"],
                   timeout=240, env=env)
     result = json.loads(out.stdout)

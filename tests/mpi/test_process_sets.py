@@ -8,27 +8,16 @@ import re
 import pytest
 
 from blinkrun_helpers import run_blinkrun
-from mpi_launch import run_mpi
+from mpi_launch import assert_every_case_passed, run_mpi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = os.path.join(HERE, "process_set_cases.py")
 
 
-def _case_names():
-    with open(CASES) as f:
-        return re.findall(r"^def case_(\w+)\(", f.read(), re.M)
-
-
-def _all_passed(out: str, n: int) -> None:
-    for case in _case_names():
-        ranks = sorted(int(r) for r in re.findall(rf"^OK {case} rank (\d+)$", out, re.M))
-        assert ranks == list(range(n)), f"case {case} did not pass on every rank:\n{out[-3000:]}"
-
-
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", [2, 3])
 def test_process_sets(n):
-    _all_passed(run_mpi(n, ["python", CASES], timeout=300).stdout, n)
+    assert_every_case_passed(CASES, run_mpi(n, ["python", CASES], timeout=300).stdout, n)
 
 
 @pytest.mark.mpi
@@ -36,7 +25,7 @@ def test_process_sets_on_a_dgx1_and_a_sets_plan_is_its_gpus_plan():
     """Four ranks on DGX-1 V100 GPUs 0-3 (``BLINKFLOW_TOPOLOGY``): every case again, and the set
     of ranks 1-3 plans on GPUs 1, 2 and 3 alone (Blink's partial allocation)."""
     out = run_mpi(4, ["python", CASES], timeout=300, env={"BLINKFLOW_TOPOLOGY": "dgx1-v100"}).stdout
-    _all_passed(out, 4)
+    assert_every_case_passed(CASES, out, 4)
     reported = re.findall(r"^SETPLAN rank (\d+) devices ([\d,]+) rate (\S+)$", out, re.M)
     assert sorted(int(r) for r, _, _ in reported) == [1, 2, 3], out[-2000:]
     assert {devices for _, devices, _ in reported} == {"1,2,3"}

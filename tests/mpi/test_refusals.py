@@ -5,34 +5,23 @@ import re
 
 import pytest
 
-from mpi_launch import run_mpi
+from mpi_launch import assert_every_case_passed, run_mpi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = os.path.join(HERE, "refusal_cases.py")
 
 
-def _case_names():
-    with open(CASES) as f:
-        return re.findall(r"^def case_(\w+)\(", f.read(), re.M)
-
-
-def _all_passed(out: str, n: int) -> None:
-    for case in _case_names():
-        ranks = sorted(int(r) for r in re.findall(rf"^OK {case} rank (\d+)$", out, re.M))
-        assert ranks == list(range(n)), f"case {case} did not pass on every rank:\n{out[-3000:]}"
-
-
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_one_rank_refusing_a_call_never_desynchronises_the_ranks(n):
-    _all_passed(run_mpi(n, ["python", CASES], timeout=240).stdout, n)
+    assert_every_case_passed(CASES, run_mpi(n, ["python", CASES], timeout=240).stdout, n)
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("capacity", ["0", "4"], ids=["no-cache", "tiny-cache"])
 def test_refusals_without_and_with_an_evicting_response_cache(capacity):
     out = run_mpi(3, ["python", CASES], timeout=240, env={"BLINKFLOW_CACHE_CAPACITY": capacity}).stdout
-    _all_passed(out, 3)
+    assert_every_case_passed(CASES, out, 3)
 
 
 @pytest.mark.mpi

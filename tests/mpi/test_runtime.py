@@ -4,15 +4,10 @@ import re
 
 import pytest
 
-from mpi_launch import run_mpi
+from mpi_launch import assert_every_case_passed, run_mpi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = os.path.join(HERE, "runtime_cases.py")
-
-
-def _case_names():
-    with open(CASES) as f:
-        return re.findall(r"^def case_(\w+)\(", f.read(), re.M)
 
 
 def _hold(seconds):
@@ -63,10 +58,7 @@ def cross_memory_attach_works() -> bool:
 def test_every_collective(n):
     # A small fusion buffer, so "larger than the fusion buffer" and multi-batch fusion both happen.
     env = {"BLINKFLOW_FUSION_THRESHOLD": "65536", "EXPECT_SINGLE_COPY": str(int(cross_memory_attach_works()))}
-    out = run_mpi(n, ["python", CASES], timeout=240, env=env).stdout
-    for case in _case_names():
-        ranks = sorted(int(r) for r in re.findall(rf"^OK {case} rank (\d+)$", out, re.M))
-        assert ranks == list(range(n)), f"case {case} did not pass on every rank:\n{out[-3000:]}"
+    assert_every_case_passed(CASES, run_mpi(n, ["python", CASES], timeout=240, env=env).stdout, n)
 
 
 @pytest.mark.mpi

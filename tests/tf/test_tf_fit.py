@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from mpi_launch import run_mpi
+from mpi_launch import fake_cupy_env, run_mpi
 
 pytest.importorskip("tensorflow")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -21,8 +21,6 @@ def test_fit_optimizer_callbacks_and_saving(n):
 @pytest.mark.mpi
 def test_fit_on_the_device_route():
     """model.fit whose gradients cross by DLPack into the cuda backend (its fake CuPy here)."""
-    fake = os.path.join(os.path.dirname(HERE), "fake_cupy")
-    env = {"PYTHONPATH": os.pathsep.join([fake] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
-           "BLINKFLOW_BACKEND": "cuda", "BLINKFLOW_TOPOLOGY": "cpu-host:2"}
+    env = fake_cupy_env(BLINKFLOW_BACKEND="cuda", BLINKFLOW_TOPOLOGY="cpu-host:2")
     out = run_mpi(2, ["python", os.path.join(HERE, "fit_script.py"), "--core"], timeout=500, env=env).stdout
     assert out.count("FIT OK") == 2, out[-3000:]

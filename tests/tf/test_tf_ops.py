@@ -6,11 +6,10 @@ import os
 
 import pytest
 
-from mpi_launch import run_mpi
+from mpi_launch import fake_cupy_env, run_mpi
 
 pytest.importorskip("tensorflow")
 HERE = os.path.dirname(os.path.abspath(__file__))
-FAKE = os.path.join(os.path.dirname(HERE), "fake_cupy")
 
 
 @pytest.mark.mpi
@@ -23,8 +22,7 @@ def test_tf_ops_values_gradients_and_errors(n):
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", [2, 3])
 def test_tf_tensors_reach_the_cuda_backend_by_dlpack(n):
-    env = {"PYTHONPATH": os.pathsep.join([FAKE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
-           "BLINKFLOW_BACKEND": "cuda", "BLINKFLOW_TOPOLOGY": f"cpu-host:{n}", "EXPECT_ROUTE": "device"}
+    env = fake_cupy_env(BLINKFLOW_BACKEND="cuda", BLINKFLOW_TOPOLOGY=f"cpu-host:{n}", EXPECT_ROUTE="device")
     out = run_mpi(n, ["python", os.path.join(HERE, "ops_script.py")], timeout=400, env=env).stdout
     assert out.count("OPS OK") == n, out[-3000:]
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from mpi_launch import run_mpi
+from mpi_launch import fake_cupy_env, run_mpi
 
 pytest.importorskip("tensorflow")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -23,8 +23,6 @@ def test_horovod_tensorflow_api_parity(n):
 
 @pytest.mark.mpi
 def test_horovod_tensorflow_api_parity_on_the_device_route():
-    fake = os.path.join(os.path.dirname(HERE), "fake_cupy")
-    env = {"PYTHONPATH": os.pathsep.join([fake] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
-           "BLINKFLOW_BACKEND": "cuda", "BLINKFLOW_TOPOLOGY": "cpu-host:2"}
+    env = fake_cupy_env(BLINKFLOW_BACKEND="cuda", BLINKFLOW_TOPOLOGY="cpu-host:2")
     out = run_mpi(2, ["python", SCRIPT], timeout=500, env=env).stdout
     assert out.count("PARITY OK") == 2, out[-3000:]
