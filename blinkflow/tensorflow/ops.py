@@ -212,12 +212,21 @@ def _allreduce_indexed_slices(slices, op, name, pre, post, process_set=None) -> 
     for k, s in enumerate(slices):
         v = gathered[k]
         if op is ReduceOp.AVERAGE:
-            v = scaled(v, post / size(process_set)) if v.dtype.is_floating else \
-                scaled(tf.math.truncatediv(v, tf.cast(size(process_set), v.dtype)), post)
+            v = _averaged(v, size(process_set), post)
         else:
             v = scaled(v, post)
         out.append(tf.IndexedSlices(v, gathered[len(slices) + k], dense_shape=s.dense_shape))
     return out
+
+
+def _averaged(summed: tf.Tensor, n: int, post: float) -> tf.Tensor:
+    """The runtime's Average of a sum over ``n`` ranks, then ``post``: floats scaled by post / n;
+    integers divided exactly (truncated toward zero), or in float64 with a postscale."""
+    if summed.dtype.is_floating:
+        return scaled(summed, post / n)
+    if post == 1.0:
+        return tf.math.truncatediv(summed, tf.cast(n, summed.dtype))
+    return tf.cast(tf.cast(summed, tf.float64) * post / n, summed.dtype)
 
 
 # ---------------------------------------------------------------- allgather

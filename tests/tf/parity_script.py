@@ -195,6 +195,11 @@ close("slices allreduce average with scale factors", got, sum(value(q, (1, 2)) f
 for op in (hvd.Min, hvd.Max, hvd.Product):
     raises(f"slices {op.name} NotImplementedError", NotImplementedError, lambda op=op: hvd.allreduce(s, op=op),
            "Average and Sum")
+no_shape = tf.IndexedSlices(tf.constant(value(r, (1, 2))), tf.constant([r]))  # no dense_shape (Horovod's tests)
+dense_out, sparse_out = hvd.grouped_allreduce([tf.constant(value(r)), no_shape], op=hvd.Sum)
+check("slices without dense_shape stay sparse", isinstance(sparse_out, tf.IndexedSlices), type(sparse_out))
+close("slices without dense_shape: values", sparse_out.values, np.concatenate([value(q, (1, 2)) for q in range(n)]))
+close("slices without dense_shape: indices", sparse_out.indices, np.arange(n))
 close("slices then the next call pairs", hvd.allreduce(tf.ones(1), op=hvd.Sum, name="after.slices"), [float(n)])
 
 # ---- row: error types eagerly (tf.errors, still blinkflow's classes) -----------------------------
