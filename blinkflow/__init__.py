@@ -14,8 +14,8 @@ from .capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_en
                            nccl_built, rocm_built, sycl_built)
 from .compression import Compression
 from .errors import (BackendError, BlinkflowError, ConfigError, DuplicateNameError, InitError, InvalidArgumentError,
-                     NotInitializedError, PlanError, ProcessSetError, ShutdownError, TensorMismatchError,
-                     TopologyError)
+                     NotInitializedError, NotSupportedError, PlanError, ProcessSetError, ShutdownError,
+                     TensorMismatchError, TopologyError)
 from .ops import Average, Max, Min, Product, ReduceOp, Sum
 from .runtime.process_sets import ProcessSet, global_process_set
 from .version import __version__
@@ -64,4 +64,5 @@ __all__ = [
     "rocm_built", "sycl_built",
     "BlinkflowError", "NotInitializedError", "ShutdownError", "TensorMismatchError", "DuplicateNameError",
     "TopologyError", "PlanError", "ConfigError", "BackendError", "InvalidArgumentError", "InitError", "ProcessSetError",
+    "NotSupportedError",
 ] + list(_LAZY)

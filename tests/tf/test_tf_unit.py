@@ -64,3 +64,69 @@ def test_graph_names_are_deterministic_per_function():
     first, second = names(), names()
     assert first == second and first[0] != first[1]
     assert _naming.default_name("x") != _naming.default_name("x")  # eager: a counter
+
+
+def test_horovod_names_exist_without_starting_mpi_and_keras_alias_is_one_module():
+    code = ("import sys, warnings; import blinkflow.tensorflow as hvd; import blinkflow.keras as k; "
+            "import blinkflow.tensorflow.keras as tk; assert k is tk; "
+            "names = [hvd.ProcessSet, hvd.global_process_set, hvd.add_process_set, hvd.remove_process_set, "
+            "hvd.size_op, hvd.rank_op, hvd.local_size_op, hvd.local_rank_op, hvd.process_set_included_op, "
+            "hvd.broadcast_, hvd.grouped_reducescatter, hvd.broadcast_global_variables, hvd.broadcast_object_fn, "
+            "hvd.BroadcastGlobalVariablesHook, hvd.PartialDistributedOptimizer, hvd.PartialDistributedGradientTape, "
+            "hvd.elastic.run, k.elastic.KerasState, hvd.start_timeline, hvd.is_homogeneous]; "
+            "print('mpi4py' in sys.modules, hvd.mpi_built(), hvd.nccl_built(), hvd.gloo_built())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split()[-4:] == ["False", "True", "0", "False"]
+
+
+def test_graph_names_of_a_process_set_are_a_family_of_their_own():
+    """A rank that traces another set's ops must not shift the global set's graph names."""
+    from blinkflow.tensorflow import _naming
+
+    def names(with_set_op):
+        seen = []
+
+        @tf.function
+        def f():
+            if with_set_op:
+                seen.append(_naming.default_name("allreduce", 2))
+            seen.append(_naming.default_name("allreduce"))
+            return tf.constant(0)
+
+        f.get_concrete_function()
+        return seen
+
+    assert names(True)[-1] == names(False)[-1]
+    assert ".ps2" in names(True)[0]
+
+
+def test_errors_on_tf_tensors_are_both_classes():
+    import blinkflow as bf
+    from blinkflow.tensorflow._errors import as_tf_error
+
+    mismatch = as_tf_error(bf.TensorMismatchError("ranks disagree", "t"))
+    assert isinstance(mismatch, bf.TensorMismatchError) and isinstance(mismatch, tf.errors.FailedPreconditionError)
+    assert mismatch.name == "t" and str(mismatch) == "ranks disagree"
+    refused = as_tf_error(bf.InvalidArgumentError("refused by rank 1"))
+    assert isinstance(refused, tf.errors.InvalidArgumentError) and isinstance(refused, bf.InvalidArgumentError)
+    gone = as_tf_error(bf.ShutdownError("peer left", rank=3))
+    assert isinstance(gone, tf.errors.AbortedError) and gone.rank == 3
+    unsupported = as_tf_error(bf.NotSupportedError("Min of IndexedSlices"))
+    assert isinstance(unsupported, NotImplementedError) and isinstance(unsupported, tf.errors.UnimplementedError)
+
+
+def test_deprecated_average_warns_once_and_maps_to_an_op():
+    import warnings
+
+    import blinkflow as bf
+    from blinkflow.tensorflow import _deprecated
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("ignore")
+        assert _deprecated.op_from(None, False, "unit.allreduce") is bf.Sum
+        assert _deprecated.op_from(None, True, "unit.allreduce") is bf.Average
+    assert len([w for w in seen if issubclass(w.category, DeprecationWarning)]) == 1
+    assert seen[0].filename == __file__  # the warning points at the caller, not at blinkflow
+    with pytest.raises(ValueError, match="supersedes"):
+        _deprecated.op_from(bf.Sum, True, "unit.allreduce")
+    assert _deprecated.op_from(None, None, "unit.allreduce") is bf.Average
