@@ -18,7 +18,8 @@ from .errors import ConfigError
 
 ENV_PREFIX = "BLINKFLOW_"
 #: Settings that must be equal on every rank (checked at init).
-AGREED_FIELDS = ("fusion_threshold", "cache_capacity", "backend", "chunk_bytes", "cpu_single_copy", "split_hosts")
+AGREED_FIELDS = ("fusion_threshold", "cache_capacity", "backend", "chunk_bytes", "cpu_single_copy", "split_hosts",
+                 "bucket_bytes")
 BACKENDS = ("auto", "cpu", "cuda")
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 
@@ -53,6 +54,10 @@ class Config:
     """1: on a host where ranks may read each other's memory (Linux cross-memory attach), large
     all-reduces read peers' tensors in place instead of first copying them into shared memory;
     0: always copy through shared memory."""
+    bucket_bytes: int = 2 * 1024 * 1024
+    """Bytes of gradients per bucket: DistributedOptimizer and DistributedGradientTape submit each
+    bucket as soon as backprop has produced it, last layer first, so its all-reduce overlaps the
+    rest of backprop (PyTorch DDP's ``bucket_cap_mb``); 0 = all gradients in one bucket."""
     split_hosts: int = 0
     """For tests of the multi-host path on one machine: treat the job's ranks as this many hosts
     (consecutive blocks of ranks, no shared memory between blocks). 0 = real host names."""
@@ -76,6 +81,8 @@ class Config:
             raise ConfigError(f"{ENV_PREFIX}CPU_SINGLE_COPY must be 0 or 1, got {self.cpu_single_copy}")
         if self.chunk_bytes < 0:
             raise ConfigError(f"{ENV_PREFIX}CHUNK_BYTES must be >= 0, got {self.chunk_bytes}")
+        if self.bucket_bytes < 0:
+            raise ConfigError(f"{ENV_PREFIX}BUCKET_BYTES must be >= 0, got {self.bucket_bytes}")
 
     def agreed(self) -> tuple:
         """The settings every rank of a job must share, as ((field, value), ...): ranks that

@@ -21,13 +21,21 @@ order stateful ops in program order, so every rank enqueues its collectives in t
 even with one inter-op thread (no cross-rank deadlock), and errors surface as ``tf.errors``
 (see :mod:`._errors`).
 
+A collective can also cross in two halves (:func:`submit`, :func:`wait`), so a training step
+starts reducing early gradients while backprop computes the rest (:mod:`.gradients`): ``submit``
+hands its tensors to the runtime and returns a handle (an int64 scalar) at once, never blocking a
+TensorFlow thread; one ``wait`` takes the handles and returns every result. Errors of a submission
+are kept with its handle and raised by the wait, which first synchronizes the other handles, so
+no name stays in flight.
+
 ``conversions`` counts the tensors each route carried (``"host"``, ``"device"``): a GPU tensor
 that went through the host would show here (the tests assert it does not).
 """
 from __future__ import annotations
 
 import collections
-from typing import Callable, List, Sequence
+import itertools
+from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -80,22 +88,27 @@ def _on_gpu(t) -> bool:
 
 def _run_eager(fn, tensors, out_dtypes):
     """``fn`` on the tensors' arrays, by the route their placement asks for; tensors out."""
+    return _to_tensors(fn(_to_arrays(tensors)), out_dtypes)
+
+
+def _to_arrays(tensors) -> list:
+    """The tensors' arrays for the runtime: cupy views by DLPack on the device route, numpy
+    (views where TensorFlow allows) on the host route."""
     if _device_possible() and (_forced() or any(_on_gpu(t) for t in tensors)):
-        return _device_route(fn, tensors, out_dtypes)
+        return _device_arrays(tensors)
     conversions["host"] += len(tensors)
-    outs = fn([t.numpy() for t in tensors])
-    return [tf.convert_to_tensor(np.asarray(o, dtype=d.as_numpy_dtype)) for o, d in zip(outs, out_dtypes)]
+    return [t.numpy() for t in tensors]
 
 
-def _device_route(fn, tensors, out_dtypes):
-    from ..backends.cuda.dlpack import cupy_to_tf, tf_to_cupy
+def _device_arrays(tensors) -> list:
+    from ..backends.cuda.dlpack import tf_to_cupy
 
-    widened = [t.dtype == tf.bfloat16 for t in tensors]
     arrays = []
     try:
         with tf.device("/GPU:0"):
-            placed = [tf.cast(t, tf.float32) if wide else (t if _on_gpu(t) else tf.identity(t))
-                      for t, wide in zip(tensors, widened)]
+            # bfloat16, which CuPy lacks, is reduced in float32 (and cast back in _to_tensors)
+            placed = [tf.cast(t, tf.float32) if t.dtype == tf.bfloat16 else (t if _on_gpu(t) else tf.identity(t))
+                      for t in tensors]
         for i, t in enumerate(placed):
             arrays.append(tf_to_cupy(t, sync=i == len(placed) - 1)[0])  # one device sync for the group
     except BlinkflowError:
@@ -104,13 +117,22 @@ def _device_route(fn, tensors, out_dtypes):
         raise BackendError(f"cannot hand TensorFlow's tensors to the cuda backend ({e}); place them on a GPU "
                            "or set BLINKFLOW_BACKEND=cpu") from None
     conversions["device"] += len(tensors)
-    outs = fn(arrays)
+    return arrays
+
+
+def _to_tensors(outs, out_dtypes) -> List[tf.Tensor]:
+    """Tensors of ``out_dtypes`` from the runtime's results: cupy arrays by DLPack, numpy
+    arrays (host results, alltoall's received splits) by conversion."""
+    from ..backends.cuda.dlpack import cupy_to_tf
+
     results = []
     last = max((i for i, o in enumerate(outs) if _is_cupy(o)), default=-1)
     for i, (o, d) in enumerate(zip(outs, out_dtypes)):
-        if not _is_cupy(o):  # alltoall's received splits are numpy
+        if not _is_cupy(o):
             results.append(tf.convert_to_tensor(np.asarray(o, dtype=d.as_numpy_dtype)))
             continue
+        from ..backends.cuda.dlpack import cupy_to_tf
+
         wide = d == tf.bfloat16
         if o.size and o.data.ptr % _TF_ALIGN:
             o = o.copy()  # a slice of a fused result; TensorFlow takes only aligned memory
@@ -129,32 +151,116 @@ def call(fn: Callable[[List], Sequence], tensors: Sequence[tf.Tensor],
          out_dtypes: Sequence[tf.DType], out_shapes: Sequence[tf.TensorShape], name: str) -> List[tf.Tensor]:
     """Run ``fn`` on the arrays of ``tensors``; returns tensors of ``out_dtypes``/``out_shapes``."""
     out_dtypes = [tf.as_dtype(d) for d in out_dtypes]
+
+    def on_numpy(arrays):
+        conversions["host"] += len(arrays)
+        return fn(arrays)
+
+    return _cross(lambda eager: _run_eager(fn, eager, out_dtypes), on_numpy, tensors, out_dtypes, out_shapes,
+                  name, "runtime_call")
+
+
+@tf.autograph.experimental.do_not_convert
+def submit(fn: Callable[[List], int], tensors: Sequence[tf.Tensor], name: str) -> tf.Tensor:
+    """Hand the arrays of ``tensors`` to ``fn``, which enqueues them on the runtime and returns
+    its handle without waiting; returns the handle as an int64 scalar for :func:`wait`.
+
+    Inside a graph this is one op whose only inputs are ``tensors``: TensorFlow runs it as soon
+    as they are computed, while the rest of the graph (backprop) goes on. It never blocks a
+    TensorFlow thread, so with any number of inter-op threads no rank can wait on a peer here.
+    """
+    tensors = list(tensors)
     if tf.executing_eagerly():
-        return _run_eager(fn, tensors, out_dtypes)
+        return tf.constant(_start(fn, lambda: _to_arrays(tensors)), tf.int64)
+    if _device_possible():
+        def graph_fn(*eager):
+            return np.int64(_start(fn, lambda: _to_arrays(list(eager))))
+
+        with tf.name_scope(scope_name(name)):
+            handle = tf.py_function(graph_fn, tensors, tf.int64, name="runtime_submit")
+    else:
+        def graph_fn(*arrays):
+            conversions["host"] += len(arrays)
+            return np.int64(_start(fn, lambda: list(arrays)))
+
+        with tf.name_scope(scope_name(name)):
+            handle = tf.numpy_function(graph_fn, tensors, tf.int64, stateful=True, name="runtime_submit")
+    handle.set_shape([])
+    return handle
+
+
+@tf.autograph.experimental.do_not_convert
+def wait(finish: Callable[[int], Sequence], handles: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DType],
+         out_shapes: Sequence[tf.TensorShape], name: str) -> List[tf.Tensor]:
+    """Synchronize ``handles`` of :func:`submit` in order (``finish(handle)`` returns the list of
+    arrays of one); returns all their results, one flat list of ``out_dtypes``/``out_shapes``.
+    The first error of any handle is raised after every handle was synchronized."""
+    out_dtypes = [tf.as_dtype(d) for d in out_dtypes]
+
+    def collect(ids):
+        outs, first_error = [], None
+        for handle in ids:
+            if handle < 0:  # the submission itself failed
+                first_error = first_error or _deferred.pop(handle)
+                continue
+            try:
+                outs.extend(finish(handle))
+            except BlinkflowError as error:
+                first_error = first_error or error
+        if first_error is not None:
+            raise first_error
+        return outs
+
+    def on_eager(eager):
+        return _to_tensors(collect([int(h) for h in eager]), out_dtypes)
+
+    return _cross(on_eager, lambda ids: collect([int(h) for h in ids]), handles, out_dtypes, out_shapes, name,
+                  "runtime_wait")
+
+
+_deferred: Dict[int, BlinkflowError] = {}
+"""Errors of submissions, under the negative handles that :func:`wait` raises them from."""
+_deferred_ids = itertools.count(-1, -1)
+
+
+def _start(fn, arrays_of) -> int:
+    """``fn(arrays_of())``: a runtime handle, or a negative one standing for the error it raised."""
+    try:
+        return int(fn(arrays_of()))
+    except BlinkflowError as error:
+        key = next(_deferred_ids)
+        _deferred[key] = error
+        return key
+
+
+def _cross(on_eager, on_numpy, tensors, out_dtypes, out_shapes, name, op_name) -> List[tf.Tensor]:
+    """One crossing: eagerly ``on_eager(tensors)``; in a graph one stateful op (``tf.py_function``
+    where the device route is possible, handing ``on_eager`` the tensors where they live, else
+    ``tf.numpy_function`` calling ``on_numpy`` with arrays) whose blinkflow errors surface as
+    ``tf.errors`` (:mod:`._errors`)."""
+    if tf.executing_eagerly():
+        return on_eager(list(tensors))
 
     if _device_possible():
         def graph_fn(*eager):
             try:
-                outs = _run_eager(fn, list(eager), out_dtypes)
+                return _errors.ok(on_eager(list(eager)))
             except BlinkflowError as error:
                 return _errors.failed(error, out_dtypes)
-            return _errors.ok(outs)
 
         with tf.name_scope(scope_name(name)):
-            results = tf.py_function(graph_fn, list(tensors), list(out_dtypes) + _errors.STATUS_DTYPES,
-                                     name="runtime_call")
+            results = tf.py_function(graph_fn, list(tensors), list(out_dtypes) + _errors.STATUS_DTYPES, name=op_name)
     else:
         def graph_fn(*arrays):
-            conversions["host"] += len(arrays)
             try:
-                outs = fn(list(arrays))
+                outs = on_numpy(list(arrays))
             except BlinkflowError as error:
                 return _errors.failed(error, out_dtypes)
             return _errors.ok([np.asarray(o, dtype=d.as_numpy_dtype) for o, d in zip(outs, out_dtypes)])
 
         with tf.name_scope(scope_name(name)):
             results = tf.numpy_function(graph_fn, list(tensors), list(out_dtypes) + _errors.STATUS_DTYPES,
-                                        stateful=True, name="runtime_call")
+                                        stateful=True, name=op_name)
     outs = _errors.raise_on_failure(results[:len(out_dtypes)], results[len(out_dtypes):])
     for out, shape in zip(outs, out_shapes):
         out.set_shape(shape)
