@@ -12,6 +12,7 @@ SUITES = {
     "allreduce": "blinkflow.bench.allreduce",
     "separate": "blinkflow.bench.separate",
     "gpu": "blinkflow.bench.gpu",
+    "tf-peers": "blinkflow.bench.tf_peers",
 }
 
 
