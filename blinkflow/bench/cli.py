@@ -13,6 +13,7 @@ SUITES = {
     "separate": "blinkflow.bench.separate",
     "gpu": "blinkflow.bench.gpu",
     "tf-peers": "blinkflow.bench.tf_peers",
+    "overlap-timeline": "blinkflow.bench.overlap_timeline",
 }
 
 

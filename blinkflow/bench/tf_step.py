@@ -31,7 +31,52 @@ def parse_args(argv=None):
     parser.add_argument("--num-iters", type=int, default=5)
     parser.add_argument("--num-threads", type=int, default=1, help="TF intra- and inter-op threads per worker")
     parser.add_argument("--local-baseline", action="store_true", help="blinkflow side: also time the step alone")
+    parser.add_argument("--marks", help="blinkflow side: write when each step's forward pass and backprop began "
+                                        "to MARKS.rank<r>.json (for bench overlap-timeline)")
     return parser.parse_args(argv)
+
+
+class StepMarks:
+    """When each step's forward pass and backprop begin, recorded from inside the traced step by
+    two identity ops: one on the input batch (forward), one whose gradient runs first in backprop
+    (on the loss). Stateful, so that TensorFlow neither folds the first (its input is a constant)
+    nor skips either; both run before any bucket is submitted anyway. Times are the runtime
+    timeline's clock (``time.time_ns() // 1000``)."""
+
+    def __init__(self, tf):
+        import time
+
+        self.tf, self.time, self.events = tf, time, []
+
+    def _mark(self, what):
+        def record(x):
+            self.events.append((what, self.time.time_ns() // 1000))
+            return x
+        return record
+
+    def forward(self, x):
+        return self._through(self._mark("forward"), x)
+
+    def backprop(self, loss):
+        tf = self.tf
+        record = self._mark("backprop")
+
+        @tf.custom_gradient
+        def identity(y):
+            def grad(dy):
+                # Also takes y: the gradient's seed does not depend on the forward pass, so on its
+                # own the mark could run before the loss exists.
+                out = tf.numpy_function(lambda d, _: record(d), [dy, y], dy.dtype, stateful=True)
+                out.set_shape(dy.shape)
+                return out
+            return tf.identity(y), grad
+
+        return identity(loss)
+
+    def _through(self, record, x):
+        out = self.tf.numpy_function(record, [x], x.dtype, stateful=True)
+        out.set_shape(x.shape)
+        return out
 
 
 def build(args, tf, keras, seed: int):
@@ -62,12 +107,16 @@ def run_blinkflow(args, tf, keras):
 
     hvd.init()
     model, optimizer, loss_fn, data, target = build(args, tf, keras, hvd.rank())
+    marks = StepMarks(tf) if args.marks else None
 
     def make_step(distributed):
         @tf.function
         def step():
             with tf.GradientTape() as tape:
-                loss = loss_fn(target, model(data, training=True))
+                images = marks.forward(data) if marks and distributed else data
+                loss = loss_fn(target, model(images, training=True))
+                if marks and distributed:
+                    loss = marks.backprop(loss)
             if distributed:
                 tape = hvd.DistributedGradientTape(tape)
             gradients = tape.gradient(loss, model.trainable_variables)
@@ -85,10 +134,15 @@ def run_blinkflow(args, tf, keras):
         local_step()
         seconds = {"local": 0.0, "distributed": 0.0}
         for _ in range(args.num_iters):  # alternated, so both see the same load
+            hvd.barrier()  # every rank starts each block together (ranks drift during local steps)
             seconds["local"] += timeit.timeit(local_step, number=args.num_batches_per_iter)
+            hvd.barrier()
             seconds["distributed"] += timeit.timeit(step, number=args.num_batches_per_iter)
         ratio = hvd.allreduce(np.array([seconds["local"] / seconds["distributed"]]), name="bench.efficiency")
         result["communication_efficiency"] = float(ratio[0])
+    if marks:
+        with open(f"{args.marks}.rank{hvd.rank()}.json", "w") as f:
+            json.dump(marks.events, f)
     return hvd.rank(), result
 
 
