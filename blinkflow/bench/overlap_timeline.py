@@ -3,8 +3,8 @@ gradient buckets' all-reduces against the forward pass and backprop that they ov
 
 Runs the synthetic benchmark's step (:mod:`.tf_step`) through blinkrun with the runtime's
 timeline on (``--timeline-filename``, Chrome-trace JSON: every bucket's QUEUED / NEGOTIATE /
-ALLREDUCE phases) and the step's own marks (when forward and backprop began, recorded inside
-the traced step), then draws one step of every rank with matplotlib. Backprop ends where the
+ALLREDUCE phases) and the step's own marks (when forward, backprop and the update began,
+recorded inside the traced step), then draws one step of every rank with matplotlib. Backprop ends where the
 last bucket (the first layers' gradients) is submitted. Also prints, per rank, how much of
 the all-reduce time fell inside backprop.
 """
@@ -40,13 +40,14 @@ def load_trace(path: str) -> List[Span]:
 
 
 def one_step(spans: List[Span], marks: List[Tuple[str, int]], step: int):
-    """(forward begin, backprop begin, next forward begin, this step's bucket spans) of ``step``."""
+    """(forward begin, backprop begin, update begin, next forward begin, this step's bucket
+    spans) of ``step``."""
     forwards = sorted(t for what, t in marks if what == "forward")
-    backprops = sorted(t for what, t in marks if what == "backprop")
     begin, end = forwards[step], forwards[step + 1]
-    backprop = next(t for t in backprops if begin <= t < end)
+    backprop, update = (next(t for what, t in sorted(marks, key=lambda m: m[1]) if what == kind and begin <= t < end)
+                        for kind in ("backprop", "update"))
     buckets = [s for s in spans if ".bucket." in s[0] and begin <= s[2] < end]
-    return begin, backprop, end, buckets
+    return begin, backprop, update, end, buckets
 
 
 def overlap_of(backprop: int, buckets: List[Span]) -> Tuple[int, int, int]:
@@ -69,10 +70,10 @@ def draw(steps: Dict[int, tuple], out: str, title: str) -> None:
 
     origin = min(s[0] for s in steps.values())
     rows, labels = [], []
-    for rank, (begin, backprop, end, buckets) in sorted(steps.items()):
+    for rank, (begin, backprop, update, end, buckets) in sorted(steps.items()):
         backprop_end, _, _ = overlap_of(backprop, buckets)
         rows.append([(begin, backprop, "#b0b0b0", "forward"), (backprop, backprop_end, "#4a7fc1", "backprop"),
-                     (backprop_end, end, "#e8e8e8", "wait + update")])
+                     (backprop_end, update, "#ffffff", "wait"), (update, end, "#8fbf8f", "update")])
         labels.append(f"rank {rank}: TensorFlow")
         for track in sorted({s[0] for s in buckets}, key=lambda t: int(t.rsplit(".", 1)[1])):
             bars = [(b, e, "#f5c16c" if phase == "NEGOTIATE" else "#d9534f", phase)
@@ -89,10 +90,10 @@ def draw(steps: Dict[int, tuple], out: str, title: str) -> None:
     ax.set_title(title, fontsize=10)
     from matplotlib.patches import Patch
 
-    legend = [("#b0b0b0", "forward"), ("#4a7fc1", "backprop"), ("#e8e8e8", "wait + update"),
+    legend = [("#b0b0b0", "forward"), ("#4a7fc1", "backprop"), ("#ffffff", "wait"), ("#8fbf8f", "update"),
               ("#f5c16c", "negotiate (waiting for the peers' submissions)"), ("#d9534f", "all-reduce")]
     ax.legend(handles=[Patch(facecolor=c, edgecolor="black", linewidth=0.3, label=t) for c, t in legend],
-              loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=5, fontsize=8, frameon=False)
+              loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=6, fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
 
@@ -122,10 +123,11 @@ def command(out, np_, img_size, batch_size, step, keep) -> None:
         path = trace if rank == 0 else trace.replace(".json", f".rank{rank}.json")
         with open(f"{marks}.rank{rank}.json") as f:
             rank_marks = [tuple(m) for m in json.load(f)]
-        steps[rank] = one_step(load_trace(path), rank_marks, step)
-        backprop_end, total, inside = overlap_of(steps[rank][1], steps[rank][3])
-        click.echo(f"rank {rank}: step {(steps[rank][2] - steps[rank][0]) / 1000:.1f} ms, backprop "
-                   f"{(backprop_end - steps[rank][1]) / 1000:.1f} ms; all-reduce {total / 1000:.1f} ms, of which "
+        begin, backprop, update, end, buckets = steps[rank] = one_step(load_trace(path), rank_marks, step)
+        backprop_end, total, inside = overlap_of(backprop, buckets)
+        click.echo(f"rank {rank}: step {(end - begin) / 1000:.1f} ms: forward {(backprop - begin) / 1000:.1f}, "
+                   f"backprop {(backprop_end - backprop) / 1000:.1f}, wait {(update - backprop_end) / 1000:.1f}, "
+                   f"update {(end - update) / 1000:.1f}; all-reduce {total / 1000:.1f} ms, of which "
                    f"{inside / 1000:.1f} ms ({100 * inside / max(total, 1):.0f} %) inside backprop")
     bucket_bytes = os.environ.get("BLINKFLOW_BUCKET_BYTES", "default")
     draw(steps, out, f"MobileNetV2 {img_size}x{img_size}, batch {batch_size} per rank, {np_} ranks, "

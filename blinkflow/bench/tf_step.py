@@ -37,9 +37,9 @@ def parse_args(argv=None):
 
 
 class StepMarks:
-    """When each step's forward pass and backprop begin, recorded from inside the traced step by
-    two identity ops: one on the input batch (forward), one whose gradient runs first in backprop
-    (on the loss). Stateful, so that TensorFlow neither folds the first (its input is a constant)
+    """When each step's forward pass, backprop and update begin, recorded from inside the traced
+    step by identity ops: one on the input batch (forward), one whose gradient runs first in
+    backprop (on the loss), one that needs every reduced gradient (update). Stateful, so that TensorFlow neither folds the first (its input is a constant)
     nor skips either; both run before any bucket is submitted anyway. Times are the runtime
     timeline's clock (``time.time_ns() // 1000``)."""
 
@@ -56,6 +56,14 @@ class StepMarks:
 
     def forward(self, x):
         return self._through(self._mark("forward"), x)
+
+    def update(self, gradients):
+        """The gradients, the first of them through a mark that needs all of them (the update)."""
+        tf = self.tf
+        record = self._mark("update")
+        first = tf.numpy_function(lambda g, *rest: record(g), list(gradients), gradients[0].dtype, stateful=True)
+        first.set_shape(gradients[0].shape)
+        return [first] + list(gradients[1:])
 
     def backprop(self, loss):
         tf = self.tf
@@ -120,6 +128,8 @@ def run_blinkflow(args, tf, keras):
             if distributed:
                 tape = hvd.DistributedGradientTape(tape)
             gradients = tape.gradient(loss, model.trainable_variables)
+            if marks and distributed:  # the update begins once the wait returned every gradient
+                gradients = marks.update(gradients)
             optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         return step
 

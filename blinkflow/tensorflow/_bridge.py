@@ -190,16 +190,18 @@ def submit(fn: Callable[[List], int], tensors: Sequence[tf.Tensor], name: str) -
 
 
 @tf.autograph.experimental.do_not_convert
-def wait(finish: Callable[[int], Sequence], handles: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DType],
-         out_shapes: Sequence[tf.TensorShape], name: str) -> List[tf.Tensor]:
-    """Synchronize ``handles`` of :func:`submit` in order (``finish(handle)`` returns the list of
-    arrays of one); returns all their results, one flat list of ``out_dtypes``/``out_shapes``.
-    The first error of any handle is raised after every handle was synchronized."""
+def wait(finishers: Sequence[Callable[[int], Sequence]], handles: Sequence[tf.Tensor],
+         out_dtypes: Sequence[tf.DType], out_shapes: Sequence[tf.TensorShape], name: str) -> List[tf.Tensor]:
+    """Synchronize ``handles`` of :func:`submit` in order (``finishers[i](handle)`` returns the
+    list of arrays of handle i); returns all their results, one flat list of
+    ``out_dtypes``/``out_shapes``. The first error of any handle is raised after every handle
+    was synchronized."""
     out_dtypes = [tf.as_dtype(d) for d in out_dtypes]
+    finishers = list(finishers)
 
     def collect(ids):
         outs, first_error = [], None
-        for handle in ids:
+        for finish, handle in zip(finishers, ids):
             if handle < 0:  # the submission itself failed
                 first_error = first_error or _deferred.pop(handle)
                 continue

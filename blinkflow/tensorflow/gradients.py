@@ -98,8 +98,8 @@ class GradientReducer:
     def _submit_and_wait(self, dense: Dict[int, tf.Tensor], sparse: Dict[int, tf.IndexedSlices]):
         """Submit every bucket, then wait once: ({index: reduced}, {index: [values, indices]})."""
         production_order = sorted(set(dense) | set(sparse), reverse=True)  # last variables first
-        items = [buckets.Item(i, None, sparse=True) if i in sparse else buckets.Item(i, _nbytes(dense[i]))
-                 for i in production_order]
+        items = [buckets.Item(i, None, sparse=True) if i in sparse
+                 else buckets.Item(i, _nbytes(dense[i]), kind=dense[i].dtype.name) for i in production_order]
         units = buckets.plan(items, get_config().bucket_bytes)
         op, pre, post = self._scale_factors()
 

@@ -118,3 +118,26 @@ def test_submits_inside_a_traced_step_are_gated_in_order():
     assert _depends_on(first, seen["b0"]) and _depends_on(first, seen["b1"])
     assert not _depends_on(seen["b0"], seen["b1"])
     step()  # runs: no cycle
+
+
+def test_kinds_fill_buckets_of_their_own_and_open_buckets_end_in_order():
+    items = [Item(5, 8, kind="float32"), Item(4, 4, kind="float16"), Item(3, 8, kind="float32"),
+             Item(2, 4, kind="float16"), Item(1, 1, kind="float32"), Item(0, 1, kind="float16")]
+    assert [u.indices for u in buckets.plan(items, cap=16)] == [[5, 3], [1], [4, 2, 0]]
+    assert [u.indices for u in buckets.plan(items, cap=0)] == [[5, 3, 1], [4, 2, 0]]
+
+
+def test_a_group_crosses_back_as_one_flat_view_of_the_runtimes_buffer():
+    from blinkflow.tensorflow.async_ops import flat_view
+
+    buffer = np.arange(20, dtype=np.float32)
+    members = [buffer[0:6].reshape(2, 3), buffer[6:7].reshape(()), buffer[7:15].reshape(2, 2, 2)]
+    flat = flat_view(members)
+    assert np.shares_memory(flat, buffer) and flat.shape == (15,)
+    np.testing.assert_array_equal(flat, buffer[:15])
+    apart = [buffer[0:6].reshape(2, 3), buffer[8:10]]  # a gap: copied, values kept
+    copied = flat_view(apart)
+    assert not np.shares_memory(copied, buffer)
+    np.testing.assert_array_equal(copied, np.concatenate([buffer[0:6], buffer[8:10]]))
+    strided = [buffer[0:6:2], buffer[6:9]]  # not contiguous: copied
+    np.testing.assert_array_equal(flat_view(strided), np.concatenate([buffer[0:6:2], buffer[6:9]]))
