@@ -14,7 +14,6 @@ Set BLINKFLOW_BUCKET_BYTES small (the test does) so every gradient is a bucket o
 Prints ``BUCKETS OK <count>``; exits 1 naming every failed check.
 """
 import os
-import sys
 
 import numpy as np
 import tensorflow as tf
@@ -25,22 +24,12 @@ tf.config.threading.set_inter_op_parallelism_threads(1)
 import blinkflow as bf  # noqa: E402
 import blinkflow.tensorflow as hvd  # noqa: E402
 from blinkflow.tensorflow import _bridge, async_ops  # noqa: E402
+from script_checks import Checks  # noqa: E402
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
-failures, count = [], 0
-
-
-def check(label, ok, detail=""):
-    global count
-    count += 1
-    if not ok:
-        failures.append(f"rank {r}: {label} {detail}")
-
-
-def close(label, got, want, atol=1e-5):
-    got, want = np.asarray(got), np.asarray(want)
-    check(label, got.shape == want.shape and np.allclose(got, want, atol=atol), f"got {got!r} want {want!r}")
+checks = Checks(r)
+check, close = checks.check, checks.close
 
 
 def run(fn, mode):
@@ -196,7 +185,4 @@ if route == "device":
 elif route == "host":
     check("every tensor went through the host", _bridge.conversions["device"] == 0, dict(_bridge.conversions))
 
-if failures:
-    print("\n".join(failures), flush=True)
-    sys.exit(1)
-print(f"BUCKETS OK {count}", flush=True)
+checks.finish("BUCKETS OK")
