@@ -44,8 +44,8 @@ class SubmitOrder:
                 continue
             seen.add(op)
             inputs = [i for i in _inputs(op) if i.graph is graph]
-            if all(i in self._needed for i in inputs):
-                entries.append(op)
+            if all(i in self._needed for i in inputs) and op.inputs:
+                entries.append(op)  # (an op without inputs: a function argument or a constant, left alone)
             stack.extend(inputs)
         added = 0
         for op in entries:
