@@ -54,10 +54,10 @@ class Config:
     """1: on a host where ranks may read each other's memory (Linux cross-memory attach), large
     all-reduces read peers' tensors in place instead of first copying them into shared memory;
     0: always copy through shared memory."""
-    bucket_bytes: int = 2 * 1024 * 1024
+    bucket_bytes: int = 25 * 1024 * 1024
     """Bytes of gradients per bucket: DistributedOptimizer and DistributedGradientTape submit each
     bucket as soon as backprop has produced it, last layer first, so its all-reduce overlaps the
-    rest of backprop (PyTorch DDP's ``bucket_cap_mb``); 0 = all gradients in one bucket."""
+    rest of backprop (PyTorch DDP's ``bucket_cap_mb``, and its default); 0 = one bucket."""
     split_hosts: int = 0
     """For tests of the multi-host path on one machine: treat the job's ranks as this many hosts
     (consecutive blocks of ranks, no shared memory between blocks). 0 = real host names."""
