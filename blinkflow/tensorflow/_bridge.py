@@ -88,7 +88,7 @@ def _run_eager(fn, tensors, out_dtypes):
 
 
 def _device_route(fn, tensors, out_dtypes):
-    from ..backends.cuda.dlpack import cupy_to_tf, tf_to_cupy
+    from ..backends.cuda.dlpack import tf_to_cupy
 
     widened = [t.dtype == tf.bfloat16 for t in tensors]
     arrays = []
@@ -106,18 +106,33 @@ def _device_route(fn, tensors, out_dtypes):
     conversions["device"] += len(tensors)
     outs = fn(arrays)
     results = []
-    last = max((i for i, o in enumerate(outs) if _is_cupy(o)), default=-1)
-    for i, (o, d) in enumerate(zip(outs, out_dtypes)):
+    for o, d in zip(outs, out_dtypes):
         if not _is_cupy(o):  # alltoall's received splits are numpy
             results.append(tf.convert_to_tensor(np.asarray(o, dtype=d.as_numpy_dtype)))
             continue
         wide = d == tf.bfloat16
         if o.size and o.data.ptr % _TF_ALIGN:
             o = o.copy()  # a slice of a fused result; TensorFlow takes only aligned memory
-        # One device sync, at the last array: our kernels ran on our streams, TF reads on its own.
-        tensor = cupy_to_tf(o, sync=i == last) if o.size else tf.zeros(o.shape, tf.float32 if wide else d)
-        results.append(tf.cast(tensor, tf.bfloat16) if wide else tensor)
-    return results
+        results.append(o)
+    # One device sync before TensorFlow sees anything: our kernels ran on our streams and still
+    # read the inputs (TF may reuse their memory once this returns) and write the outputs (TF
+    # reads them on its own streams).
+    _synchronize()
+    return [_to_tf(o, d) if _is_cupy(o) else o for o, d in zip(results, out_dtypes)]
+
+
+def _synchronize() -> None:
+    import cupy
+
+    cupy.cuda.Device().synchronize()
+
+
+def _to_tf(array, dtype: tf.DType):
+    from ..backends.cuda.dlpack import cupy_to_tf
+
+    wide = dtype == tf.bfloat16
+    tensor = cupy_to_tf(array, sync=False) if array.size else tf.zeros(array.shape, tf.float32 if wide else dtype)
+    return tf.cast(tensor, tf.bfloat16) if wide else tensor
 
 
 def _is_cupy(array) -> bool:
