@@ -11,8 +11,8 @@ import importlib
 from .api import (allgather, allreduce, alltoall, broadcast, grouped_allgather, grouped_allreduce, reducescatter,
                   register_binding)
 from .compression import Compression
-from .errors import (BackendError, BlinkflowError, ConfigError, DuplicateNameError, NotInitializedError,
-                     PlanError, ShutdownError, TensorMismatchError, TopologyError)
+from .errors import (BackendError, BlinkflowError, ConfigError, DuplicateNameError, InitError, InvalidArgumentError,
+                     NotInitializedError, PlanError, ShutdownError, TensorMismatchError, TopologyError)
 from .ops import Average, Max, Min, Product, ReduceOp, Sum
 from .version import __version__
 
@@ -53,5 +53,5 @@ __all__ = [
     "__version__", "Average", "Sum", "Min", "Max", "Product", "ReduceOp", "Compression",
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "reducescatter", "alltoall",
     "BlinkflowError", "NotInitializedError", "ShutdownError", "TensorMismatchError", "DuplicateNameError",
-    "TopologyError", "PlanError", "ConfigError", "BackendError",
+    "TopologyError", "PlanError", "ConfigError", "BackendError", "InvalidArgumentError", "InitError",
 ] + list(_LAZY)

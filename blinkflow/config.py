@@ -10,23 +10,28 @@ mpi4py's ``Rc``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
-from typing import Mapping, Optional
+from typing import List, Mapping, Optional
 
 from .errors import ConfigError
 
 ENV_PREFIX = "BLINKFLOW_"
-#: Settings that must be equal on every rank (checked at init).
+#: Settings that must be equal on every rank (checked at init): ranks that disagree would fuse,
+#: cache, plan or choose data paths differently and wait for each other. The topology is one:
+#: rank 0 alone reads it, so one set on another rank only would be silently ignored.
 AGREED_FIELDS = ("fusion_threshold", "cache_capacity", "backend", "chunk_bytes", "cpu_single_copy", "split_hosts",
-                 "bucket_bytes")
+                 "topology", "bucket_bytes")
 BACKENDS = ("auto", "cpu", "cuda")
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
+_DAY_S = 86400.0
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """Runtime settings. Field ``x`` is read from ``BLINKFLOW_X``."""
+    """Runtime settings. Field ``x`` is read from ``BLINKFLOW_X``; numbers must lie in
+    :data:`BOUNDS` (a value that passed would otherwise fail later, far from its cause)."""
 
     fusion_threshold: int = 64 * 1024 * 1024
     """Bytes of tensors fused into one collective (Horovod's default, 64 MiB)."""
@@ -39,9 +44,14 @@ class Config:
     timeline: Optional[str] = None
     """Path of a Chrome-trace JSON timeline, or None."""
     stall_check_time_seconds: float = 60.0
-    """Warn about tensors some ranks have not submitted after this long (0 disables)."""
+    """Warn about tensors some ranks have not submitted, and about ranks not heard from (stopped,
+    or blocked holding the GIL), after this long (0 disables)."""
     stall_shutdown_time_seconds: float = 0.0
-    """Shut the job down after a stall this long (0 = never)."""
+    """Shut the job down after such a stall this long (0 = never)."""
+    start_timeout: float = 60.0
+    """Seconds for every rank to reach ``init()`` (counted on each rank from its own call), and
+    again for the set-up after they all did; past it ``init()`` raises InitError naming the ranks
+    missing or failed. ``blinkrun --start-timeout`` sets it."""
     topology: Optional[str] = None
     """A preset name or a topology file that overrides probing."""
     backend: str = "auto"
@@ -63,26 +73,18 @@ class Config:
     (consecutive blocks of ranks, no shared memory between blocks). 0 = real host names."""
 
     def __post_init__(self):
-        if self.fusion_threshold < 0:
-            raise ConfigError(f"{ENV_PREFIX}FUSION_THRESHOLD must be >= 0 bytes, got {self.fusion_threshold}")
-        if self.cycle_time <= 0:
-            raise ConfigError(f"{ENV_PREFIX}CYCLE_TIME must be > 0 ms, got {self.cycle_time}")
-        if self.cache_capacity < 0:
-            raise ConfigError(f"{ENV_PREFIX}CACHE_CAPACITY must be >= 0, got {self.cache_capacity}")
-        if self.stall_check_time_seconds < 0 or self.stall_shutdown_time_seconds < 0:
-            raise ConfigError("stall check times must be >= 0 seconds")
+        for field, (low, high, low_open, unit) in BOUNDS.items():
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value < low or (low_open and value == low) or value > high:
+                below = f"> {low:g}" if low_open else f">= {low:g}"
+                raise ConfigError(f"{self.env_name(field)} must be {below} and <= {high:g}{unit}, got {value!r}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"{ENV_PREFIX}BACKEND must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(f"{ENV_PREFIX}LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
-        if self.split_hosts < 0:
-            raise ConfigError(f"{ENV_PREFIX}SPLIT_HOSTS must be >= 0, got {self.split_hosts}")
         if self.cpu_single_copy not in (0, 1):
             raise ConfigError(f"{ENV_PREFIX}CPU_SINGLE_COPY must be 0 or 1, got {self.cpu_single_copy}")
-        if self.chunk_bytes < 0:
-            raise ConfigError(f"{ENV_PREFIX}CHUNK_BYTES must be >= 0, got {self.chunk_bytes}")
-        if self.bucket_bytes < 0:
-            raise ConfigError(f"{ENV_PREFIX}BUCKET_BYTES must be >= 0, got {self.bucket_bytes}")
 
     def agreed(self) -> tuple:
         """The settings every rank of a job must share, as ((field, value), ...): ranks that
@@ -95,7 +97,8 @@ class Config:
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "Config":
-        """Build a Config from ``environ`` (default ``os.environ``); unknown values raise ConfigError."""
+        """Build a Config from ``environ`` (default ``os.environ``); unknown values raise ConfigError.
+        Variables no field reads are not errors: see :func:`unknown_variables`."""
         environ = os.environ if environ is None else environ
         values = {}
         for field in dataclasses.fields(cls):
@@ -120,21 +123,60 @@ class Config:
         return "\n".join(f"{self.env_name(f.name)}={getattr(self, f.name)}" for f in dataclasses.fields(self))
 
 
+#: field -> (lowest, highest, lowest excluded, unit) of every numeric setting. The highs are far
+#: beyond any use and keep each value inside what its consumer accepts (a lock's timeout, a
+#: bit vector sent every cycle, an allocation).
+BOUNDS = {
+    "fusion_threshold": (0, float(1 << 40), False, " bytes"),
+    "cycle_time": (0.0, 10_000.0, True, " ms"),
+    "cache_capacity": (0, 65536, False, " entries"),
+    "stall_check_time_seconds": (0.0, 30 * _DAY_S, False, " s"),
+    "stall_shutdown_time_seconds": (0.0, 30 * _DAY_S, False, " s"),
+    "start_timeout": (0.0, 30 * _DAY_S, True, " s"),
+    "chunk_bytes": (0, float(1 << 30), False, " bytes"),
+    "bucket_bytes": (0, float(1 << 40), False, " bytes"),
+    "split_hosts": (0, 65536, False, " hosts"),
+}
+
+
+def unknown_variables(environ: Optional[Mapping[str, str]] = None) -> List[str]:
+    """One line per ``BLINKFLOW_*`` variable that no setting reads (a misspelling is silently
+    ignored otherwise), naming the closest setting."""
+    environ = os.environ if environ is None else environ
+    known = [Config.env_name(f.name) for f in dataclasses.fields(Config)]
+    lines = []
+    for name in sorted(environ):
+        if name.startswith(ENV_PREFIX) and name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else f"; the settings are {', '.join(known)}"
+            lines.append(f"{name} is not a blinkflow setting and is ignored{hint}")
+    return lines
+
+
 def _parse(field: dataclasses.Field, raw: str):
     name = Config.env_name(field.name)
     kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
-    try:
-        if kind == "int":
-            return int(float(raw)) if raw.replace(".", "", 1).isdigit() else int(raw)
-        if kind == "float":
-            value = float(raw)
-            if not math.isfinite(value):  # nan slips through every "< 0" check
-                raise OverflowError
-            return value
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number") from None
-    except OverflowError:
-        raise ConfigError(f"{name}={raw!r} is not a finite number") from None
+    if kind in ("int", "float"):
+        try:
+            value = int(raw) if kind == "int" else float(raw)
+        except ValueError:
+            value = None
+        if value is None and kind == "int":  # 1e9, 64.0: a whole number written as a float
+            try:
+                as_float = float(raw)
+            except ValueError:
+                as_float = None
+            if as_float is not None and math.isfinite(as_float) and as_float.is_integer():
+                value = int(as_float)
+            elif as_float is not None and math.isfinite(as_float):
+                raise ConfigError(f"{name}={raw!r} is not a whole number")
+            elif as_float is not None:
+                raise ConfigError(f"{name}={raw!r} is not a finite number")
+        if value is None:
+            raise ConfigError(f"{name}={raw!r} is not a number")
+        if not math.isfinite(value):  # nan slips through every "< 0" check
+            raise ConfigError(f"{name}={raw!r} is not a finite number")
+        return value
     if field.name in ("backend", "log_level"):
         return raw.lower()
     return raw

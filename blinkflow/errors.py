@@ -27,12 +27,33 @@ class ShutdownError(BlinkflowError):
         self.rank = rank
 
 
+class InitError(ShutdownError):
+    """``init()`` could not complete on every rank: some rank did not reach it within the start
+    timeout (``BLINKFLOW_START_TIMEOUT``, ``blinkrun --start-timeout``), or failed in it while
+    the others waited. ``ranks`` names them (``rank`` the first); empty when unknown."""
+
+    def __init__(self, message: str, ranks=()):
+        ranks = sorted(ranks)
+        super().__init__(message, rank=ranks[0] if ranks else None)
+        self.ranks = ranks
+
+
 class TensorMismatchError(BlinkflowError):
     """Ranks submitted the same tensor name with different shape, dtype, op, root or scale."""
 
     def __init__(self, message: str, name=None):
         super().__init__(message)
         self.name = name
+
+
+class InvalidArgumentError(BlinkflowError):
+    """A rank passed a collective arguments it cannot run with (an unsupported dtype, a root that
+    is not a rank, splits that do not add up, ...).
+
+    Raised on every rank of the collective, naming the rank(s) that refused it and why: the call
+    still travels to the coordinator under the name it would have had, so one rank's bad input
+    never leaves the others waiting or pairs their next call with a different one.
+    """
 
 
 class DuplicateNameError(BlinkflowError):
@@ -66,3 +87,7 @@ class BackendError(BlinkflowError):
 
 class KernelCompileError(BackendError):
     """A CUDA kernel failed to compile; the message carries the source name and options."""
+
+
+class ConfigWarning(UserWarning):
+    """A ``BLINKFLOW_*`` variable that no setting reads (most likely a misspelling)."""

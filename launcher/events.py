@@ -14,6 +14,7 @@ MARK = "@@blinkrun@@ "
 MAX_LINE = 3500           # stay below PIPE_BUF (4096) so the line is written atomically
 STARTED = "started"
 FAILED = "failed"
+EXITED = "exited"
 
 
 def encode(event: dict) -> str:

@@ -54,6 +54,9 @@ SETTING_FLAGS = (
                 "Warn about tensors missing on some ranks after this long (0 disables)."),
     SettingFlag("--stall-check-shutdown-time-seconds", "stall_shutdown_time_seconds", click.FLOAT,
                 "Stop the job after a stall this long (0 = never)."),
+    SettingFlag("--start-timeout", "start_timeout", click.FLOAT,
+                "Seconds for every rank to start and reach init() (and again for init's set-up); "
+                "past it the job stops, naming the ranks missing."),
     SettingFlag("--topology", "topology", click.STRING, "Topology preset or file (skips probing)."),
     SettingFlag("--backend", "backend", click.Choice(BACKENDS, case_sensitive=False), "Collective backend."),
     SettingFlag("--log-level", "log_level", click.Choice(LOG_LEVELS, case_sensitive=False), "Runtime log level."),

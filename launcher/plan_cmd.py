@@ -43,7 +43,7 @@ def command(topology_spec, gpus, collective, root, as_json, png, hybrid):
     devices = parse_gpus(gpus)
     if devices is not None:
         topology.subset(devices, "--gpus")  # names --gpus in the error for unknown devices
-    plan = make_plan(topology, collective, devices, root=root, hybrid=hybrid)
+    plan = make_plan(topology, collective, devices, root=root, hybrid=hybrid, ring=True)
     if png:
         from .plan_draw import draw_plan
         try:

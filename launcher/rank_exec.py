@@ -9,8 +9,11 @@ It runs COMMAND as its child (the MPI process), and
   its traceback (an ``events`` line), and exits with the child's status, which makes mpirun stop
   the other ranks;
 - when mpirun stops it (SIGTERM/SIGINT/SIGHUP) stops the rank's whole process group, quietly;
+- tells blinkrun when its child ends in any way (an ``exited`` event, also for status 0: a rank
+  that ends early without ``MPI_Finalize`` makes mpirun stop the others, and blinkrun names it);
 - dies with its parent (Linux ``PR_SET_PDEATHSIG``) and makes its child do the same, so no rank
-  outlives the job.
+  outlives the job;
+- on the first rank of each host, reclaims what killed jobs left there (:mod:`.reclaim`).
 """
 from __future__ import annotations
 
@@ -29,8 +32,10 @@ import time
 from typing import List, Mapping, Optional
 
 from . import events
+from .reclaim import quietly_reclaim, scratch_prefix
 
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
+LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
 SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 STOP_GRACE_SECONDS = 3.0
 TAIL_LINES = 40
@@ -128,7 +133,9 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
     if output_dir:
         logs = log_dir(output_dir, rank, size)
         os.makedirs(logs, exist_ok=True)
-    scratch = tempfile.mkdtemp(prefix=f"blinkrun-rank{rank}-")
+    if env_int(environ, LOCAL_RANK_VARS, 0) == 0:
+        quietly_reclaim()
+    scratch = tempfile.mkdtemp(prefix=scratch_prefix(rank))
     record_file = os.path.join(scratch, "exception.json")
     stopping, reported = [], []
 
@@ -140,7 +147,7 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
             reported.append(status)
             sig = signal_name(-returncode) if returncode is not None and returncode < 0 and not record else None
             emit({"event": events.FAILED, "status": status, "signal": sig, "time": record.get("time", ended),
-                  "exc": record.get("exc"), "tail": record.get("tail") or list(tail)})
+                  "exc": record.get("exc"), "tail": record.get("tail") or list(tail), "blames": record.get("blames")})
         return reported[0]
 
     def on_record(_signum, _frame):
@@ -182,6 +189,7 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
             pump.start()
         returncode = child.wait()
         ended = time.time()
+        emit({"event": events.EXITED, "status": exit_status(returncode), "time": ended})
         _terminate_group(child.pid, own_group)   # leftovers of the rank's own children hold the pipes
         for pump in pumps:
             pump.join(timeout=2.0)

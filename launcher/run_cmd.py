@@ -14,7 +14,7 @@ import tempfile
 
 import click
 
-from blinkflow.config import Config
+from blinkflow.config import Config, unknown_variables
 from blinkflow.errors import ConfigError
 from blinkflow.version import __version__
 
@@ -23,8 +23,6 @@ from .hosts import hosts_arg, mpich_hostfile_text, parse_hostfile, parse_hosts_a
 from .mpi_impl import MPICH, detect
 from .mpirun_argv import LaunchSpec, build_mpirun_argv, format_argv
 from .one_line import OneLineErrorCommand
-
-DEFAULT_START_TIMEOUT = 30.0
 
 
 def interpreter_first_path(path: str, interpreter_dir: str) -> str:
@@ -95,8 +93,6 @@ def _setting_options(func):
 @click.option("--hostfile", type=click.Path(dir_okay=False), help="File of 'host slots=N' lines.")
 @_setting_options
 @click.option("--mpi-args", default="", metavar="'ARGS'", help="Extra arguments for mpirun, as one quoted string.")
-@click.option("--start-timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_START_TIMEOUT,
-              show_default=True, help="Seconds for every rank to start.")
 @click.option("--output-filename", type=click.Path(file_okay=False), metavar="DIR",
               help="Also write each rank's output to DIR/rank.N/stdout and stderr.")
 @click.option("--verbose", is_flag=True, help="Print the exact mpirun command before running it.")
@@ -104,7 +100,7 @@ def _setting_options(func):
               help="Show what this installation can use (frameworks, MPI, GPU support) and exit.")
 @click.version_option(__version__, "--version", prog_name="blinkflow", message="%(prog)s %(version)s")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def command(np, hosts, hostfile, mpi_args, start_timeout, output_filename, verbose, command, **setting_values):
+def command(np, hosts, hostfile, mpi_args, output_filename, verbose, command, **setting_values):
     """Run COMMAND on N ranks with MPI; every output line is tagged with its rank.
 
     \b
@@ -124,11 +120,14 @@ def command(np, hosts, hostfile, mpi_args, start_timeout, output_filename, verbo
         if hostfile:
             hosts = parse_hostfile(hostfile)
         settings = settings_env(setting_values, os.environ)
+        start_timeout = Config.from_env(settings).start_timeout  # the ranks' init deadline, and ours for their start
         extra = tuple(shlex.split(mpi_args))
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
     except ValueError as e:   # shlex: unbalanced quotes
         raise click.BadParameter(f"{mpi_args!r}: {e}", param_hint="'--mpi-args'") from None
+    for line in unknown_variables(settings):
+        click.echo(f"blinkrun: warning: {line}", err=True)
     _check_topology(settings, given_as_flag=setting_values.get("topology") is not None)
     try:
         impl = detect()
@@ -137,8 +136,10 @@ def command(np, hosts, hostfile, mpi_args, start_timeout, output_filename, verbo
     spec = LaunchSpec(np=np, command=tuple(command), hosts=tuple(hosts or ()), hostfile=hostfile,
                       settings=settings, mpi_args=extra,
                       output_dir=os.path.abspath(output_filename) if output_filename else None)
+    from .reclaim import quietly_reclaim, scratch_prefix
     from .supervise import Job
-    with tempfile.TemporaryDirectory(prefix="blinkrun-") as scratch:
+    quietly_reclaim()  # what killed jobs left on this machine: scratch folders, shared memory
+    with tempfile.TemporaryDirectory(prefix=scratch_prefix()) as scratch:
         mpich_hostfile = None
         if hostfile and impl.family == MPICH:
             mpich_hostfile = os.path.join(scratch, "hosts.hydra")

@@ -3,6 +3,7 @@
     blinkrun simulate --topology dgx1-v100 --gpus 0,1,4 --collective allreduce --size 256MB
     blinkrun simulate --topology topo.json --collective broadcast --root 2 --size 1GB --json
     blinkrun simulate --topology dgx1-p100 --collective allreduce --size 1GB --sweep --png t.png
+    blinkrun simulate --topology 64xdgx1-v100 --collective allreduce --size 1GB --sweep --step-budget 1000000
 
 ``--json`` prints DESIGN §3.2's object; ``--sweep`` a table over sizes from 1 KB up to ``--size``
 with the latency / bandwidth crossover; ``--png`` plots time against size. Sizes take B, KB,
@@ -17,7 +18,8 @@ from typing import List, Optional
 import click
 
 from blinkflow.planner.plan import COLLECTIVES
-from blinkflow.sim.compare import Comparison, compare, sweep_sizes
+from blinkflow.sim.chunking import STEP_BUDGET
+from blinkflow.sim.compare import Comparison, compare, compare_sizes, sweep_sizes
 from blinkflow.topology.resolve import resolve_topology
 
 from .one_line import OneLineErrorCommand
@@ -58,10 +60,13 @@ def human(nbytes: float) -> str:
 @click.option("--size", "size_text", default="256MB", show_default=True, help="Buffer size, e.g. 256MB, 1GiB.")
 @click.option("--elem-bytes", type=click.IntRange(1, 16), default=4, show_default=True, help="Bytes per element.")
 @click.option("--chunk", "chunk_text", default=None, help="Fixed chunk size (default: tuned by MIAD).")
+@click.option("--step-budget", type=click.IntRange(1000), default=STEP_BUDGET, show_default=True,
+              help="Most steps one simulated call may have: MIAD starts from fewer, larger chunks when a "
+                   "plan has many trees. Raise it for finer chunks on big clusters (slower).")
 @click.option("--json", "as_json", is_flag=True, help="Print DESIGN §3.2's JSON object.")
 @click.option("--sweep", is_flag=True, help="Print a table over sizes from 1KB up to --size.")
 @click.option("--png", metavar="FILE", default=None, help="Plot time against size (needs matplotlib).")
-def command(topology_spec, gpus, collective, root, size_text, elem_bytes, chunk_text, as_json, sweep, png):
+def command(topology_spec, gpus, collective, root, size_text, elem_bytes, chunk_text, step_budget, as_json, sweep, png):
     """Simulate COLLECTIVE with blinkflow's plan and with NCCL's algorithm on a topology."""
     size = parse_size(size_text)
     chunk = parse_size(chunk_text, "--chunk") // elem_bytes if chunk_text else None
@@ -71,12 +76,12 @@ def command(topology_spec, gpus, collective, root, size_text, elem_bytes, chunk_
     devices = parse_gpus(gpus)
     if devices is not None:
         topology.subset(devices, where="--gpus")  # checks the list; the plan runs on the full graph
-    options = dict(elem_bytes=elem_bytes, chunk_elems=max(1, chunk) if chunk else None)
+    options = dict(elem_bytes=elem_bytes, chunk_elems=max(1, chunk) if chunk else None, step_budget=step_budget)
     if not (sweep or png):
-        row = compare(topology, collective, size, devices, root, **options)
+        row = compare(topology, collective, size, devices, root, latency=False, **options)
         click.echo(json.dumps(row.to_json(), indent=2) if as_json else row.describe())
         return
-    rows = [compare(topology, collective, s, devices, root, **options) for s in sweep_sizes(size)]
+    rows = compare_sizes(topology, collective, sweep_sizes(size), devices, root, **options)
     if as_json:
         click.echo(json.dumps([r.to_json() for r in rows], indent=2))
     else:

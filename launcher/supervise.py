@@ -7,6 +7,10 @@
 - SIGINT/SIGTERM/SIGHUP stop the job: SIGTERM to mpirun (its own session, so a terminal's
   Ctrl-C reaches blinkrun alone), SIGKILL to mpirun's process group after a grace period; ranks
   whose mpirun dies follow it (their wrappers hold ``PR_SET_PDEATHSIG``);
+- blinkrun itself killed (SIGKILL, which it cannot catch): mpirun gets SIGTERM from the kernel
+  (``PR_SET_PDEATHSIG``, set before it starts) and stops the job as for Ctrl-C;
+- the rank named is the first that failed on its own (:mod:`.verdict`): ranks that stopped
+  because of a peer (they say so) are not blamed;
 - ``start_timeout``: every rank's wrapper must report within this many seconds.
 """
 from __future__ import annotations
@@ -19,7 +23,7 @@ import threading
 import time
 from typing import BinaryIO, Dict, List, Mapping, Optional, Sequence
 
-from . import events
+from . import events, verdict
 
 STOP_GRACE_SECONDS = 3.0      # SIGTERM -> SIGKILL for mpirun
 FAILURE_GRACE_SECONDS = 5.0   # a rank failed -> mpirun must have stopped the job by then
@@ -33,6 +37,7 @@ class Job:
         self.err = err or sys.stderr.buffer
         self.started: Dict[int, str] = {}
         self.failures: List[dict] = []
+        self.exits: Dict[int, dict] = {}
         self.interrupted: Optional[int] = None
         self.interrupted_at = 0.0
         self.start_timed_out = False
@@ -44,7 +49,8 @@ class Job:
     def run(self) -> int:
         try:
             self.proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, start_new_session=True)
+                                         stderr=subprocess.PIPE, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
         except OSError as e:
             self._say(f"cannot start {self.argv[0]}: {e.strerror}")
             return 127
@@ -111,6 +117,8 @@ class Job:
         with self._lock:
             if kind == events.STARTED:
                 self.started[rank] = event.get("host", "?")
+            elif kind == events.EXITED:
+                self.exits[rank] = dict(event, host=self.started.get(rank, "?"))
             elif kind == events.FAILED:
                 self.failures.append(event)
                 if len(self.failures) == 1:
@@ -133,7 +141,13 @@ class Job:
         # Ranks that fail while being stopped are casualties of the stop, not its cause.
         failures = [f for f in self.failures if self.interrupted is None or (f.get("time") or 0.0) < self.interrupted_at]
         if failures:
-            first = min(failures, key=lambda f: (f.get("time") or 0.0))
+            first = verdict.first_cause(failures)
+            if first is None:  # every failure is a casualty: name the rank they blame
+                blamed = verdict.blamed_rank(failures)
+                self._say(verdict.describe_blamed(blamed, failures, self.exits))
+                status = (self.exits.get(blamed) or {}).get("status") or min(
+                    (f for f in failures if verdict.is_casualty(f)), key=lambda f: f.get("time") or 0.0).get("status")
+                return int(status or 1)
             self._say(describe_failure(first, len(failures)))
             return int(first.get("status") or 1)
         if self.interrupted is not None:
@@ -143,7 +157,14 @@ class Job:
             return 1
         if returncode != 0:
             status = returncode if returncode > 0 else 128 - returncode
-            self._say(f"mpirun exited with status {status} and no rank reported a failure")
+            ended = verdict.first_exit(self.exits)
+            if ended is not None:
+                self._say(f"mpirun exited with status {status}; no rank reported a failure, but rank {ended['rank']} "
+                          f"(host {ended.get('host', '?')}) ended first, with status {ended.get('status')}: a rank "
+                          "that ends without MPI_Finalize (os._exit, a crash outside Python) makes mpirun stop "
+                          "the others")
+            else:
+                self._say(f"mpirun exited with status {status} and no rank reported a failure")
             return status
         return 0
 
@@ -167,6 +188,16 @@ def describe_failure(failure: dict, count: int = 1) -> str:
 
 def _ranks(ranks: Sequence[int]) -> str:
     return ", ".join(map(str, ranks[:16])) + (" ..." if len(ranks) > 16 else "")
+
+
+def _die_with_parent() -> None:
+    """In mpirun, before it runs: SIGTERM when blinkrun dies, even by SIGKILL (Linux; elsewhere
+    a killed blinkrun leaves the job to mpirun)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except Exception:  # noqa: BLE001 - not Linux
+        pass
 
 
 def _signal(pid: int, sig: int, group: bool) -> None:

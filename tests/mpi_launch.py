@@ -34,8 +34,9 @@ def mpirun_argv(nprocs: int, argv: Sequence[str], env: Optional[Dict[str, str]] 
 
 
 def run_mpi(nprocs: int, argv: Sequence[str], timeout: float = 120, env: Optional[Dict[str, str]] = None,
-            check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``argv`` on ``nprocs`` ranks; ``argv[0] == "python"`` means this interpreter."""
+            check: bool = True, mpi_options: Sequence[str] = ()) -> subprocess.CompletedProcess:
+    """Run ``argv`` on ``nprocs`` ranks; ``argv[0] == "python"`` means this interpreter;
+    ``mpi_options`` go to mpirun (e.g. ``--enable-recovery``)."""
     argv = list(argv)
     if argv and argv[0] == "python":
         argv[0] = sys.executable
@@ -45,6 +46,7 @@ def run_mpi(nprocs: int, argv: Sequence[str], timeout: float = 120, env: Optiona
     full_env.setdefault("OMPI_MCA_osc", "^ucx")  # see blinkflow.config.MPI_DEFAULTS
     full_env.update(env or {})
     cmd = mpirun_argv(nprocs, argv, env)
+    cmd[1:1] = list(mpi_options)
     try:
         proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:

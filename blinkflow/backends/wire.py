@@ -84,7 +84,8 @@ class MpiWire:
             else:
                 events.append(self._meaning[i])
         if indices:
-            keep = [i for i in range(1, len(self._requests)) if i not in set(indices)]
+            done = set(indices)
+            keep = [i for i in range(1, len(self._requests)) if i not in done]
             self._requests = [self._control] + [self._requests[i] for i in keep]
             self._meaning = [None] + [self._meaning[i] for i in keep]
             self._buffers = [None] + [self._buffers[i] for i in keep]

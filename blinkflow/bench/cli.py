@@ -14,6 +14,7 @@ SUITES = {
     "gpu": "blinkflow.bench.gpu",
     "tf-peers": "blinkflow.bench.tf_peers",
     "overlap-timeline": "blinkflow.bench.overlap_timeline",
+    "scale": "blinkflow.bench.scale",
 }
 
 

@@ -19,18 +19,21 @@ for all-gather), so the gap to it is visible.
 """
 from __future__ import annotations
 
+import itertools
 from fractions import Fraction
 from typing import Dict, Hashable, List, Sequence, Tuple
 
 from ..topology.model import LINK_KINDS, Topology
 from .edmonds import edmonds_bound
 from .forestcoll import allgather_node_rate
+from .hosts import PackingMemo, hosts_in_order
 from .loads import plan_rate
 from .maxflow import integer_scale, scaled
-from .multihost import common_refinement, nic_paths as _nic_paths_of
 from .network import fabric, main_network
+from .nics import nic_paths as _nic_paths_of
 from .plan import Plan, Route, Tree
-from .single import allgather, broadcast
+from .refinement import common_refinement
+from .single import PackedPlan, allgather, broadcast
 
 Arc = Tuple[int, int]
 Packing = List[Tuple[Fraction, Tuple[Arc, ...]]]
@@ -38,11 +41,8 @@ Packing = List[Tuple[Fraction, Tuple[Arc, ...]]]
 
 def cross_host_plan(topology: Topology, collective: str, devices: Sequence[int], root) -> Plan:
     """A verified-shape plan of a rooted or gathering collective over devices on many hosts."""
-    hosts: List[str] = []
-    for d in devices:
-        if topology.node(d).host not in hosts:
-            hosts.append(topology.node(d).host)
-    per_host = {h: [d for d in devices if topology.node(d).host == h] for h in hosts}
+    per_host = hosts_in_order(topology, devices)
+    hosts = list(per_host)
     host_of = {d: topology.node(d).host for d in devices}
     nic_use: Dict[Hashable, int] = {}
     nic_paths = {d: _nic_paths_of(topology, d, nic_use) for d in devices}
@@ -73,8 +73,7 @@ def cross_host_plan(topology: Topology, collective: str, devices: Sequence[int],
                 algorithm="cross-host", routes=tuple(Route(a, b, tuple(p)) for (a, b), p in sorted(routes.items())
                                                      if (a, b) in used and len(p) > 2))
     rate = plan_rate(plan, topology)
-    return Plan(collective, topology.name, tuple(devices), plan.trees, rate, max(rate, _bound(topology, devices, collective, root)),
-                root=root, algorithm="cross-host", routes=plan.routes)
+    return plan.with_figures(rate_gbps=rate, optimal_gbps=max(rate, _bound(topology, devices, collective, root)))
 
 
 def _lanes(host_devices: List[int], root: int, nic_paths) -> List[int]:
@@ -86,13 +85,15 @@ def _lanes(host_devices: List[int], root: int, nic_paths) -> List[int]:
 
 
 class _IntraPackings:
-    """Each host's optimal trees from a given device, computed once per (host, device)."""
+    """Each host's optimal trees from a given device, computed once per (host, device), and
+    once per host shape when hosts are identical (:mod:`.hosts`)."""
 
     def __init__(self, topology: Topology, per_host, collective: str):
         self.topology, self.per_host, self.collective = topology, per_host, collective
         self.paths: Dict[Arc, Tuple[Hashable, ...]] = {}
         self._cache: Dict[Tuple[str, int], Packing] = {}
-        self._gather: Dict[str, object] = {}
+        self._host: Dict[str, PackedPlan] = {}  # all-gather: one packing per host
+        self._memo = PackingMemo()
 
     def from_device(self, host: str, device: int) -> Packing:
         key = (host, device)
@@ -104,12 +105,13 @@ class _IntraPackings:
         devs = self.per_host[host]
         if len(devs) == 1:
             return [(Fraction(1), ())]
+        net = main_network(self.topology, devs)
         if self.collective in ("broadcast", "reduce"):
-            packed = broadcast(main_network(self.topology, devs), device)
+            packed = self._memo.packing(net, host, ("broadcast", devs.index(device)), lambda: broadcast(net, device))
         else:
-            if host not in self._gather:
-                self._gather[host] = allgather(main_network(self.topology, devs))
-            packed = self._gather[host]
+            if host not in self._host:
+                self._host[host] = self._memo.packing(net, host, "allgather", lambda: allgather(net))
+            packed = self._host[host]
         self.paths.update({a: p for a, p in packed.used_paths().items()})
         mine = [(f, arcs) for f, r, arcs in packed.trees if r == device]
         total = sum(f for f, _ in mine)
@@ -119,7 +121,7 @@ class _IntraPackings:
 def _refine(parts: List[Packing]) -> List[Tuple[Fraction, Tuple[Arc, ...]]]:
     """Common refinement of several packings (each sums to 1): slices and the union of the
     trees covering each slice."""
-    return [(hi - lo, sum(trees, ())) for lo, hi, trees in common_refinement(parts)]
+    return [(hi - lo, tuple(itertools.chain.from_iterable(trees))) for lo, hi, trees in common_refinement(parts)]
 
 
 def _bound(topology: Topology, devices, collective: str, root) -> float:

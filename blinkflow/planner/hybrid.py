@@ -9,14 +9,13 @@ transfers"). PCIe trees ride on channel ``"pcie"`` so executors put them on thei
 from __future__ import annotations
 
 from ..topology.model import Topology
+from .assemble import to_plan
 from .plan import Plan
 from .single import PackedPlan
 
 
 def combine(topology: Topology, collective: str, devices, root, main: PackedPlan, pcie: PackedPlan) -> Plan:
     """One plan over both channels with the rate-proportional split."""
-    from .make import to_plan
-
     total = main.rate + pcie.rate
     weights = (main.rate / total, pcie.rate / total)
     return to_plan(topology, collective, devices, root, [main, pcie], weights=weights,

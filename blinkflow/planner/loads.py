@@ -39,20 +39,34 @@ def link_loads(plan: Plan, topology: Topology = None) -> Dict[Link, float]:
     ``topology`` is accepted for symmetry with :func:`plan_rate`; the loads depend on the plan
     alone (routes are stored in it).
     """
+    return dict(_loads(plan))
+
+
+def _loads(plan: Plan) -> Dict[Link, float]:
+    # Computed once per plan object and kept on it (plans are immutable): planning, verifying and
+    # rating a three-phase plan all ask for the loads of the same cross-host groups.
+    return plan.derived("link_loads", _compute_loads)
+
+
+def _compute_loads(plan: Plan) -> Dict[Link, float]:
     loads: Dict[Link, float] = {}
     if plan.is_three_phase:
         for intra in plan.intra:
-            _add(loads, link_loads(intra), 1.0)
+            _add(loads, _loads(intra), 1.0)
         for group in plan.cross:
-            _add(loads, link_loads(group.plan), group.stop - group.start)
+            _add(loads, _loads(group.plan), group.stop - group.start)
         return loads
     both = plan.collective in BIDIRECTIONAL
+    route = plan.route
     for tree in plan.trees:
+        fraction, channel = tree.fraction, tree.channel
         for parent, child in tree.edges:
-            for a, b in edge_hops(plan, tree, parent, child):
-                loads[(a, b)] = loads.get((a, b), 0.0) + tree.fraction
+            r = route(parent, child, channel)
+            hops = zip(r.path, r.path[1:]) if r is not None else ((parent, child),)
+            for a, b in hops:
+                loads[(a, b)] = loads.get((a, b), 0.0) + fraction
                 if both:
-                    loads[(b, a)] = loads.get((b, a), 0.0) + tree.fraction
+                    loads[(b, a)] = loads.get((b, a), 0.0) + fraction
     return loads
 
 
@@ -64,7 +78,7 @@ def _add(into: Dict[Link, float], loads: Dict[Link, float], weight: float) -> No
 def plan_rate(plan: Plan, topology: Topology) -> float:
     """The rate (GB/s) the plan's trees reach on the topology: ``1 / max(load / capacity)``."""
     worst = 0.0
-    for (a, b), load in link_loads(plan).items():
+    for (a, b), load in _loads(plan).items():
         cap = topology.capacity(a, b)
         if cap <= 0:
             raise PlanError(f"plan loads {a}->{b}, which is not a link of topology {topology.name!r}")

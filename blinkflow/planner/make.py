@@ -2,34 +2,39 @@
 
 It picks the fabric (:mod:`.network`), runs the collective's algorithm (:mod:`.single`), adds
 Blink's PCIe channel when asked (:mod:`.hybrid`), builds the three-phase plan when the devices
-span hosts (:mod:`.multihost`), attaches the NCCL ring baseline (:mod:`.ring`) and verifies the
-result (:mod:`.verify`) before returning it. Pure and deterministic: the same topology and
+span hosts (:mod:`.multihost`) and verifies the result (:mod:`.verify`) before returning it; the
+NCCL ring baseline (:mod:`.ring`, a linear program) is attached only when asked (``ring=True``),
+by the tools that show it, not at every job's start-up. Pure and deterministic: the same topology and
 arguments give the same plan (and the same :meth:`Plan.digest`) on every rank.
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import List, Optional, Sequence
 
 from ..errors import PlanError, TopologyError
 from ..topology.model import Topology
+from .assemble import run_collective, to_plan
+from .crosshost import cross_host_plan
+from .hybrid import combine
+from .multihost import three_phase
 from .network import PRIMARY_KINDS, main_network, pcie_network
-from .plan import COLLECTIVES, Plan, Route, Tree
+from .plan import COLLECTIVES, Plan, Tree
 from .ring import ring_gbps
-from .single import PackedPlan, allgather, allreduce, broadcast
 from .verify import verify_plan
 
 
 def make_plan(topology: Topology, collective: str, devices: Optional[Sequence[int]] = None,
-              root: Optional[int] = None, hybrid: bool = False) -> Plan:
+              root: Optional[int] = None, hybrid: bool = False, ring: bool = False) -> Plan:
     """A verified plan of ``collective`` over ``devices`` (rank order; default: all devices).
 
     ``root`` (broadcast and reduce; default the first device) must be one of the devices.
     ``hybrid=True`` adds trees on the PCIe fabric (channel "pcie") when the primary fabric is
     NVLink / NVSwitch and PCIe connects the devices too. Devices on several hosts give a
-    three-phase all-reduce plan. Raises TopologyError for devices the topology lacks and
-    PlanError for everything the planner cannot do.
+    three-phase all-reduce plan. ``ring=True`` fills ``ring_gbps`` with the NCCL-style ring
+    baseline (what ``blinkrun plan`` shows); otherwise it stays 0. ``plan_seconds`` is the time
+    spent planning, without the baseline. Raises TopologyError for devices the topology lacks
+    and PlanError for everything the planner cannot do.
 
     >>> from blinkflow.topology.presets import get_preset
     >>> round(make_plan(get_preset("dgx1-v100"), "broadcast").rate_gbps, 1)
@@ -49,16 +54,15 @@ def make_plan(topology: Topology, collective: str, devices: Optional[Sequence[in
     if len(devices) == 1:
         plan = _single_device(topology, collective, devices, root)
     elif len(hosts) > 1 and collective == "allreduce":
-        from .multihost import three_phase
         plan = three_phase(topology, devices)
     elif len(hosts) > 1:
-        from .crosshost import cross_host_plan
         plan = cross_host_plan(topology, collective, devices, root)
     else:
         plan = _one_host(topology, collective, devices, root, hybrid)
-    plan = dataclasses.replace(plan, ring_gbps=ring_gbps(topology, devices, collective),
-                               plan_seconds=time.perf_counter() - start)
+    plan = plan.with_figures(plan_seconds=time.perf_counter() - start)
     verify_plan(plan, topology)
+    if ring:
+        plan = plan.with_figures(ring_gbps=ring_gbps(topology, devices, collective))
     return plan
 
 
@@ -84,35 +88,8 @@ def _one_host(topology: Topology, collective: str, devices: List[int], root, hyb
     if hybrid and net.kinds == PRIMARY_KINDS:
         pnet = pcie_network(topology, devices)
         if pnet.capacity and pnet.strongly_connected():
-            from .hybrid import combine
             return combine(topology, collective, devices, root, packed, run_collective(pnet, collective, root))
     return to_plan(topology, collective, devices, root, [packed])
-
-
-def run_collective(net, collective: str, root=None, forestcoll_only: bool = False) -> PackedPlan:
-    if collective in ("broadcast", "reduce"):
-        return broadcast(net, root)
-    if collective in ("allgather", "reducescatter"):
-        return allgather(net)
-    return allreduce(net, forestcoll_only=forestcoll_only)
-
-
-def to_plan(topology: Topology, collective: str, devices, root, parts: Sequence[PackedPlan],
-            weights: Sequence = (1,), rate=None, optimal=None) -> Plan:
-    """Assemble a Plan from packed parts, part ``i`` carrying ``weights[i]`` of the buffer."""
-    trees, routes = [], []
-    for part, weight in zip(parts, weights):
-        for frac, tree_root, arcs in part.trees:
-            trees.append(Tree(root=tree_root, fraction=float(frac * weight),
-                              edges=tuple((int(a), int(b)) for a, b in arcs), channel=part.channel))
-        for (a, b), path in sorted(part.used_paths().items(), key=lambda kv: (kv[0][0], kv[0][1])):
-            routes.append(Route(src=int(a), dst=int(b), path=tuple(path), channel=part.channel))
-    rate = parts[0].rate if rate is None else rate
-    optimal = parts[0].optimal if optimal is None else optimal
-    algorithm = "+".join(dict.fromkeys(p.algorithm for p in parts))
-    return Plan(collective=collective, topology=topology.name, devices=tuple(devices), trees=tuple(trees),
-                rate_gbps=float(rate), optimal_gbps=float(optimal), root=root, algorithm=algorithm,
-                routes=tuple(routes))
 
 
 def _single_device(topology: Topology, collective: str, devices, root) -> Plan:

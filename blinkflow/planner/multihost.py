@@ -13,34 +13,40 @@ nearest NIC (the PCIe path of the GPU to the NIC behind its PCIe switch), and me
 different groups on one host spread over the host's NICs, so several NICs work in parallel.
 The group's own plan comes from the same machinery as a single host's: the network switch is
 split off, each logical edge keeping its physical route GPU -> PCIe -> NIC -> net -> NIC -> GPU.
+
+At cluster scale (issue 19): identical hosts share one packing, relabelled (:mod:`.hosts`); a
+group whose members all reach the switch at one rate is a uniform star, whose optimum is
+written down (:mod:`.star`); consecutive slices held by the same devices are one group.
 """
 from __future__ import annotations
 
-import dataclasses
 from fractions import Fraction
-from typing import Dict, Hashable, List, Sequence, Tuple, TypeVar
+from typing import Dict, Hashable, List, Sequence, Tuple
 
-from ..errors import PlanError
 from ..topology.model import Topology
+from .assemble import to_plan
+from .hosts import PackingMemo, hosts_in_order
 from .loads import plan_rate
-from .maxflow import FlowGraph, integer_scale, scaled, to_fraction
+from .maxflow import to_fraction
 from .network import Network, main_network
+from .nics import host_uplink, nic_paths
 from .plan import CrossGroup, Plan, Route, Tree
+from .refinement import common_refinement
 from .single import PackedPlan, allreduce
-
-T = TypeVar("T")
+from .star import uniform_star_allreduce
 
 
 def three_phase(topology: Topology, devices: Sequence[int]) -> Plan:
-    """A verified-shape three-phase all-reduce plan over devices on several hosts."""
-    from .make import to_plan
+    """A verified-shape three-phase all-reduce plan over devices on several hosts.
 
-    hosts: List[str] = []
-    for d in devices:
-        h = topology.node(d).host
-        if h not in hosts:
-            hosts.append(h)
-    per_host = {h: [d for d in devices if topology.node(d).host == h] for h in hosts}
+    >>> from blinkflow.topology.presets import get_preset
+    >>> plan = three_phase(get_preset("2xdgx1-v100"), list(range(16)))
+    >>> len(plan.intra), len(plan.cross), round(plan.rate_gbps, 1)  # 4 NICs x 12 GB/s, H = 2
+    (2, 8, 48.0)
+    """
+    per_host = hosts_in_order(topology, devices)
+    hosts = list(per_host)
+    packings = PackingMemo()  # identical hosts: one packing, relabelled
     intra, shards = [], {}
     for h in hosts:
         devs = per_host[h]
@@ -49,16 +55,23 @@ def three_phase(topology: Topology, devices: Sequence[int]) -> Plan:
                               algorithm="local"))
             shards[h] = [(Fraction(1), devs[0])]
             continue
-        packed = allreduce(main_network(topology, devs), forestcoll_only=True)
-        order = {d: i for i, d in enumerate(devs)}
-        packed.trees.sort(key=lambda t: order[t[1]])  # each device's slices side by side
+        net = main_network(topology, devs)
+        packed = packings.packing(net, h, "allreduce", lambda: _host_packing(net))
         intra.append(to_plan(topology, "allreduce", devs, None, [packed]))
         shards[h] = [(frac, root) for frac, root, _ in packed.trees]
     cross = _cross_groups(topology, hosts, shards)
     plan = Plan("allreduce", topology.name, tuple(devices), (), 0.0, 0.0, algorithm="three-phase",
                 intra=tuple(intra), cross=tuple(cross))
     rate = plan_rate(plan, topology)
-    return dataclasses.replace(plan, rate_gbps=rate, optimal_gbps=max(rate, _bound(topology, intra, hosts, devices)))
+    return plan.with_figures(rate_gbps=rate, optimal_gbps=max(rate, _bound(topology, intra, hosts, devices)))
+
+
+def _host_packing(net: Network) -> PackedPlan:
+    """A host's phase-1/phase-3 trees: ForestColl's, each device's slices side by side."""
+    packed = allreduce(net, forestcoll_only=True)
+    order = {d: i for i, d in enumerate(net.devices)}
+    packed.trees.sort(key=lambda t: order[t[1]])
+    return packed
 
 
 def one_level_trees(plan: Plan) -> Tuple[Tuple[Tree, ...], Tuple[Route, ...]]:
@@ -92,92 +105,66 @@ def _tree_at(trees: Sequence[Tree], point: float) -> Tree:
 
 
 def _cross_groups(topology: Topology, hosts: List[str], shards) -> List[CrossGroup]:
-    from .make import to_plan
-
     nic_use: Dict[Hashable, int] = {}
-    paths_of: Dict[int, Tuple[Tuple[Hashable, ...], Tuple[Hashable, ...]]] = {}
-    groups = []
+    access: Dict[int, _Access] = {}
+    # Slices held by the same devices (a device roots several trees of its host) share one group
+    # plan: the same Plan object, planned, verified and rated once.
+    plans: Dict[Tuple[int, ...], Plan] = {}
+    slices: List[List] = []
     for start, stop, members in common_refinement([shards[h] for h in hosts]):
+        if slices and slices[-1][2] == members:
+            # Consecutive slices held by the same devices (a device roots several trees of its
+            # host, side by side) are one all-reduce of their union: one group, fewer channels.
+            slices[-1][1] = stop
+            continue
         for d in members:
-            if d not in paths_of:
-                paths_of[d] = nic_paths(topology, d, nic_use)
-        packed = _group_plan(topology, members, paths_of)
-        plan = to_plan(topology, "allreduce", members, None, [packed])
-        groups.append(CrossGroup(start=float(start), stop=float(stop), devices=members, plan=plan))
-    return groups
+            if d not in access:
+                access[d] = _Access.of(topology, d, nic_use)
+        if members not in plans:
+            packed = _group_plan(members, access)
+            plans[members] = to_plan(topology, "allreduce", members, None, [packed])
+        slices.append([start, stop, members])
+    return [CrossGroup(start=float(start), stop=float(stop), devices=members, plan=plans[members])
+            for start, stop, members in slices]
 
 
-def common_refinement(partitions: Sequence[Sequence[Tuple[Fraction, T]]]
-                      ) -> List[Tuple[Fraction, Fraction, Tuple[T, ...]]]:
-    """Cut [0, 1) at every boundary of several partitions, each a list of ``(width, item)``
-    whose widths sum to 1: ``(start, stop, items)`` per slice, ``items[i]`` being the item of
-    partition ``i`` that covers the slice.
+class _Access:
+    """A device's way into the network: its NIC paths up and down and their bottlenecks."""
 
-    >>> common_refinement([[(Fraction(1, 2), "a"), (Fraction(1, 2), "b")], [(Fraction(1), "x")]])
-    [(Fraction(0, 1), Fraction(1, 2), ('a', 'x')), (Fraction(1, 2), Fraction(1, 1), ('b', 'x'))]
-    """
-    cuts = {Fraction(0), Fraction(1)}
-    for partition in partitions:
-        acc = Fraction(0)
-        for width, _ in partition:
-            acc += width
-            cuts.add(acc)
-    edges = sorted(cuts)
-    return [(lo, hi, tuple(_item_at(p, (lo + hi) / 2) for p in partitions)) for lo, hi in zip(edges[:-1], edges[1:])]
+    __slots__ = ("up", "down", "up_gbps", "down_gbps")
+
+    def __init__(self, up, down, up_gbps: Fraction, down_gbps: Fraction):
+        self.up, self.down, self.up_gbps, self.down_gbps = up, down, up_gbps, down_gbps
+
+    @classmethod
+    def of(cls, topology: Topology, device: int, nic_use: Dict[Hashable, int]) -> "_Access":
+        up, down = nic_paths(topology, device, nic_use)
+        return cls(up, down, _bottleneck(topology, up), _bottleneck(topology, down))
 
 
-def _item_at(partition: Sequence[Tuple[Fraction, T]], point: Fraction) -> T:
-    acc = Fraction(0)
-    for width, item in partition:
-        acc += width
-        if point < acc:
-            return item
-    return partition[-1][1]
+def _bottleneck(topology: Topology, path) -> Fraction:
+    return min(to_fraction(topology.capacity(a, b)) for a, b in zip(path[:-1], path[1:]))
 
 
-def nic_paths(topology: Topology, device: int, nic_use: Dict[Hashable, int]):
-    """Paths device -> nearest NIC -> network switch and back; ties go to the least used NIC."""
-    frontier = {device: (device,)}
-    seen = {device}
-    found: List[Tuple[Hashable, ...]] = []
-    while frontier and not found:
-        nxt: Dict[Hashable, Tuple[Hashable, ...]] = {}
-        for node, path in sorted(frontier.items(), key=lambda kv: str(kv[0])):
-            for link in topology.out_links(node):
-                dst = link.dst
-                if dst in seen or link.kind == "net" or topology.node(dst).is_compute:
-                    continue
-                if topology.node(dst).kind == "nic":
-                    found.append(path + (dst,))
-                elif dst not in nxt:
-                    nxt[dst] = path + (dst,)
-        seen |= set(nxt)
-        frontier = nxt
-    if not found:
-        raise PlanError(f"device {device} reaches no NIC; a multi-host plan needs one per host")
-    path = min(found, key=lambda p: (nic_use.get(p[-1], 0), str(p[-1])))
-    nic = path[-1]
-    nic_use[nic] = nic_use.get(nic, 0) + 1
-    uplinks = [l for l in topology.out_links(nic) if l.kind == "net"]
-    if not uplinks:
-        raise PlanError(f"NIC {nic!r} has no network link")
-    up = path + (uplinks[0].dst,)
-    return up, tuple(reversed(up))
-
-
-def _group_plan(topology: Topology, members, paths_of) -> PackedPlan:
+def _group_plan(members, access: Dict[int, _Access]) -> PackedPlan:
     """All-reduce among one device per host over a star: each member's NIC path contracted to
-    one arc into the network switch, the switch split off, the paths expanded again."""
-    caps: Dict[Tuple[Hashable, Hashable], Fraction] = {}
-    for d in members:
-        up, down = paths_of[d]
-        caps[(d, up[-1])] = min(to_fraction(topology.capacity(a, b)) for a, b in zip(up[:-1], up[1:]))
-        caps[(down[0], d)] = min(to_fraction(topology.capacity(a, b)) for a, b in zip(down[:-1], down[1:]))
-    packed = allreduce(Network(tuple(members), caps, "main"), forestcoll_only=True)
+    one arc into the network switch, the switch split off, the paths expanded again. Identical
+    hosts give a uniform star, whose optimum is written down (:mod:`.star`)."""
+    switch = access[members[0]].up[-1]
+    link = access[members[0]].up_gbps
+    if all(a.up[-1] == switch and a.down[0] == switch and a.up_gbps == link and a.down_gbps == link
+           for a in (access[d] for d in members)):
+        packed = uniform_star_allreduce(members, switch, link)
+    else:
+        caps: Dict[Tuple[Hashable, Hashable], Fraction] = {}
+        for d in members:
+            caps[(d, access[d].up[-1])] = access[d].up_gbps
+            caps[(access[d].down[0], d)] = access[d].down_gbps
+        packed = allreduce(Network(tuple(members), caps, "main"), forestcoll_only=True)
     physical = {}
     for arc, path in packed.paths.items():
         if len(path) == 3:  # device -> switch -> device
-            physical[arc] = paths_of[path[0]][0] + paths_of[path[2]][1][1:]
+            physical[arc] = access[path[0]].up + access[path[2]].down[1:]
     packed.paths = physical
     return packed
 
@@ -193,24 +180,3 @@ def _bound(topology: Topology, intra: List[Plan], hosts: List[str], devices: Seq
         if out > 0:
             bounds.append(out * count / (2 * (count - 1)))
     return min(bounds) if bounds else float("inf")
-
-
-def host_uplink(topology: Topology, host: str, devices: Sequence[int]) -> float:
-    """GB/s the allocated ``devices`` of ``host`` can push into the network: a max-flow from
-    them through the host's forwarding nodes (never through GPUs outside the allocation, which
-    are not relays) to the far ends of its network links."""
-    allocated = set(devices)
-    inside = {n.id for n in topology.nodes if n.host == host and (n.id in allocated or not n.is_compute)}
-    caps = {(l.src, l.dst): to_fraction(l.gbps) for l in topology.links
-            if l.src in inside and (l.dst in inside or l.kind == "net")}
-    if not caps:
-        return 0.0
-    source = ("uplink", "source")
-    for d in (d for d in devices if d in inside):
-        caps[(source, d)] = sum(c for (a, _), c in caps.items() if a == d)
-    sinks = {b for (a, b) in caps if b not in inside and a != source}
-    sink = ("uplink", "sink")
-    for b in sinks:
-        caps[(b, sink)] = sum(c for (_, x), c in caps.items() if x == b)
-    scale = integer_scale(caps.values())
-    return FlowGraph(scaled(caps, scale)).max_flow(source, sink) / scale

@@ -16,7 +16,7 @@ from fractions import Fraction
 from typing import Dict, Hashable, Iterable, List, Sequence, Tuple
 
 from ..errors import PlanError
-from ..topology.model import Topology
+from ..topology.model import Link, Topology, link_order
 from .maxflow import to_fraction
 
 Arc = Tuple[Hashable, Hashable]
@@ -80,13 +80,26 @@ def _reach(start: Hashable, adj: Dict[Hashable, List[Hashable]]) -> set:
 def fabric(topology: Topology, devices: Sequence[int], kinds: Sequence[str], channel: str = "main") -> Network:
     """The links of ``kinds`` among ``devices`` and the forwarding nodes between them.
 
-    Forwarding nodes that lead nowhere (all their links go to one neighbour) are pruned
-    repeatedly, so a PCIe switch holding only non-participating GPUs disappears.
+    Only what the devices reach through links of ``kinds`` is looked at (on a cluster, one
+    host's share of it, not every host's), and forwarding nodes that lead nowhere (all their
+    links go to one neighbour) are pruned repeatedly, so a PCIe switch holding only
+    non-participating GPUs disappears.
     """
     devs = set(devices)
-    allowed = {n.id for n in topology.nodes if (n.id in devs) or not n.is_compute}
-    arcs = {(l.src, l.dst): to_fraction(l.gbps) for l in topology.links
-            if l.kind in kinds and l.src in allowed and l.dst in allowed}
+    links: Dict[Arc, Link] = {}
+    seen = set(devs)
+    stack = list(devices)
+    while stack:
+        node = stack.pop()
+        for link in (*topology.out_links(node), *topology.in_links(node)):
+            other = link.dst if link.src == node else link.src
+            if link.kind not in kinds or (other not in devs and topology.node(other).is_compute):
+                continue
+            links[link.key] = link
+            if other not in seen:
+                seen.add(other)
+                stack.append(other)
+    arcs = {l.key: to_fraction(l.gbps) for l in sorted(links.values(), key=link_order)}
     while True:
         peers: Dict[Hashable, set] = {}
         for u, v in arcs:

@@ -19,13 +19,15 @@ Conventions (DESIGN §3.2):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from ..errors import PlanError
 
 NodeId = Union[int, str]
+T = TypeVar("T")
 COLLECTIVES = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
 PLAN_SCHEMA = 1
 
@@ -136,10 +138,40 @@ class Plan:
 
     def route(self, src: int, dst: int, channel: str = "main") -> Optional[Route]:
         """The route of edge ``src -> dst`` on ``channel``; None when the edge is a direct link."""
+        return self._route_index.get((src, dst, channel))
+
+    # A plan is immutable, so what is computed from it is computed once and kept on it: the route
+    # index (a cross-host plan of 1,024 GPUs has ~450,000 routes) and whatever ``derived`` holds
+    # (the link loads). None of it is data: not in the JSON, the digest, equality or pickles.
+    @functools.cached_property
+    def _route_index(self) -> Dict[Tuple[int, int, str], Route]:
+        index: Dict[Tuple[int, int, str], Route] = {}
         for route in self.routes:
-            if route.src == src and route.dst == dst and route.channel == channel:
-                return route
-        return None
+            index.setdefault((route.src, route.dst, route.channel), route)  # the first one counts
+        return index
+
+    @functools.cached_property
+    def _derived(self) -> Dict[str, object]:
+        return {}
+
+    def derived(self, name: str, compute: Callable[["Plan"], T]) -> T:
+        """``compute(self)``, computed on the first call for ``name`` and remembered."""
+        if name not in self._derived:
+            self._derived[name] = compute(self)
+        return self._derived[name]
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k not in _CACHES}
+
+    def with_figures(self, **figures: float) -> "Plan":
+        """The same trees with other reported figures (``rate_gbps``, ``optimal_gbps``,
+        ``ring_gbps``, ``plan_seconds``); what was derived from the trees stays computed."""
+        unknown = set(figures) - set(_FIGURES)
+        if unknown:
+            raise ValueError(f"with_figures changes only {', '.join(_FIGURES)}, not {', '.join(sorted(unknown))}")
+        out = dataclasses.replace(self, **figures)
+        out.__dict__.update({k: v for k, v in self.__dict__.items() if k in _CACHES})
+        return out
 
     # ---- serialisation ----------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -188,6 +220,10 @@ class Plan:
         d = self.to_dict()
         _strip_timing(d)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+_CACHES = ("_route_index", "_derived")
+_FIGURES = ("rate_gbps", "optimal_gbps", "ring_gbps", "plan_seconds")
 
 
 def _strip_timing(d: dict) -> None:

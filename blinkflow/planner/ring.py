@@ -22,6 +22,7 @@ from ..errors import PlanError
 from ..topology.model import Topology
 from ..topology.presets import PCIE_GBPS, QPI_GBPS
 from .network import PRIMARY_KINDS, fabric
+from .nics import host_uplink
 
 MAX_CYCLES = 2000
 
@@ -139,8 +140,6 @@ def _pcie_fallback(topology: Topology, devices: List[int]) -> float:
 def _multi_host(topology: Topology, devices: List[int], hosts) -> float:
     """Rings cross every host boundary: no faster than the slowest host's own ring, nor than
     what the allocated devices of a host can push through its NICs (PCIe paths included)."""
-    from .multihost import host_uplink
-
     intra = min(ring_bandwidth(topology, [d for d in devices if topology.node(d).host == h]) or float("inf")
                 for h in hosts)
     nic = min(host_uplink(topology, h, devices) for h in hosts)

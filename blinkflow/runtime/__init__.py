@@ -3,6 +3,8 @@
 One module per job, in the order a tensor meets them:
 
 * ``api``          public functions (init, allreduce, ..., *_async, poll, synchronize)
+* ``arguments``    a call's arguments checked, or the reason this rank refuses them
+* ``startup``      init within a deadline: the arrival census, set-up failures told to every rank
 * ``state``        what user threads share with the background thread: queue, names in flight
 * ``handles``      slots and the integer handles ``synchronize`` waits on
 * ``background``   the background thread: every MPI call of the runtime happens there
@@ -13,7 +15,8 @@ One module per job, in the order a tensor meets them:
 * ``fusion``       grouping ready all-reduces into one buffer
 * ``executor``     running responses on the backend, completing handles
 * ``stall``        naming the ranks that keep the others waiting
-* ``liveness``     noticing dead peers (ULFM errors, a pid watchdog)
+* ``liveness``     noticing dead, failed and frozen peers (ULFM errors, the watchdog thread)
+* ``side_channel`` a second communicator for notices and heartbeats beside the runtime's
 * ``timeline``     the Chrome-trace file
 * ``messages``, ``log``  the small shared types and the logger
 

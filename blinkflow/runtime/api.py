@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import atexit
 import itertools
-import math
-import operator
 import os
 import pickle
 import sys
@@ -36,23 +34,23 @@ import numpy as np
 
 from ..compression import Compression
 from ..config import apply_mpi_defaults, get_config
-from ..errors import BlinkflowError, NotInitializedError, ShutdownError
+from ..errors import BlinkflowError, InvalidArgumentError, NotInitializedError, ShutdownError
 from ..ops import Average, as_reduce_op
-from .background import Engine
+from . import arguments, startup
+from .background import SHUTDOWN_CALLED, Engine
 from .handles import Handle, Slot
-from .messages import JOIN_NAME, Kind, Request
+from .messages import JOIN_NAME, Kind, Request, clipped, shown
 from .state import Entry
 
 _lock = threading.Lock()
 _engine: Optional[Engine] = None
 _counters: Dict[str, "itertools.count"] = {}
 _broken_by: Optional[BaseException] = None
-"""Set when an engine stopped after a peer died or its own loop broke: MPI on the world
-communicator cannot be trusted any more (MPI_Finalize, or a new init on it, would wait forever)."""
+"""Set when an engine stopped after a peer died or its own loop broke, or init failed with ranks
+left inside a collective: MPI on the world communicator cannot be trusted any more
+(MPI_Finalize, or a new init on it, would wait forever)."""
+_broken_engine: Optional[Engine] = None
 
-_DTYPES = {"bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
-           "float16", "float32", "float64"}
-_NAMES = {np.dtype(name): name for name in _DTYPES}  # native byte order only: '>f4' is not a key
 
 
 # ---- lifecycle -----------------------------------------------------------------------------------
@@ -62,6 +60,8 @@ def init(comm=None) -> None:
     Discovers the hosts and topology, makes the all-reduce plan, checks that every rank made the
     same one (PlanError naming the ranks otherwise) and starts the background thread. Calling it
     again while running does nothing; after ``shutdown()`` (on every rank) it starts afresh.
+    Every rank must call it within ``BLINKFLOW_START_TIMEOUT`` seconds (60) of the others, and a
+    rank whose set-up fails tells the others: InitError names the ranks missing or failed.
     """
     global _engine
     with _lock:
@@ -80,7 +80,12 @@ def init(comm=None) -> None:
         if comm is None and "mpi4py.MPI" not in sys.modules:
             apply_mpi_defaults()  # before MPI_Init, which importing mpi4py.MPI performs
         engine = Engine(get_config(), comm)
-        engine.start()
+        try:
+            engine.start()
+        except BaseException as error:
+            if engine.broken or startup.leaves_peers_waiting(error):
+                _remember_broken(engine, error)  # MPI may be inside a collective that cannot finish
+            raise
         _engine = engine
         _counters.clear()
 
@@ -92,14 +97,19 @@ def shutdown() -> None:
     with _lock:
         engine, _engine = _engine, None
     if engine is not None:
-        engine.stop("shutdown() was called")
+        engine.stop(SHUTDOWN_CALLED)
         _remember_if_broken(engine)
 
 
 def _remember_if_broken(engine: Engine) -> None:
-    global _broken_by
-    if (engine.peer_failed or engine.broken) and _broken_by is None:
-        _broken_by = engine.state.failure or ShutdownError("a peer rank failed")
+    if engine.peer_failed or engine.broken:
+        _remember_broken(engine, engine.state.failure or ShutdownError("a peer rank failed"))
+
+
+def _remember_broken(engine: Engine, error: BaseException) -> None:
+    global _broken_by, _broken_engine
+    if _broken_by is None:
+        _broken_by, _broken_engine = error, engine
 
 
 def is_initialized() -> bool:
@@ -143,16 +153,43 @@ def mpi_threads_supported() -> bool:
 
 
 def _exit_hook() -> None:
+    global _engine
     engine = _engine
     if _broken_by is not None or (engine is not None and (engine.peer_failed or engine.broken)):
         # A peer died, or this rank's loop died mid-collective: MPI_Finalize would wait forever
         # for ranks that cannot arrive (also after the user called shutdown() on the error).
-        # Leave now with a failure status; mpirun (or the peers' watchdogs) then end the others.
+        # Leave now with a failure status; mpirun (or the peers' watchdogs) then end the others,
+        # told first which rank this one leaves because of.
+        failed = engine if engine is not None and (engine.peer_failed or engine.broken) else _broken_engine
+        if failed is not None and failed.job is not None:
+            failed.tell_departure()
+        _record_for_launcher(failed)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
     if engine is not None:
-        shutdown()
+        with _lock:
+            _engine = None
+        engine.stop(_exit_reason())
+        _remember_if_broken(engine)
+
+
+def _exit_reason() -> str:
+    """Why this rank's runtime stops at interpreter exit, for the peers still waiting on it."""
+    error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)  # set for an uncaught exception
+    if error is not None:
+        return f"its process is exiting after an uncaught {type(error).__name__}: {clipped(str(error))}"
+    return "its process is exiting (its script ended or called sys.exit without blinkflow.shutdown())"
+
+
+def _record_for_launcher(engine: Optional[Engine]) -> None:
+    """Under blinkrun, say why this rank exits with status 1 and which rank it blames (the
+    launcher then names the rank at fault first, not this casualty). The hook is blinkrun's
+    sitecustomize; plain mpirun has none."""
+    record = getattr(sys.modules.get("sitecustomize"), "blinkrun_record_failure", None)
+    failure = _broken_by or (engine.state.failure if engine is not None and engine.state is not None else None)
+    if record is not None and failure is not None:
+        record(f"{type(failure).__name__}: {clipped(str(failure))}", getattr(failure, "rank", None))
 
 
 atexit.register(_exit_hook)  # after mpi4py's own atexit, so it runs before MPI_Finalize
@@ -169,71 +206,23 @@ def _same_processes(comm, running) -> bool:
     return MPI.Comm.Compare(comm, running) in (MPI.IDENT, MPI.CONGRUENT)
 
 
-def _scale_factor(value, which: str, what: str, name) -> float:
-    """A pre/postscale factor as a float: a finite number, or a typed error (before a name is
-    drawn: a call that fails on one rank must not shift the others' automatic names)."""
-    try:
-        factor = float(value)
-    except (TypeError, ValueError):
-        factor = None
-    if factor is None or not math.isfinite(factor):
-        raise BlinkflowError(f"{what} {_label(name)}: {which}_factor must be a finite number, got {value!r}")
-    return factor
-
-
-def _auto_name(op: str) -> str:
+def auto_name(op: str) -> str:
+    """The next automatic name of ``op`` (``<op>.noname.<n>``); the TensorFlow bindings draw theirs
+    here too when eager."""
     counter = _counters.setdefault(op, itertools.count())
     return f"{op}.noname.{next(counter)}"
 
 
-def _as_array(tensor):
-    if type(tensor) is np.ndarray and tensor.dtype in _NAMES:  # the common case, checked cheaply
-        return tensor, "cpu"
-    array, device = (tensor, "cuda") if type(tensor).__module__.startswith("cupy") else (np.asarray(tensor), "cpu")
-    if array.dtype in _NAMES:  # the common case, without numpy's slow dtype.name
-        return array, device
-    if array.dtype.name not in _DTYPES:
-        raise BlinkflowError(f"dtype {array.dtype} is not supported by blinkflow collectives; use one of "
-                             f"{', '.join(sorted(_DTYPES))}")
-    # '>f4' is named float32 too, but its bytes would travel as they are
-    return array.astype(array.dtype.newbyteorder("=")), device
-
-
-_dtype_of, _shape_of = operator.attrgetter("dtype"), operator.attrgetter("shape")
-
-
-def _numpy_members(tensors: List[Any]):
-    """(dtype names, shapes) of a group whose members are all plain numpy arrays of supported
-    native dtypes (a training step's gradients), else None: then each member goes through
-    :func:`_as_array`. Built with C-level maps: a step groups hundreds of tensors, and this
-    runs right after backprop flushed the caches."""
-    if set(map(type, tensors)) != {np.ndarray}:
-        return None
-    names = list(map(_NAMES.get, map(_dtype_of, tensors)))
-    if None in names:
-        return None
-    return names, list(map(_shape_of, tensors))
-
-
-def _dtype_name(array) -> str:
-    """The name of a (native, supported) dtype; a dict lookup, not numpy's ``dtype.name``."""
-    return _NAMES[array.dtype]
-
-
-def _label(name: Optional[str]) -> str:
-    return repr(name) if name is not None else "(unnamed)"
-
-
-def _no_bool_average(array, op, what: str, name: Optional[str]) -> None:
-    if op is Average and array.dtype.kind == "b":
-        raise BlinkflowError(f"{what} {_label(name)}: Average is not defined for bool tensors; use Sum or Max "
-                             "(logical or) or Min or Product (logical and)")
-
-
-def _need_dims(array, op: str, name: Optional[str]) -> None:
-    if array.ndim == 0:
-        raise BlinkflowError(f"{op} {_label(name)}: a 0-d tensor has no first dimension to split or concatenate; "
-                             "reshape it to (1,)")
+def _call_name(name, op: str) -> str:
+    """The name a call travels under, drawn before its arguments are looked at: a call this rank
+    refuses must use up its automatic name like the others' accepted calls do, or its next
+    call would pair with theirs (a silently wrong result)."""
+    if name is None:
+        return auto_name(op)
+    reserved = arguments.reserved_name(name)
+    if reserved is not None:  # the others cannot have used this name: nothing to pair with
+        raise InvalidArgumentError(reserved)
+    return name
 
 
 def _submit(engine: Engine, requests_arrays, finish) -> int:
@@ -253,27 +242,40 @@ def _submit(engine: Engine, requests_arrays, finish) -> int:
     return engine.state.handles.add(Handle(slots, finish))
 
 
-def _check_user_name(name: Optional[str]) -> None:
-    if name is not None and str(name).startswith("__bf"):
-        raise BlinkflowError(f"tensor name {name!r}: names starting with '__bf' are reserved for blinkflow")
+def _refused(engine: Engine, kind: Kind, name: str, error: Exception) -> int:
+    """Submit a call this rank refuses (bad arguments) under its name, carrying the reason: the
+    coordinator answers every rank with one InvalidArgumentError naming this rank and reason,
+    so no rank waits for it and the next collective pairs as it should."""
+    reason = str(error) if isinstance(error, BlinkflowError) else f"{type(error).__name__}: {error}"
+    request = Request(name, kind, "", (), rejected=clipped(reason or type(error).__name__))
+    return _submit(engine, [(request, None)], _refusals_never_finish)
 
 
-def _allreduce_arrays(tensors, op, name, compression):
-    """Compressed arrays, devices and decompression contexts of all-reduce inputs, validated before
-    an automatic name is drawn (a call that fails locally must not shift later calls' names)."""
+def _refusals_never_finish(results):
+    raise AssertionError("a refused call completed")  # its response is always an error
+
+
+def refused_async(kind: str, name: str, error: Exception) -> int:
+    """Submit a call that bindings (TensorFlow) refused before reaching the runtime, under
+    ``name``; ``synchronize`` raises the error every rank of the call gets."""
+    return _refused(_running(f"blinkflow.{kind}"), Kind[kind.upper()], name, error)
+
+
+def _allreduce_arrays(tensors, op, compression):
+    """Compressed arrays, devices and decompression contexts of all-reduce inputs."""
     if compression is Compression.none:  # hundreds of gradients per step: skip the identity calls
-        pairs = [_as_array(tensor) for tensor in tensors]
+        pairs = [arguments.member(i, arguments.as_array, t) for i, t in enumerate(tensors)]
         contexts = [None] * len(pairs)
     else:
         contexts = []
         pairs = []
-        for tensor in tensors:
+        for i, tensor in enumerate(tensors):
             compressed, ctx = compression.compress(tensor)
-            pairs.append(_as_array(compressed))
+            pairs.append(arguments.member(i, arguments.as_array, compressed))
             contexts.append(ctx)
     if op is Average:
-        for array, _ in pairs:
-            _no_bool_average(array, op, "allreduce", name)
+        for i, (array, _) in enumerate(pairs):
+            arguments.member(i, arguments.no_bool_average, array, op)
     return [a for a, _ in pairs], [d for _, d in pairs], contexts
 
 
@@ -281,15 +283,29 @@ def allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscal
                     compression=Compression.none) -> int:
     """Submit an all-reduce; returns a handle for :func:`synchronize`."""
     engine = _running("blinkflow.allreduce")
-    _check_user_name(name)
-    op = as_reduce_op(op)
-    (array,), (device,), (ctx,) = _allreduce_arrays([tensor], op, name, compression)
-    prescale = _scale_factor(prescale_factor, "prescale", "allreduce", name)
-    postscale = _scale_factor(postscale_factor, "postscale", "allreduce", name)
-    name = name if name is not None else _auto_name("allreduce")
-    request = Request(name, Kind.ALLREDUCE, _dtype_name(array), tuple(array.shape), int(op), -1,
+    name = _call_name(name, "allreduce")
+    try:
+        op = as_reduce_op(op)
+        if compression is Compression.none:
+            array, device = arguments.as_array(tensor)
+            ctx = None
+        else:
+            compressed, ctx = compression.compress(tensor)
+            array, device = arguments.as_array(compressed)
+        arguments.no_bool_average(array, op)
+        prescale = arguments.scale_factor(prescale_factor, "prescale")
+        postscale = arguments.scale_factor(postscale_factor, "postscale")
+    except Exception as e:  # noqa: BLE001 - whatever this rank refuses, every rank must hear of it
+        return _refused(engine, Kind.ALLREDUCE, name, e)
+    request = Request(name, Kind.ALLREDUCE, arguments.dtype_name(array), tuple(array.shape), int(op), -1,
                       prescale, postscale, None, device)
+    if ctx is None:
+        return _submit(engine, [(request, array)], _first)
     return _submit(engine, [(request, array)], lambda results: compression.decompress(results[0], ctx))
+
+
+def _first(results):
+    return results[0]
 
 
 def grouped_allreduce_async(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -298,99 +314,135 @@ def grouped_allreduce_async(tensors, op=Average, name=None, prescale_factor=1.0,
     where they fit; the handle returns a list. The group travels under one name: every rank must
     pass the same number of tensors with the same shapes and dtypes, in the same order."""
     engine = _running("blinkflow.grouped_allreduce")
-    _check_user_name(name)
-    op = as_reduce_op(op)
-    tensors = list(tensors)
-    members = _numpy_members(tensors) if compression is Compression.none else None
-    if members is not None:
-        names, shapes = members
-        if op is Average and "bool" in names:
-            _no_bool_average(tensors[names.index("bool")], op, "allreduce", name)
-        arrays, device, parts = tensors, "cpu", tuple(zip(names, shapes))
-    else:
-        arrays, devices, ctxs = _allreduce_arrays(tensors, op, name, compression)
-        if len(set(devices)) > 1:
-            raise BlinkflowError(f"grouped_allreduce {_label(name)}: the tensors mix numpy and cupy arrays; "
-                                 "group tensors of one device together")
-        device = devices[0] if devices else "cpu"
-        parts = tuple((_dtype_name(a), tuple(a.shape)) for a in arrays)
-    prescale = _scale_factor(prescale_factor, "prescale", "grouped_allreduce", name)
-    postscale = _scale_factor(postscale_factor, "postscale", "grouped_allreduce", name)
-    name = name if name is not None else _auto_name("grouped_allreduce")
-    dtypes = {d for d, _ in parts}
-    request = Request(name, Kind.ALLREDUCE, dtypes.pop() if len(dtypes) == 1 else "mixed", (len(parts),), int(op),
+    name = _call_name(name, "grouped_allreduce")
+    try:
+        op = as_reduce_op(op)
+        tensors = list(tensors)
+        members = arguments.numpy_members(tensors) if compression is Compression.none else None
+        if members is not None:
+            names, shapes = members
+            if op is Average and "bool" in names:
+                arguments.member(names.index("bool"), arguments.no_bool_average, tensors[names.index("bool")], op)
+            arrays, device, parts = tensors, "cpu", tuple(zip(names, shapes))
+        else:
+            arrays, devices, ctxs = _allreduce_arrays(tensors, op, compression)
+            device = _one_device(devices)
+            parts = tuple((arguments.dtype_name(a), tuple(a.shape)) for a in arrays)
+        prescale = arguments.scale_factor(prescale_factor, "prescale")
+        postscale = arguments.scale_factor(postscale_factor, "postscale")
+    except Exception as e:  # noqa: BLE001 - whatever this rank refuses, every rank must hear of it
+        return _refused(engine, Kind.ALLREDUCE, name, e)
+    request = Request(name, Kind.ALLREDUCE, _common_dtype(parts), (len(parts),), int(op),
                       -1, prescale, postscale, None, device, parts=parts)
     if compression is Compression.none:
-        return _submit(engine, [(request, arrays)], lambda results: results[0])
+        return _submit(engine, [(request, arrays)], _first)
     return _submit(engine, [(request, arrays)],
                    lambda results: [compression.decompress(r, c) for r, c in zip(results[0], ctxs)])
 
 
+def _one_device(devices: List[str]) -> str:
+    if len(set(devices)) > 1:
+        raise InvalidArgumentError("the tensors mix numpy and cupy arrays; group tensors of one device together")
+    return devices[0] if devices else "cpu"
+
+
+def _common_dtype(parts) -> str:
+    dtypes = {d for d, _ in parts}
+    return dtypes.pop() if len(dtypes) == 1 else "mixed"
+
+
 def allgather_async(tensor, name=None) -> int:
     engine = _running("blinkflow.allgather")
-    _check_user_name(name)
-    array, device = _as_array(tensor)
-    _need_dims(array, "allgather", name)
-    name = name if name is not None else _auto_name("allgather")
-    request = Request(name, Kind.ALLGATHER, _dtype_name(array), tuple(array.shape), device=device)
-    return _submit(engine, [(request, array)], lambda results: results[0])
+    name = _call_name(name, "allgather")
+    try:
+        array, device = arguments.as_array(tensor)
+        arguments.need_dims(array)
+    except Exception as e:  # noqa: BLE001 - whatever this rank refuses, every rank must hear of it
+        return _refused(engine, Kind.ALLGATHER, name, e)
+    request = Request(name, Kind.ALLGATHER, arguments.dtype_name(array), tuple(array.shape), device=device)
+    return _submit(engine, [(request, array)], _first)
+
+
+def _group_members(tensors, check=None):
+    """(arrays, device, parts) of a group of tensors, each checked (member by member)."""
+    pairs = [arguments.member(i, arguments.as_array, t) for i, t in enumerate(tensors)]
+    if check is not None:
+        for i, (array, _) in enumerate(pairs):
+            arguments.member(i, check, array)
+    arrays = [a for a, _ in pairs]
+    return arrays, _one_device([d for _, d in pairs]), tuple((arguments.dtype_name(a), tuple(a.shape))
+                                                             for a in arrays)
 
 
 def grouped_allgather_async(tensors, name=None) -> int:
+    """All-gather each of ``tensors``; the handle returns a list. The group is one request (one
+    name): a rank that passes a different number of tensors gets the same TensorMismatchError
+    as the others, instead of the ranks with fewer returning while the others wait."""
     engine = _running("blinkflow.grouped_allgather")
-    _check_user_name(name)
-    arrays = [_as_array(tensor) for tensor in tensors]
-    for i, (array, _) in enumerate(arrays):
-        _need_dims(array, "allgather", f"{name}.{i}" if name is not None else None)
-    base = name if name is not None else _auto_name("grouped_allgather")
-    reqs = [(Request(f"{base}.{i}", Kind.ALLGATHER, _dtype_name(array), tuple(array.shape), device=device), array)
-            for i, (array, device) in enumerate(arrays)]
-    return _submit(engine, reqs, list)
+    name = _call_name(name, "grouped_allgather")
+    try:
+        arrays, device, parts = _group_members(list(tensors), arguments.need_dims)
+    except Exception as e:  # noqa: BLE001 - whatever this rank refuses, every rank must hear of it
+        return _refused(engine, Kind.ALLGATHER, name, e)
+    request = Request(name, Kind.ALLGATHER, _common_dtype(parts), (len(parts),), device=device, parts=parts)
+    return _submit(engine, [(request, arrays)], _first)
 
 
 def broadcast_async(tensor, root_rank, name=None) -> int:
     engine = _running("blinkflow.broadcast")
-    _check_user_name(name)
-    root_rank = int(root_rank)
-    if not 0 <= root_rank < engine.job.size:
-        raise BlinkflowError(f"broadcast root_rank {root_rank} is not a rank of this job (size {engine.job.size})")
-    array, device = _as_array(tensor)
-    name = name if name is not None else _auto_name("broadcast")
-    request = Request(name, Kind.BROADCAST, _dtype_name(array), tuple(array.shape), root=root_rank, device=device)
-    return _submit(engine, [(request, array)], lambda results: results[0])
+    name = _call_name(name, "broadcast")
+    try:
+        root_rank = arguments.root_rank(root_rank, engine.job.size)
+        array, device = arguments.as_array(tensor)
+    except Exception as e:  # noqa: BLE001 - whatever this rank refuses, every rank must hear of it
+        return _refused(engine, Kind.BROADCAST, name, e)
+    request = Request(name, Kind.BROADCAST, arguments.dtype_name(array), tuple(array.shape), root=root_rank,
+                      device=device)
+    return _submit(engine, [(request, array)], _first)
+
+
+def grouped_broadcast_async(tensors, root_rank, name=None) -> int:
+    """Broadcast each of ``tensors`` from ``root_rank`` as one request (one name); the handle
+    returns a list. Every rank must pass the same number of tensors, shapes and dtypes."""
+    engine = _running("blinkflow.grouped_broadcast")
+    name = _call_name(name, "grouped_broadcast")
+    try:
+        root_rank = arguments.root_rank(root_rank, engine.job.size)
+        arrays, device, parts = _group_members(list(tensors))
+    except Exception as e:  # noqa: BLE001 - whatever this rank refuses, every rank must hear of it
+        return _refused(engine, Kind.BROADCAST, name, e)
+    request = Request(name, Kind.BROADCAST, _common_dtype(parts), (len(parts),), root=root_rank, device=device,
+                      parts=parts)
+    return _submit(engine, [(request, arrays)], _first)
 
 
 def reducescatter_async(tensor, op=Average, name=None) -> int:
     engine = _running("blinkflow.reducescatter")
-    _check_user_name(name)
-    op = as_reduce_op(op)
-    array, device = _as_array(tensor)
-    _need_dims(array, "reducescatter", name)
-    _no_bool_average(array, op, "reducescatter", name)
-    name = name if name is not None else _auto_name("reducescatter")
-    request = Request(name, Kind.REDUCESCATTER, _dtype_name(array), tuple(array.shape), op=int(op), device=device)
-    return _submit(engine, [(request, array)], lambda results: results[0])
+    name = _call_name(name, "reducescatter")
+    try:
+        op = as_reduce_op(op)
+        array, device = arguments.as_array(tensor)
+        arguments.need_dims(array)
+        arguments.no_bool_average(array, op)
+    except Exception as e:  # noqa: BLE001 - whatever this rank refuses, every rank must hear of it
+        return _refused(engine, Kind.REDUCESCATTER, name, e)
+    request = Request(name, Kind.REDUCESCATTER, arguments.dtype_name(array), tuple(array.shape), op=int(op),
+                      device=device)
+    return _submit(engine, [(request, array)], _first)
 
 
 def alltoall_async(tensor, splits=None, name=None) -> int:
     """With ``splits`` the handle returns ``(output, received_splits)``, else the output."""
     engine = _running("blinkflow.alltoall")
-    _check_user_name(name)
-    array, device = _as_array(tensor)
-    _need_dims(array, "alltoall", name)
-    n, world = array.shape[0], engine.job.size
-    if splits is None:
-        if n % world:
-            raise BlinkflowError(f"alltoall {_label(name)}: first dimension {n} is not divisible by the number of "
-                                 f"ranks {world}; pass splits= to send uneven slices")
-        parts = (n // world,) * world
-    else:
-        parts = tuple(int(s) for s in np.asarray(splits).reshape(-1))
-        if len(parts) != world or any(s < 0 for s in parts) or sum(parts) != n:
-            raise BlinkflowError(f"alltoall {_label(name)}: splits {list(parts)} must be {world} non-negative "
-                                 f"numbers summing to the first dimension {n}")
-    name = name if name is not None else _auto_name("alltoall")
-    request = Request(name, Kind.ALLTOALL, _dtype_name(array), tuple(array.shape), splits=parts, device=device)
+    name = _call_name(name, "alltoall")
+    try:
+        array, device = arguments.as_array(tensor)
+        arguments.need_dims(array)
+        parts = arguments.alltoall_splits(splits, array.shape[0], engine.job.size)
+    except Exception as e:  # noqa: BLE001 - whatever this rank refuses, every rank must hear of it
+        return _refused(engine, Kind.ALLTOALL, name, e)
+    request = Request(name, Kind.ALLTOALL, arguments.dtype_name(array), tuple(array.shape), splits=parts,
+                      device=device)
     with_splits = splits is not None
     return _submit(engine, [(request, array)], lambda results: results[0] if with_splits else results[0][0])
 
@@ -445,7 +497,7 @@ def alltoall(tensor, splits=None, name=None):
 def barrier() -> None:
     """Wait until every rank has called ``barrier()``."""
     engine = _running("blinkflow.barrier")
-    request = Request(_auto_name("barrier"), Kind.BARRIER, "uint8", ())
+    request = Request(auto_name("barrier"), Kind.BARRIER, "uint8", ())
     synchronize(_submit(engine, [(request, None)], lambda results: None))
 
 
@@ -468,7 +520,7 @@ def join() -> int:
 def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -> Any:
     """``root_rank``'s ``obj`` (pickled) on every rank."""
     engine = _running("blinkflow.broadcast_object")
-    base = name if name is not None else _auto_name("broadcast_object")
+    base = name if name is not None else auto_name("broadcast_object")
     payload, failure = None, None
     if engine.job.rank == root_rank:
         payload, failure = _pickled(obj)
@@ -476,7 +528,7 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -
     size = -1 if failure is not None else (0 if payload is None else payload.size)
     length = int(broadcast(np.array([size], np.int64), root_rank, f"{base}.size")[0])
     if length < 0:
-        raise BlinkflowError(f"broadcast_object {_label(name)}: root rank {root_rank} could not pickle its object"
+        raise BlinkflowError(f"broadcast_object {shown(base)}: root rank {root_rank} could not pickle its object"
                              f"{f' ({failure})' if failure else ''}; broadcast only picklable objects")
     data = broadcast(payload if payload is not None else np.empty(length, np.uint8), root_rank, f"{base}.data")
     return pickle.loads(data.tobytes())
@@ -493,12 +545,12 @@ def _pickled(obj: Any):
 def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
     """Every rank's ``obj`` (pickled), in rank order."""
     _running("blinkflow.allgather_object")
-    base = name if name is not None else _auto_name("allgather_object")
+    base = name if name is not None else auto_name("allgather_object")
     payload, failure = _pickled(obj)
     lengths = allgather(np.array([-1 if payload is None else payload.size], np.int64), f"{base}.size")
     if (lengths < 0).any():  # every rank sees the same lengths: all raise, none waits for the data
         ranks = [int(q) for q in np.flatnonzero(lengths < 0)]
-        raise BlinkflowError(f"allgather_object {_label(name)}: ranks {ranks} could not pickle their objects"
+        raise BlinkflowError(f"allgather_object {shown(base)}: ranks {ranks} could not pickle their objects"
                              f"{f' (here: {failure})' if failure else ''}; gather only picklable objects")
     data = allgather(payload, f"{base}.data")
     out, at = [], 0

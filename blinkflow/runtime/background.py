@@ -16,16 +16,20 @@ from typing import Any, Dict, Optional
 from ..backends.base import BackendContext
 from ..config import Config
 from ..errors import BackendError, BlinkflowError, ShutdownError
-from . import liveness
+from . import liveness, startup
 from .executor import BatchTimeline, Executor
 from .job import Job, discover
 from .log import configure, logger
-from .messages import Response
+from .messages import Response, shown
 from .negotiation import Negotiator
 from .response_cache import ResponseCache
 from .stall import StallInspector
 from .state import SharedState
 from .timeline import Timeline
+
+
+#: The reason a rank gives when its user called ``shutdown()``.
+SHUTDOWN_CALLED = "shutdown() was called"
 
 
 def make_backend(device: str, config: Config, ctx: BackendContext):
@@ -65,11 +69,22 @@ class Engine:
         self._executor: Optional[Executor] = None
         self.broken = False
         """The loop died mid-cycle: this rank's MPI state cannot be trusted (nor MPI_Finalize)."""
+        self.side = None
+        """The side channel (:mod:`.side_channel`): init's and the watchdog's messages to peers."""
 
     # ---- user-thread side ---------------------------------------------------------------------
     def start(self) -> None:
+        from mpi4py import MPI
+
+        # Every rank must be here before the first collective, and hear of one whose set-up fails
+        # (startup.py); both within BLINKFLOW_START_TIMEOUT.
+        self.side = startup.arrive(self._user_comm if self._user_comm is not None else MPI.COMM_WORLD, self.config)
         self._thread.start()
-        self._ready.wait()
+        try:
+            startup.wait_for_setup(self.side, self._ready, self.config)
+        except BlinkflowError:
+            self.broken = True  # the set-up thread waits in a collective that cannot complete
+            raise
         if self.init_error is not None:
             self._thread.join()
             raise self.init_error
@@ -84,6 +99,17 @@ class Engine:
                 break
         if self._watchdog is not None:
             self._watchdog.stop()
+        if self.side is not None and not (self.peer_failed or self.broken):
+            self.side.close()
+
+    def tell_departure(self) -> None:
+        """This rank stops because of a peer's failure: tell the ranks on this machine which rank
+        that is, so their watchdogs, should they see this process gone too, blame the right one."""
+        failure = self.state.failure if self.state is not None else None
+        cause = getattr(failure, "rank", None)
+        if self.side is not None and self.side.concurrent and cause is not None and cause != self.job.rank:
+            mates = [r for r in range(self.job.size) if self.job.machines[r] == self.job.machines[self.job.rank]]
+            self.side.tell(mates, f"rank {self.job.rank} leaves because rank {cause} failed", cause=cause)
 
     @property
     def alive(self) -> bool:
@@ -95,6 +121,7 @@ class Engine:
             self._setup()
         except BaseException as e:  # noqa: BLE001 - handed to init() on the user thread
             self.init_error = e
+            startup.tell_setup_failed(self.side, e)  # peers may wait for this rank in a collective
             self._ready.set()
             return
         self._ready.set()
@@ -104,8 +131,13 @@ class Engine:
             clean = True
         except BaseException as e:  # noqa: BLE001 - every failure must reach the waiting users
             self.broken = True
-            self.state.fail(self._as_shutdown_error(e))
+            error = self._as_shutdown_error(e)
+            self.state.fail(error)
+            if not self.peer_failed and self.side is not None:  # peers may wait inside a collective for us
+                self.side.tell_all(str(error))
         finally:
+            if self._watchdog is not None:
+                self._watchdog.stop()
             if clean:
                 self._teardown()
             elif self._timeline is not None:
@@ -132,12 +164,15 @@ class Engine:
         self._batch_timeline = BatchTimeline()
         self._ctx = job.backend_context(self.config, self._batch_timeline if self._timeline else None)
         self._backend("cpu")
-        self._watchdog = liveness.Watchdog(job.rank, job.machines, job.pids, self._on_peer_failure)
+        self._watchdog = liveness.Watchdog(job.rank, job.machines, job.hosts, job.pids, self._on_peer_failure,
+                                           self.side, self.config.stall_check_time_seconds,
+                                           self.config.stall_shutdown_time_seconds)
         self._watchdog.start()
 
     def _on_peer_failure(self, error: ShutdownError) -> None:
         self.peer_failed = True
         self.state.fail(error)
+        self.tell_departure()  # now: however this process leaves later, it is not blamed
 
     def _backend(self, device: str):
         backend = self._backends.get(device)
@@ -181,7 +216,7 @@ class Engine:
             # keeps the ranks' cycles aligned, so an idle cycle hardly waits for its peers.
             synced = time.monotonic()
             if responses and logger.isEnabledFor(logging.DEBUG):
-                logger.debug("running %s", ", ".join(f"{r.kind.label} {r.name!r}" for r in responses))
+                logger.debug("running %s", ", ".join(f"{r.kind.label} {shown(r.name)}" for r in responses))
             executor.run(responses, negotiator.pending, done)
             if reasons is not None:
                 state.fail(self._shutdown_error(reasons))
@@ -211,8 +246,11 @@ class Engine:
     def _shutdown_error(self, reasons) -> ShutdownError:
         who = [(r, why) for r, why in enumerate(reasons) if why is not None]
         text = "; ".join(f"rank {r}: {why}" for r, why in who)
-        return ShutdownError(f"blinkflow was shut down ({text}); call blinkflow.init() again to run more "
-                             "collectives", rank=None if who[0][0] == self.job.rank else who[0][0])
+        # Only after shutdown() on purpose can every rank start again; a rank that is exiting cannot.
+        again = ("; call blinkflow.init() again to run more collectives"
+                 if all(why == SHUTDOWN_CALLED for _, why in who) else "")
+        return ShutdownError(f"blinkflow was shut down ({text}){again}",
+                             rank=None if who[0][0] == self.job.rank else who[0][0])
 
     def _as_shutdown_error(self, error: BaseException) -> BlinkflowError:
         if isinstance(error, ShutdownError):
@@ -223,13 +261,15 @@ class Engine:
             self.peer_failed = True
             dead = liveness.failed_ranks(self.job.comm) or (self._watchdog.dead() if self._watchdog else [])
             if dead:
-                return liveness.dead_peer_error(dead, self.job.hosts, f"MPI reports: {error}")
+                blamed = liveness.culprits(dead, self._watchdog.departed if self._watchdog else {})
+                return liveness.dead_peer_error(blamed, self.job.hosts, f"MPI reports: {error}")
             return ShutdownError(f"a peer rank failed (MPI reports: {error}); the job cannot continue")
         running = self._executor.describe_running() if self._executor is not None else ""
         during = f" while running {running}" if running else ""
         logger.exception("the background thread failed%s", during)
-        return ShutdownError(f"the blinkflow background thread failed{during}: {error!r}. This is a bug or a "
-                             "broken MPI installation; the traceback is in this rank's log.")
+        return ShutdownError(f"the blinkflow runtime of rank {self.job.rank} failed{during}: "
+                             f"{type(error).__name__}: {error}. The job cannot continue; the traceback is in this "
+                             "rank's log.", rank=self.job.rank)
 
     def _teardown(self) -> None:
         for backend in self._backends.values():

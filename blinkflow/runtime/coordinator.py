@@ -12,7 +12,7 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from ..ops import ReduceOp
-from .messages import JOIN_NAME, Kind, Request, Response
+from .messages import JOIN_NAME, Kind, Request, Response, shown
 
 
 class MessageTable:
@@ -72,6 +72,9 @@ class MessageTable:
 
     def _respond(self, name: str, entry: Dict[int, Request]) -> Response:
         requests = tuple(entry.get(r) for r in range(self.size))
+        refused = refusal(name, requests)
+        if refused:
+            return Response(Kind.ERROR, name, requests, error=refused, error_type="InvalidArgumentError")
         error = validate(name, requests, self.joined)
         if error:
             return Response(Kind.ERROR, name, requests, error=error, error_type="TensorMismatchError")
@@ -86,6 +89,25 @@ class MessageTable:
         return out
 
 
+def refusal(name: str, requests: Tuple[Optional[Request], ...]) -> str:
+    """The error every rank raises when some rank refused the call (its arguments were bad),
+    naming those ranks and their reasons, else ''."""
+    reasons: Dict[str, List[int]] = {}
+    kind = None
+    for r, q in enumerate(requests):
+        if q is not None and q.rejected:
+            reasons.setdefault(q.rejected, []).append(r)
+            kind = kind or q.kind
+    if not reasons:
+        return ""
+    said = "; ".join(f"{_ranks(ranks)}: {why}" for why, ranks in reasons.items())
+    return f"{kind.label} {shown(name)} was refused by {said}"
+
+
+def _ranks(ranks: List[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks}"
+
+
 def validate(name: str, requests: Tuple[Optional[Request], ...], joined: List[int]) -> str:
     """An error message if the ranks' requests for ``name`` disagree, else ''."""
     present = [(r, q) for r, q in enumerate(requests) if q is not None]
@@ -93,18 +115,18 @@ def validate(name: str, requests: Tuple[Optional[Request], ...], joined: List[in
     if len(signatures) > 1:
         what = _what_differs([q for _, q in present])
         sent = "; ".join(f"rank {r}: {q.describe()}" for r, q in present)
-        return (f"ranks disagree on the {what} of tensor {name!r}: {sent}{_first_member_difference(present)}. "
+        return (f"ranks disagree on the {what} of tensor {shown(name)}: {sent}{_first_member_difference(present)}. "
                 "Every rank must submit the same collective under one name (give distinct names to different "
                 "tensors).")
     first = present[0][1]
     if joined and any(requests[r] is None for r in joined):
         if first.kind is Kind.ALLREDUCE and ReduceOp(first.op) not in (ReduceOp.SUM, ReduceOp.AVERAGE):
-            return (f"allreduce {name!r} with op {ReduceOp(first.op).name.title()} cannot run while ranks "
+            return (f"allreduce {shown(name)} with op {ReduceOp(first.op).name.title()} cannot run while ranks "
                     f"{sorted(joined)} have joined (a joined rank contributes zeros): use Sum or Average")
         if first.kind not in (Kind.ALLREDUCE, Kind.ALLGATHER, Kind.BROADCAST, Kind.BARRIER):
-            return f"{first.kind.label} {name!r} cannot run while ranks {sorted(joined)} have joined"
+            return f"{first.kind.label} {shown(name)} cannot run while ranks {sorted(joined)} have joined"
         if first.kind is Kind.BROADCAST and first.root in joined:
-            return f"broadcast {name!r}: its root rank {first.root} has already joined"
+            return f"broadcast {shown(name)}: its root rank {first.root} has already joined"
     return ""
 
 
@@ -112,18 +134,19 @@ def _what_differs(requests: List[Request]) -> str:
     fields = [("collective", lambda q: q.kind), ("dtype", lambda q: q.dtype),
               ("shape", lambda q: q.signature()[2]), ("reduce op", lambda q: q.op), ("root rank", lambda q: q.root),
               ("scale factors", lambda q: (q.prescale, q.postscale)), ("device", lambda q: q.device),
-              ("group members", lambda q: q.parts)]
+              ("group members", lambda q: q.member_signature())]
     names = [label for label, get in fields if len({get(q) for q in requests}) > 1]
     return ", ".join(names) or "parameters"
 
 
 def _first_member_difference(present: List[Tuple[int, Request]]) -> str:
-    """For grouped all-reduces: the first member the ranks disagree on, rank by rank."""
+    """For groups: the first member the ranks disagree on, rank by rank."""
     groups = [(r, q.parts) for r, q in present]
     if any(parts is None for _, parts in groups):
         return ""
+    agreeing = [q.member_signature() for _, q in present]
     for i in range(max(len(parts) for _, parts in groups)):
-        if len({parts[i] if i < len(parts) else None for _, parts in groups}) > 1:
+        if len({members[i] if i < len(members) else None for members in agreeing}) > 1:
             sent = "; ".join(f"rank {r}: " + (f"{parts[i][0]}{list(parts[i][1])}" if i < len(parts) else "no member")
                              for r, parts in groups)
             return f" (first differing member: #{i}: {sent})"

@@ -13,16 +13,17 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import numpy as np
 
-from ..errors import BlinkflowError, PlanError, ScheduleError, ShutdownError, TensorMismatchError
+from ..errors import BlinkflowError, InvalidArgumentError, PlanError, ScheduleError, ShutdownError, TensorMismatchError
 from ..ops import ReduceOp
 from .fusion import Batch, make_batches
-from .messages import Kind, Request, Response
+from .messages import Kind, Request, Response, shown
 from .result_pool import ResultPool
 from .state import Entry, SharedState
 
 #: Lists of responses whose batches the executor remembers (a training loop cycles through a few).
 _PLANS_KEPT = 64
-_ERRORS = {"TensorMismatchError": TensorMismatchError, "ShutdownError": ShutdownError}
+_ERRORS = {"TensorMismatchError": TensorMismatchError, "ShutdownError": ShutdownError,
+           "InvalidArgumentError": InvalidArgumentError}
 
 
 class _Step(NamedTuple):
@@ -114,7 +115,7 @@ class Executor:
             return ""
         kind, names = self.running
         more = f" and {len(names) - 8} more" if len(names) > 8 else ""
-        return f"{kind.label} of {', '.join(repr(n) for n in names[:8])}{more}"
+        return f"{kind.label} of {', '.join(shown(n) for n in names[:8])}{more}"
 
     def run(self, responses: List[Response], pending: Dict[str, Entry],
             on_done: Callable[[Response], None]) -> None:
@@ -245,10 +246,9 @@ class Executor:
                 else:
                     array = entry.array[piece.member] if entry.request.parts is not None else entry.array
                     inputs.append(array.ravel())  # contiguous: a strided 1-d view is copied, not passed on
-        # The result goes to a private array that every result is a slice of: peers may still be
-        # reading this rank's part of a shared buffer after the call (the cpu backend has no exit
-        # barrier). On the host the backend writes it directly, with a float Average's scaling
-        # folded in; device buffers are copied out afterwards.
+        # The result goes to a private array that every result is a slice of (the backend's
+        # buffer is reused by the next batch). On the host the backend writes it directly, with a
+        # float Average's scaling folded in; device buffers are copied out afterwards.
         scale = first.postscale / self.size if op is ReduceOp.AVERAGE else first.postscale
         on_host = first.device == "cpu"
         if on_host:
@@ -282,28 +282,42 @@ class Executor:
 
     def _allgather(self, response: Response, mine: Optional[Request], array):
         first = response.first()
-        tail = tuple(first.shape[1:])
+        if first.parts is not None:  # a group travels as one request: its members, in order
+            return [self._gather(first.device, dtype, shape[1:],
+                                 [q.parts[i][1][0] if q is not None else 0 for q in response.requests],
+                                 array[i] if array is not None else None)
+                    for i, (dtype, shape) in enumerate(first.parts)]
+        return self._gather(first.device, first.dtype, first.shape[1:],
+                            [q.shape[0] if q is not None else 0 for q in response.requests], array)
+
+    def _gather(self, device: str, dtype: str, tail, rows: List[int], array):
+        tail = tuple(tail)
         row = _count(tail)
-        dtype = np.dtype(first.dtype)
-        xp = _xp(first.device)
-        rows = [q.shape[0] if q is not None else 0 for q in response.requests]
+        dtype = np.dtype(dtype)
+        xp = _xp(device)
         counts = [n * row for n in rows]
         send = xp.ascontiguousarray(array).reshape(-1) if array is not None else xp.empty(0, dtype)
         recv = xp.empty(sum(counts), dtype)
         if sum(counts):
-            self.backend_for(first.device).allgather(send, recv, counts)
+            self.backend_for(device).allgather(send, recv, counts)
         return recv.reshape((sum(rows),) + tail)
 
     def _broadcast(self, response: Response, mine: Optional[Request], array):
         first = response.first()
-        xp = _xp(first.device)
-        if self.rank == first.root:
-            buf = xp.array(array, dtype=np.dtype(first.dtype), order="C", copy=True).reshape(-1)
+        if first.parts is not None:  # a group travels as one request: its members, in order
+            return [self._cast(first.device, first.root, dtype, shape, array[i] if array is not None else None)
+                    for i, (dtype, shape) in enumerate(first.parts)]
+        return self._cast(first.device, first.root, first.dtype, first.shape, array)
+
+    def _cast(self, device: str, root: int, dtype: str, shape, array):
+        xp = _xp(device)
+        if self.rank == root:
+            buf = xp.array(array, dtype=np.dtype(dtype), order="C", copy=True).reshape(-1)
         else:
-            buf = xp.empty(_count(first.shape), np.dtype(first.dtype))
+            buf = xp.empty(_count(shape), np.dtype(dtype))
         if buf.size:
-            self.backend_for(first.device).broadcast(buf, first.root)
-        return buf.reshape(first.shape)
+            self.backend_for(device).broadcast(buf, root)
+        return buf.reshape(shape)
 
     def _reducescatter(self, response: Response, mine: Request, array):
         xp = _xp(mine.device)

@@ -12,6 +12,22 @@ from typing import Optional, Tuple
 
 #: The name a join travels under (not a legal tensor name: user names cannot start with "__bf").
 JOIN_NAME = "__bf_join__"
+#: Characters of a tensor name (or of a rank's reason) that messages show; the rest is elided.
+#: Names are the user's: a 10-million-character name must not turn a one-line warning into
+#: megabytes on every rank's stderr.
+SHOWN_CHARS = 200
+
+
+def shown(value, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` (a tensor name, a user's argument), cut to ``limit`` characters with the
+    full length said."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
+def clipped(text: str, limit: int = 4 * SHOWN_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (a rank's reason for refusing a call)."""
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
 class Kind(enum.IntEnum):
@@ -48,19 +64,33 @@ class Request:
     splits: Optional[Tuple[int, ...]] = None
     device: str = "cpu"
     parts: Optional[Tuple[Tuple[str, Tuple[int, ...]], ...]] = None
-    """A grouped all-reduce: (dtype, shape) of each member. The group is negotiated, cached,
-    validated and completed as one unit (Horovod negotiates each member: at a few hundred
-    gradients per step that per-tensor bookkeeping would cost more than the reduction itself).
-    ``dtype`` is then the members' common dtype (or "mixed") and ``shape`` is (members,)."""
+    """A grouped all-reduce, all-gather or broadcast: (dtype, shape) of each member. The group is
+    negotiated, cached, validated and completed as one unit (Horovod negotiates each member: at
+    a few hundred gradients per step that per-tensor bookkeeping would cost more than the
+    reduction itself, and a rank with another member count would leave the others waiting for
+    the members it lacks). ``dtype`` is then the members' common dtype (or "mixed") and
+    ``shape`` is (members,)."""
     waited: float = dataclasses.field(default=0.0, compare=False)
     """Seconds the tensor had waited on its rank when this request was sent (a late report of a
     cache hit); lets the stall inspector date it from its submission. Not part of equality."""
+    rejected: str = ""
+    """Why this rank refused the call (bad arguments), or "". A refused call still travels under
+    the name it would have had, so the coordinator answers every rank with one error naming this
+    rank and its reason, and no rank's later calls pair with the others' earlier ones."""
 
     def signature(self) -> tuple:
         """What must be identical on every rank for the request to be valid."""
-        shape = self.shape[1:] if self.kind in (Kind.ALLGATHER, Kind.ALLTOALL) else self.shape
+        gathered = self.kind in (Kind.ALLGATHER, Kind.ALLTOALL)
+        shape = self.shape[1:] if gathered else self.shape
         return (self.kind, self.dtype, shape, self.op, self.root, self.prescale, self.postscale, self.device,
-                self.parts)
+                self.member_signature())
+
+    def member_signature(self):
+        """The group's members as they must agree: all-gathered members may differ in their
+        first dimension, like a single all-gather."""
+        if self.parts is None or self.kind is not Kind.ALLGATHER:
+            return self.parts
+        return tuple((dtype, shape[1:]) for dtype, shape in self.parts)
 
     def members(self) -> Tuple[Tuple[str, Tuple[int, ...]], ...]:
         """(dtype, shape) of every tensor this request moves: a group's members, else itself."""
@@ -68,10 +98,12 @@ class Request:
 
     def describe(self) -> str:
         """Human-readable, for mismatch messages."""
+        if self.rejected:
+            return f"{self.kind.label} refused: {self.rejected}"
         if self.parts is not None:
-            shown = ", ".join(f"{d}{list(s)}" for d, s in self.parts[:4])
+            members = ", ".join(f"{d}{list(s)}" for d, s in self.parts[:4])
             more = f", ... ({len(self.parts)} in all)" if len(self.parts) > 4 else ""
-            parts = [f"{self.kind.label} group of {len(self.parts)} tensors [{shown}{more}]"]
+            parts = [f"{self.kind.label} group of {len(self.parts)} tensors [{members}{more}]"]
         else:
             parts = [self.kind.label, f"dtype={self.dtype}", f"shape={list(self.shape)}"]
         if self.kind in (Kind.ALLREDUCE, Kind.REDUCESCATTER):

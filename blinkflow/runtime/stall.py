@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Tuple
 
 from .coordinator import MessageTable
 from .log import logger
+from .messages import shown
 
 
 class StallInspector:
@@ -45,12 +46,12 @@ class StallInspector:
                 self._warned[name] = now
                 stalled.append((name, waited, present, absent))
             if self.shutdown_s > 0 and waited >= self.shutdown_s:
-                fatal.append(f"{name!r} missing on ranks {absent} (ready on ranks {present})")
+                fatal.append(f"{shown(name)} missing on ranks {absent} (ready on ranks {present})")
         if fatal:
             return (f"stall: tensors not submitted by every rank within {self.shutdown_s:g} s "
                     f"(BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS): " + "; ".join(fatal))
         if stalled:
-            lines = [f"  {name!r}: missing on ranks {absent} (ready on ranks {present}, waiting {waited:.0f} s)"
+            lines = [f"  {shown(name)}: missing on ranks {absent} (ready on ranks {present}, waiting {waited:.0f} s)"
                      for name, waited, present, absent in stalled]
             logger.warning("stalled collectives: some ranks did not submit these tensors. Every rank must "
                            "run the same collectives under the same names.\n" + "\n".join(lines))

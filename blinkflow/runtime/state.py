@@ -16,7 +16,7 @@ from ..config import Config
 from ..errors import BlinkflowError, DuplicateNameError
 from .doorbell import Doorbell
 from .handles import HandleTable, Slot
-from .messages import Request
+from .messages import Request, shown
 
 
 @dataclasses.dataclass
@@ -59,7 +59,7 @@ class SharedState:
             for entry in entries:
                 if entry.name in self._in_flight:
                     raise DuplicateNameError(
-                        f"tensor name {entry.name!r} is already in flight on rank {self.rank}: synchronize the "
+                        f"tensor name {shown(entry.name)} is already in flight on rank {self.rank}: synchronize the "
                         "first call before submitting the name again, or give the second tensor another name")
             for entry in entries:
                 self._in_flight[entry.name] = entry

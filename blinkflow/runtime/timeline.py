@@ -20,6 +20,8 @@ import threading
 import time
 from typing import Dict, Optional
 
+from ..errors import ConfigError
+
 
 def rank_path(path: str, rank: int) -> str:
     if rank == 0:
@@ -34,7 +36,11 @@ class Timeline:
         self.rank = rank
         self._lock = threading.Lock()
         self._tids: Dict[str, int] = {}
-        self._fd: Optional[int] = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            self._fd: Optional[int] = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as e:
+            raise ConfigError(f"BLINKFLOW_TIMELINE: rank {rank} cannot write its timeline {self.path!r} "
+                              f"({e.strerror}); give a file path in a writable folder") from None
         self._first = True
         self._write({"name": "process_name", "ph": "M", "pid": rank, "tid": 0,
                      "args": {"name": f"blinkflow rank {rank}"}})

@@ -8,7 +8,7 @@ from ..planner.plan import Plan, split_counts
 from ..schedule.ir import Schedule
 from ..topology.model import Topology
 from .chunking import STEP_BUDGET, Tuning, miad
-from .engine import CHUNK_OVERHEAD_US, SimResult, run_schedule
+from .engine import CHUNK_OVERHEAD_US, SimResult, simulate_schedule
 from .routes import Router
 
 
@@ -22,7 +22,7 @@ def simulate(schedule: Schedule, topology: Topology, plan: Optional[Plan] = None
     latencies (``{"nvlink": 1.0}``); a ``Link.latency_us`` in the topology overrides both.
     """
     router = router or Router(topology, plan, latency_us)
-    return run_schedule(schedule, topology, router, elem_bytes=elem_bytes, reduce_gbps=reduce_gbps,
+    return simulate_schedule(schedule, topology, router, elem_bytes=elem_bytes, reduce_gbps=reduce_gbps,
                         chunk_overhead_us=chunk_overhead_us)
 
 
@@ -54,9 +54,11 @@ def simulate_plan(plan: Plan, topology: Topology, size_bytes: int, elem_bytes: i
     """
     nelems = max(0, size_bytes // elem_bytes)
     router = Router(topology, plan, options.pop("latency_us", None))
+    lowered = {}  # the one-chunk schedule below, if MIAD asks for that chunk (it does at scale)
 
     def run(chunk: int) -> SimResult:
-        return simulate(lower(plan, nelems, chunk), topology, elem_bytes=elem_bytes, router=router, **options)
+        schedule = lowered.pop(chunk, None) or lower(plan, nelems, chunk)
+        return simulate(schedule, topology, elem_bytes=elem_bytes, router=router, **options)
 
     if chunk_elems is not None:
         r = run(chunk_elems)
@@ -64,4 +66,6 @@ def simulate_plan(plan: Plan, topology: Topology, size_bytes: int, elem_bytes: i
     largest = largest_job(plan, nelems)
     one_chunk = lower(plan, nelems, max(1, largest)) if nelems else None
     steps = sum(len(p) for _, p in one_chunk.programs) if one_chunk else 1
+    if one_chunk is not None:
+        lowered[max(1, largest)] = one_chunk
     return miad(run, largest, elem_bytes, steps_per_chunk=steps, step_budget=step_budget)

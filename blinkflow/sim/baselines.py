@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import PlanError
 from ..schedule.builder import ScheduleBuilder
@@ -207,24 +207,37 @@ def simulate_baseline(b: Baseline, topology: Topology, size_bytes: int, elem_byt
     from .api import simulate
     nelems = max(0, size_bytes // elem_bytes)
     router = Router(topology, None, options.pop("latency_us", None))
+    lowered = {}  # the one-chunk schedule below, if MIAD asks for that chunk (it does at scale)
 
     def run(chunk: int) -> SimResult:
-        return simulate(b.lower(nelems, chunk), topology, elem_bytes=elem_bytes, router=router, **options)
+        schedule = lowered.pop(chunk, None) or b.lower(nelems, chunk)
+        return simulate(schedule, topology, elem_bytes=elem_bytes, router=router, **options)
 
     if chunk_elems is not None:
         r = run(chunk_elems)
         return Tuning(chunk_elems, r, ((chunk_elems, r.seconds),))
     largest = b.largest_job(nelems)
-    steps = sum(len(p) for _, p in b.lower(nelems, max(1, largest)).programs) if nelems else 1
+    steps = 1
+    if nelems:
+        lowered[max(1, largest)] = one_chunk = b.lower(nelems, max(1, largest))
+        steps = sum(len(p) for _, p in one_chunk.programs)
     return miad(run, largest, elem_bytes, steps_per_chunk=steps, step_budget=step_budget)
 
 
 def best_baseline(topology: Topology, devices: Sequence[int], collective: str, size_bytes: int,
-                  root: Optional[int] = None, elem_bytes: int = 4, **options) -> Tuple[Baseline, Tuning]:
+                  root: Optional[int] = None, elem_bytes: int = 4, simulate: Optional[Callable] = None,
+                  **options) -> Tuple[Baseline, Tuning]:
     """What NCCL would run: rings; across hosts for all-reduce also the double binary tree,
-    whichever simulates faster (NCCL picks by its own cost model)."""
+    whichever simulates faster (NCCL picks by its own cost model). ``simulate(baseline, topology,
+    size_bytes, elem_bytes, **options)`` returns ``(baseline, tuning)``; by default
+    :func:`simulate_baseline` (``compare`` passes :func:`.extrapolate.simulate_at_scale`)."""
+    simulate = simulate or _simulated
     candidates = [nccl_ring(topology, devices, collective, root)]
     if collective == "allreduce" and len({topology.node(d).host for d in devices}) > 1:
         candidates.append(nccl_double_tree(topology, devices))
-    results = [(b, simulate_baseline(b, topology, size_bytes, elem_bytes, **dict(options))) for b in candidates]
+    results = [simulate(b, topology, size_bytes, elem_bytes, **dict(options)) for b in candidates]
     return min(results, key=lambda bt: bt[1].result.seconds)
+
+
+def _simulated(b: Baseline, topology: Topology, size_bytes: int, elem_bytes: int, **options) -> Tuple[Baseline, Tuning]:
+    return b, simulate_baseline(b, topology, size_bytes, elem_bytes, **options)

@@ -15,6 +15,7 @@ from .api import simulate_plan
 from .baselines import best_baseline
 from .chunking import STEP_BUDGET
 from .engine import bus_factor
+from .extrapolate import simulate_at_scale
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,8 +29,9 @@ class Comparison:
     baseline_seconds: float
     rate_gbps: float
     """The plan's steady-state rate (link loads), GB/s of buffer."""
-    latency_s: float
-    """The plan's fixed cost: its simulated time for the smallest buffer (one element per tree)."""
+    latency_s: Optional[float]
+    """The plan's fixed cost: its simulated time for the smallest buffer (one element per tree);
+    None when not asked for (``compare(..., latency=False)``)."""
     plan_algorithm: str
     chunk_elems: int
     baseline_chunk_elems: int
@@ -78,8 +80,11 @@ def make_plan_for(topology: Topology, collective: str, devices: Optional[Sequenc
 
 def compare(topology: Topology, collective: str, size_bytes: int, devices: Optional[Sequence[int]] = None,
             root: Optional[int] = None, elem_bytes: int = 4, chunk_elems: Optional[int] = None,
-            plan: Optional[Plan] = None, step_budget: int = STEP_BUDGET) -> Comparison:
-    """Plan (unless ``plan`` is given), simulate blinkflow and NCCL's choice, and compare."""
+            plan: Optional[Plan] = None, step_budget: int = STEP_BUDGET, latency: bool = True) -> Comparison:
+    """Plan (unless ``plan`` is given), simulate blinkflow and NCCL's choice, and compare.
+
+    ``latency=False`` skips the extra simulation of the smallest buffer behind ``latency_s``
+    (a sweep needs it once per plan, a single comparison not at all)."""
     plan = plan or make_plan_for(topology, collective, devices, root)
     devices = tuple(plan.devices)
     if len(devices) < 2:
@@ -88,14 +93,30 @@ def compare(topology: Topology, collective: str, size_bytes: int, devices: Optio
         root = plan.root if plan.root is not None else devices[0]
     ours = simulate_plan(plan, topology, size_bytes, elem_bytes=elem_bytes, chunk_elems=chunk_elems,
                          step_budget=step_budget)
-    tiny = simulate_plan(plan, topology, elem_bytes * max(len(devices), len(plan.trees), 1), elem_bytes=elem_bytes)
+    latency_s = plan_latency(plan, topology, elem_bytes) if latency else None
     baseline, theirs = best_baseline(topology, devices, collective, size_bytes, root, elem_bytes=elem_bytes,
+                                     simulate=simulate_at_scale,
                                      chunk_elems=chunk_elems, step_budget=step_budget)
     return Comparison(topology=topology.name, devices=devices, collective=collective, size_bytes=size_bytes,
                       seconds=ours.result.seconds, baseline_name=baseline.name,
                       baseline_seconds=theirs.result.seconds, rate_gbps=plan.rate_gbps,
-                      latency_s=tiny.result.seconds, plan_algorithm=plan.algorithm or "trees",
+                      latency_s=latency_s, plan_algorithm=plan.algorithm or "trees",
                       chunk_elems=ours.chunk_elems, baseline_chunk_elems=theirs.chunk_elems)
+
+
+def plan_latency(plan: Plan, topology: Topology, elem_bytes: int = 4) -> float:
+    """The plan's fixed cost: its simulated time for one element per tree (or device)."""
+    return simulate_plan(plan, topology, elem_bytes * max(len(plan.devices), len(plan.trees), 1),
+                         elem_bytes=elem_bytes).result.seconds
+
+
+def compare_sizes(topology: Topology, collective: str, sizes: Sequence[int],
+                  devices: Optional[Sequence[int]] = None, root: Optional[int] = None, **options) -> List[Comparison]:
+    """``compare`` at every size with one plan, its fixed cost simulated once."""
+    plan = options.pop("plan", None) or make_plan_for(topology, collective, devices, root)
+    latency_s = plan_latency(plan, topology, options.get("elem_bytes", 4))
+    return [dataclasses.replace(compare(topology, collective, s, devices, root, plan=plan, latency=False, **options),
+                                latency_s=latency_s) for s in sizes]
 
 
 def sweep_sizes(largest: int, smallest: int = 1024, factor: int = 4) -> List[int]:

@@ -26,8 +26,8 @@ MAX_NODES = 20000
 def nvlink_units(topology: Topology, devices: Sequence[int]) -> Dict[Tuple[int, int], int]:
     """Directed NVLink bundles among ``devices``: (a, b) -> number of links."""
     wanted = set(devices)
-    return {(l.src, l.dst): l.count for l in topology.links
-            if l.kind in FAST_KINDS and l.src in wanted and l.dst in wanted}
+    return {(l.src, l.dst): l.count for d in sorted(wanted) for l in topology.out_links(d)
+            if l.kind in FAST_KINDS and l.dst in wanted}
 
 
 def on_one_switch(topology: Topology, devices: Sequence[int]) -> bool:
@@ -148,7 +148,7 @@ def nic_gpus(topology: Topology, host: str, devices: Sequence[int]) -> List[List
     leave the host through that NIC."""
     wanted = set(devices)
     out = []
-    for nic in (n for n in topology.nodes if n.kind == "nic" and n.host == host):
+    for nic in (n for n in topology.nodes_on_host(host) if n.kind == "nic"):
         near = []
         for sw in topology.neighbors(nic.id):
             near += [d for d in topology.neighbors(sw) if d in wanted]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib
 
 from .. import _RUNTIME_NAMES
-from ..api import (allgather, allreduce, alltoall, broadcast, grouped_allgather, grouped_allreduce, reducescatter,
-                   register_binding)
+from .. import api as _dispatch
+from ..api import allgather, allreduce, alltoall, broadcast, reducescatter, register_binding
 from ..compression import Compression
 from ..errors import (BlinkflowError, DuplicateNameError, NotInitializedError, ShutdownError,
                       TensorMismatchError)
@@ -19,11 +19,28 @@ from ..ops import Average, Max, Min, Product, ReduceOp, Sum
 from . import _compat  # noqa: F401  (version check on import)
 from . import callbacks
 from .gradient_tape import DistributedGradientTape
+from . import ops as _ops
 from .ops import grouped_broadcast
 from .optimizer import DistributedOptimizer, load_model
 from .variables import broadcast_variables
 
 register_binding(("tensorflow", "keras"), "blinkflow.tensorflow.ops")  # blinkflow.allreduce(tf tensor) lands here
+
+
+def grouped_allreduce(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                      compression=Compression.none):
+    """``blinkflow.grouped_allreduce``, except that an empty list is a TensorFlow call (inside a
+    ``tf.function`` it must run with the graph, as the other ranks' non-empty calls do)."""
+    tensors = list(tensors)
+    return (_dispatch if tensors else _ops).grouped_allreduce(
+        tensors, op=op, name=name, prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+        compression=compression)
+
+
+def grouped_allgather(tensors, name=None):
+    """``blinkflow.grouped_allgather``; an empty list is a TensorFlow call (see grouped_allreduce)."""
+    tensors = list(tensors)
+    return (_dispatch if tensors else _ops).grouped_allgather(tensors, name=name)
 
 
 def __getattr__(name):

@@ -123,23 +123,30 @@ def _device_arrays(tensors) -> list:
 def _to_tensors(outs, out_dtypes) -> List[tf.Tensor]:
     """Tensors of ``out_dtypes`` from the runtime's results: cupy arrays by DLPack, numpy
     arrays (host results, alltoall's received splits) by conversion."""
+    if not any(_is_cupy(o) for o in outs):
+        return [tf.convert_to_tensor(np.asarray(o, dtype=d.as_numpy_dtype)) for o, d in zip(outs, out_dtypes)]
+    # aligned: a slice of a fused result may not be, and TensorFlow takes only aligned memory
+    aligned = [o.copy() if _is_cupy(o) and o.size and o.data.ptr % _TF_ALIGN else o for o in outs]
+    # One device sync before TensorFlow sees anything, also when every output is empty: our
+    # kernels ran on our streams and still read the inputs (TF may reuse their memory once this
+    # returns) and write the outputs (TF reads them on its own streams).
+    _synchronize()
+    return [_to_tf(o, d) if _is_cupy(o) else tf.convert_to_tensor(np.asarray(o, dtype=d.as_numpy_dtype))
+            for o, d in zip(aligned, out_dtypes)]
+
+
+def _synchronize() -> None:
+    import cupy
+
+    cupy.cuda.Device().synchronize()
+
+
+def _to_tf(array, dtype: tf.DType):
     from ..backends.cuda.dlpack import cupy_to_tf
 
-    results = []
-    last = max((i for i, o in enumerate(outs) if _is_cupy(o)), default=-1)
-    for i, (o, d) in enumerate(zip(outs, out_dtypes)):
-        if not _is_cupy(o):
-            results.append(tf.convert_to_tensor(np.asarray(o, dtype=d.as_numpy_dtype)))
-            continue
-        from ..backends.cuda.dlpack import cupy_to_tf
-
-        wide = d == tf.bfloat16
-        if o.size and o.data.ptr % _TF_ALIGN:
-            o = o.copy()  # a slice of a fused result; TensorFlow takes only aligned memory
-        # One device sync, at the last array: our kernels ran on our streams, TF reads on its own.
-        tensor = cupy_to_tf(o, sync=i == last) if o.size else tf.zeros(o.shape, tf.float32 if wide else d)
-        results.append(tf.cast(tensor, tf.bfloat16) if wide else tensor)
-    return results
+    wide = dtype == tf.bfloat16
+    tensor = cupy_to_tf(array, sync=False) if array.size else tf.zeros(array.shape, tf.float32 if wide else dtype)
+    return tf.cast(tensor, tf.bfloat16) if wide else tensor
 
 
 def _is_cupy(array) -> bool:

@@ -18,7 +18,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-from ..errors import (BlinkflowError, DuplicateNameError, NotInitializedError, ShutdownError,
+from ..errors import (BlinkflowError, DuplicateNameError, InvalidArgumentError, NotInitializedError, ShutdownError,
                       TensorMismatchError)
 
 log = logging.getLogger(__name__)
@@ -28,6 +28,7 @@ _OK = 0
 # absl status codes (the numbering of tf.errors).
 _CODES = [
     (TensorMismatchError, tf.errors.FAILED_PRECONDITION),
+    (InvalidArgumentError, tf.errors.INVALID_ARGUMENT),
     (DuplicateNameError, tf.errors.FAILED_PRECONDITION),
     (NotInitializedError, tf.errors.FAILED_PRECONDITION),
     (ShutdownError, tf.errors.ABORTED),

@@ -1,25 +1,27 @@
 """Deterministic default names, so unnamed collectives match across ranks (Horovod's rule).
 
-Eagerly every rank runs the same Python in the same order, so a per-kind counter agrees. Inside
+Eagerly every rank runs the same Python in the same order, so a per-kind counter agrees: the
+runtime's own (``<kind>.noname.<n>``), shared with calls on numpy arrays, so the name of a call
+does not depend on the type of what one rank passes (an empty list goes to the numpy runtime)
+and ``join()`` restarts TensorFlow's names with the runtime's. Inside
 a ``tf.function`` a collective is created once, at trace time, and runs at every call under that
 name: it takes the graph's unique name for it (``<function>/<scope>/blinkflow.allreduce_3``),
 which depends only on the traced code, not on how many other functions a rank traced before.
 """
 from __future__ import annotations
 
-import collections
-import itertools
 import re
 
 import tensorflow as tf
 
-_eager_counters = collections.defaultdict(itertools.count)
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/]")
 
 
 def default_name(kind: str) -> str:
     if tf.executing_eagerly():
-        return f"{kind}.eager.{next(_eager_counters[kind])}"
+        from ..runtime import api  # no MPI on import
+
+        return api.auto_name(kind)
     graph = tf.compat.v1.get_default_graph()
     return f"{graph.name}/{graph.unique_name('blinkflow.' + kind, mark_as_used=True)}"
 

@@ -10,6 +10,11 @@ Each op works eagerly and inside ``tf.function``; a list crosses into the runtim
 - alltoall       -> alltoall of the gradient back with the received splits
 
 Unnamed calls get deterministic names (:mod:`._naming`); a gradient is named after its forward op.
+A call is named before its arguments are checked, and a call these bindings refuse (an unknown
+op, a scale factor that is not a number, splits that are not integers) still reaches the
+runtime under that name (:func:`_refused`): every rank then raises the same
+InvalidArgumentError naming the refusing rank, eagerly or when the graph runs, and no rank's
+later collective pairs with another's earlier one. Empty groups are negotiated too.
 """
 from __future__ import annotations
 
@@ -19,8 +24,9 @@ import numpy as np
 import tensorflow as tf
 
 from ..compression import Compression
-from ..errors import BlinkflowError
+from ..errors import BlinkflowError, InvalidArgumentError
 from ..ops import ReduceOp, as_reduce_op
+from ..runtime import arguments
 from . import _bridge, _naming
 from ._compat import to_tensor
 
@@ -38,18 +44,38 @@ def rank() -> int:
     return _bridge.runtime().rank()
 
 
+def _refused(kind: str, name: str, error: Exception, tensors) -> List[tf.Tensor]:
+    """A call refused here (before the runtime saw it) still goes to the runtime under ``name``,
+    so every rank raises the same InvalidArgumentError; in a graph, when the step runs. The
+    outputs mirror ``tensors`` (never produced: the call always fails) so the graph traces."""
+    def run(_arrays):
+        rt = _bridge.runtime()
+        return rt.synchronize(rt.refused_async(kind, name, error))  # raises
+
+    return _bridge.call(run, tensors, [t.dtype for t in tensors], [t.shape for t in tensors], name)
+
+
+def _tensors(values) -> List[tf.Tensor]:
+    return [to_tensor(t) for t in values]
+
+
 # ---------------------------------------------------------------- allreduce
 @do_not_convert
 def grouped_allreduce(tensors, op=Average, name: Optional[str] = None, prescale_factor=1.0,
                       postscale_factor=1.0, compression=Compression.none) -> List[tf.Tensor]:
     """All-reduce a list of tensors in one runtime call; differentiable."""
-    op = as_reduce_op(op)
     name = _naming.resolve(name, "grouped_allreduce")
-    tensors = [to_tensor(t) for t in tensors]
-    if not tensors:
-        return []
+    tensors = _tensors(tensors)
+    try:
+        op = as_reduce_op(op)
+        pre = arguments.scale_factor(prescale_factor, "prescale")
+        post = arguments.scale_factor(postscale_factor, "postscale")
+    except BlinkflowError as error:
+        return _refused("allreduce", name, error, tensors)
+    if not tensors:  # negotiated all the same: a rank alone with [] must not return early
+        return _grouped_allreduce_raw([], op, name, pre, post)
     sent, contexts = zip(*(compression.compress(t) for t in tensors))
-    reduced = _grouped_allreduce_diff(list(sent), op, name, float(prescale_factor), float(postscale_factor))
+    reduced = _grouped_allreduce_diff(list(sent), op, name, pre, post)
     return [compression.decompress(r, ctx) for r, ctx in zip(reduced, contexts)]
 
 
@@ -57,9 +83,9 @@ def grouped_allreduce(tensors, op=Average, name: Optional[str] = None, prescale_
 def allreduce(tensor, op=Average, name: Optional[str] = None, prescale_factor=1.0, postscale_factor=1.0,
               compression=Compression.none) -> tf.Tensor:
     """Reduce ``tensor`` over all ranks with ``op``; every rank gets the result."""
-    if isinstance(tensor, tf.IndexedSlices):
-        return _allreduce_indexed_slices(tensor, op, _naming.resolve(name, "allreduce"))
     name = _naming.resolve(name, "allreduce")
+    if isinstance(tensor, tf.IndexedSlices):
+        return _allreduce_indexed_slices(tensor, op, name)
     return grouped_allreduce([tensor], op, name, prescale_factor, postscale_factor, compression)[0]
 
 
@@ -92,10 +118,14 @@ def _grouped_allreduce_diff(tensors, op, name, pre, post):
 
 def _allreduce_indexed_slices(slices: tf.IndexedSlices, op, name) -> tf.IndexedSlices:
     """Sparse gradients travel as gathered (values, indices): the sum over ranks without densifying."""
-    op = as_reduce_op(op)
-    if op not in (ReduceOp.AVERAGE, ReduceOp.SUM):
-        raise BlinkflowError(f"IndexedSlices support only Average and Sum, not {op.name}; "
-                             "use sparse_as_dense=True")
+    try:
+        op = as_reduce_op(op)
+        if op not in (ReduceOp.AVERAGE, ReduceOp.SUM):
+            raise InvalidArgumentError(f"IndexedSlices support only Average and Sum, not {op.name}; use "
+                                       "sparse_as_dense=True")
+    except BlinkflowError as error:
+        values, indices = _refused("allgather", name, error, [slices.values, slices.indices])
+        return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
     values, indices = grouped_allgather([slices.values, slices.indices], name=name)
     if op is ReduceOp.AVERAGE:
         values = values / tf.cast(size(), values.dtype)
@@ -122,9 +152,9 @@ def _first_dims(tensors, name):
 def grouped_allgather(tensors, name: Optional[str] = None) -> List[tf.Tensor]:
     """Concatenate each tensor over ranks along its first dimension (may differ per rank)."""
     name = _naming.resolve(name, "grouped_allgather")
-    tensors = [to_tensor(t) for t in tensors]
-    if not tensors:
-        return []
+    tensors = _tensors(tensors)
+    if not tensors:  # negotiated all the same: a rank alone with [] must not return early
+        return _grouped_allgather_raw([], name)
 
     @tf.custom_gradient
     def forward(*xs):
@@ -151,10 +181,9 @@ def allgather(tensor, name: Optional[str] = None) -> tf.Tensor:
 
 # ---------------------------------------------------------------- broadcast
 def _broadcast_raw(tensors, root_rank, name):
-    def run(arrays):
+    def run(arrays):  # one request for the whole list: a rank with another count fails everywhere
         rt = _bridge.runtime()
-        handles = [rt.broadcast_async(a, root_rank, name=f"{name}.{i}") for i, a in enumerate(arrays)]
-        return [rt.synchronize(h) for h in handles]
+        return rt.synchronize(rt.grouped_broadcast_async(arrays, root_rank, name=name))
 
     return _bridge.call(run, tensors, [t.dtype for t in tensors], [t.shape for t in tensors], name)
 
@@ -163,9 +192,9 @@ def _broadcast_raw(tensors, root_rank, name):
 def grouped_broadcast(tensors, root_rank: int, name: Optional[str] = None) -> List[tf.Tensor]:
     """Every rank gets ``root_rank``'s tensors (one runtime call for the list); differentiable."""
     name = _naming.resolve(name, "broadcast")
-    tensors = [to_tensor(t) for t in tensors]
-    if not tensors:
-        return []
+    tensors = _tensors(tensors)
+    if not tensors:  # negotiated all the same: a rank alone with [] must not return early
+        return _broadcast_raw([], root_rank, name)
 
     @tf.custom_gradient
     def forward(*xs):
@@ -202,8 +231,11 @@ def _reducescatter_raw(tensor, op, name):
 @do_not_convert
 def reducescatter(tensor, op=Average, name: Optional[str] = None) -> tf.Tensor:
     """Reduce over ranks; this rank keeps its block of rows (the first ``n % size`` ranks one more)."""
-    op = as_reduce_op(op)
     name = _naming.resolve(name, "reducescatter")
+    try:
+        op = as_reduce_op(op)
+    except BlinkflowError as error:
+        return _refused("reducescatter", name, error, [to_tensor(tensor)])[0]
 
     @tf.custom_gradient
     def forward(x):
@@ -224,13 +256,20 @@ def reducescatter(tensor, op=Average, name: Optional[str] = None) -> tf.Tensor:
 
 # ---------------------------------------------------------------- alltoall
 def _alltoall_raw(tensor, splits, name):
-    def run(arrays):
+    def run(arrays):  # the runtime checks the splits (integers, one per rank, summing to the rows)
         rt = _bridge.runtime()
         out, received = rt.synchronize(rt.alltoall_async(arrays[0], splits=arrays[1], name=name))
         return [out, np.asarray(received, dtype=np.int32)]
 
     shape = tf.TensorShape([None]).concatenate(tensor.shape[1:])
     return _bridge.call(run, [tensor, splits], [tensor.dtype, tf.int32], [shape, tf.TensorShape([None])], name)
+
+
+def _splits(splits) -> tf.Tensor:
+    """Integer splits as int32; others travel as float64 for the runtime to refuse on every rank
+    (a cast would silently truncate 2.7 to 2)."""
+    splits = tf.convert_to_tensor(splits)
+    return tf.cast(splits, tf.int32 if splits.dtype.is_integer else tf.float64)
 
 
 def _even_splits(tensor):
@@ -245,7 +284,7 @@ def alltoall(tensor, splits=None, name: Optional[str] = None):
     name = _naming.resolve(name, "alltoall")
     tensor = to_tensor(tensor)
     given = splits is not None
-    splits_t = tf.cast(splits, tf.int32) if given else _even_splits(tensor)
+    splits_t = _splits(splits) if given else _even_splits(tensor)
 
     @tf.custom_gradient
     def forward(x):

@@ -16,9 +16,7 @@ def broadcast_variables(variables, root_rank: int = 0, name: Optional[str] = Non
     broadcast values (a list of tensors).
     """
     variables = list(variables)
-    if not variables:
-        return []
-    name = _naming.resolve(name, "broadcast_variables")
+    name = _naming.resolve(name, "broadcast_variables")  # also for none: every rank negotiates the call
     values = ops.grouped_broadcast([tf.convert_to_tensor(v) for v in variables], root_rank, name=name)
     for variable, value in zip(variables, values):
         variable.assign(value)

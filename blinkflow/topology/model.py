@@ -13,6 +13,7 @@ nothing heavier than the standard library.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
@@ -29,6 +30,8 @@ NODE_KINDS = COMPUTE_KINDS + ("switch", "socket", "nic")
 SWITCH_DETAILS = ("nvswitch", "pcie", "net")
 LINK_KINDS = ("nvlink", "pcie", "qpi", "nvswitch", "net", "shm")
 SCHEMA_VERSION = 1
+#: Lookup indexes a Topology caches on itself (see ``Topology.__getstate__``).
+_INDEXES = ("_node_index", "_link_index", "_out_index", "_in_index", "_host_index")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,11 +136,38 @@ class Topology:
                 raise TopologyError(f"{field}.latency_us is negative", where)
 
     # ---- queries -------------------------------------------------------------------------
+    # A Topology is immutable, so its lookups are answered from indexes built on first use: a
+    # cluster of 128 hosts has ~10,000 links and the planner asks for links and nodes by id
+    # hundreds of thousands of times.
+    @functools.cached_property
+    def _node_index(self) -> Dict[NodeId, Node]:
+        return {n.id: n for n in self.nodes}
+
+    @functools.cached_property
+    def _link_index(self) -> Dict[Tuple[NodeId, NodeId], Link]:
+        return {l.key: l for l in self.links}
+
+    @functools.cached_property
+    def _in_index(self) -> Dict[NodeId, Tuple[Link, ...]]:
+        return _grouped(self.links, lambda link: link.dst)
+
+    @functools.cached_property
+    def _host_index(self) -> Dict[str, Tuple[Node, ...]]:
+        return _grouped(self.nodes, lambda node: node.host)
+
+    @functools.cached_property
+    def _out_index(self) -> Dict[NodeId, Tuple[Link, ...]]:
+        return _grouped(self.links, lambda link: link.src)
+
+    def __getstate__(self) -> dict:
+        # The indexes are rebuilt on first use; a pickled topology (sent between ranks) is data.
+        return {k: v for k, v in self.__dict__.items() if k not in _INDEXES}
+
     def node(self, node_id: NodeId) -> Node:
-        for node in self.nodes:
-            if node.id == node_id:
-                return node
-        raise KeyError(node_id)
+        try:
+            return self._node_index[node_id]
+        except (KeyError, TypeError):  # TypeError: an unhashable id is not a node either
+            raise KeyError(node_id) from None
 
     @property
     def compute_ids(self) -> Tuple[int, ...]:
@@ -158,24 +188,28 @@ class Topology:
         return tuple(out)
 
     def compute_on_host(self, host: str) -> Tuple[int, ...]:
-        return tuple(n.id for n in self.nodes if n.is_compute and n.host == host)
+        return tuple(n.id for n in self._host_index.get(host, ()) if n.is_compute)
+
+    def nodes_on_host(self, host: str) -> Tuple[Node, ...]:
+        """Every node whose ``host`` is ``host`` (devices, switches, sockets, NICs), in order."""
+        return self._host_index.get(host, ())
 
     def link(self, src: NodeId, dst: NodeId) -> Optional[Link]:
-        for link in self.links:
-            if link.src == src and link.dst == dst:
-                return link
-        return None
+        return self._link_index.get((src, dst))
 
     def capacity(self, src: NodeId, dst: NodeId) -> float:
         """GB/s from src to dst over a direct link, 0 when there is none."""
-        link = self.link(src, dst)
+        link = self._link_index.get((src, dst))
         return link.gbps if link else 0.0
 
     def out_links(self, node_id: NodeId) -> Iterator[Link]:
-        return (link for link in self.links if link.src == node_id)
+        return iter(self._out_index.get(node_id, ()))
+
+    def in_links(self, node_id: NodeId) -> Iterator[Link]:
+        return iter(self._in_index.get(node_id, ()))
 
     def neighbors(self, node_id: NodeId) -> List[NodeId]:
-        return [link.dst for link in self.links if link.src == node_id]
+        return [link.dst for link in self._out_index.get(node_id, ())]
 
     def links_of_kind(self, *kinds: str) -> Tuple[Link, ...]:
         return tuple(link for link in self.links if link.kind in kinds)
@@ -243,6 +277,14 @@ class Topology:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _grouped(items, key) -> dict:
+    """``items`` grouped by ``key(item)``, each group a tuple in the items' order."""
+    out: Dict = {}
+    for item in items:
+        out.setdefault(key(item), []).append(item)
+    return {k: tuple(group) for k, group in out.items()}
+
+
 def _is_leaf(node_id: NodeId, links: Sequence[Link]) -> bool:
     """A forwarding node whose links all go to one neighbour is a dead end for traffic."""
     peers = {l.dst for l in links if l.src == node_id} | {l.src for l in links if l.dst == node_id}
@@ -258,8 +300,12 @@ def _sorted_nodes(nodes: Sequence[Node]) -> Tuple[Node, ...]:
     return tuple(sorted(nodes, key=_node_order))
 
 
-def _link_order(link: Link):
+def link_order(link: Link):
+    """The order of ``Topology.links``: by source, then destination; devices before named nodes."""
     return (_id_order(link.src), _id_order(link.dst))
+
+
+_link_order = link_order
 
 
 def _id_order(node_id: NodeId):

@@ -20,11 +20,12 @@ _WRAPPER_VAR = "BLINKRUN_WRAPPER_PID"
 _TAIL_LINES = 40
 
 
-def _write_record(exc, tail, status):
+def _write_record(exc, tail, status, blames=None):
     try:
         import json
         import time
-        record = {"exc": exc, "tail": tail, "status": status, "time": time.time(), "pid": os.getpid()}
+        record = {"exc": exc, "tail": tail, "status": status, "time": time.time(), "pid": os.getpid(),
+                  "blames": blames}
         path = os.environ[_RECORD_VAR]
         with open(path + ".tmp", "w") as f:
             json.dump(record, f)
@@ -59,6 +60,15 @@ def _mpi_running():
     return mpi if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() else None
 
 
+def _blamed_rank(value):
+    """The peer a blinkflow error says this rank stops because of (ShutdownError.rank), if any:
+    blinkrun then names that rank as the cause, not this casualty."""
+    rank = getattr(value, "rank", None)
+    if type(value).__module__.startswith("blinkflow") and isinstance(rank, int) and not isinstance(rank, bool):
+        return rank
+    return None
+
+
 def _record_and_abort(etype, value, tb, _previous=sys.excepthook):
     _previous(etype, value, tb)
     mpi = _mpi_running()
@@ -66,9 +76,18 @@ def _record_and_abort(etype, value, tb, _previous=sys.excepthook):
         return
     import traceback
     lines = "".join(traceback.format_exception(etype, value, tb)).splitlines()
-    _write_record("".join(traceback.format_exception_only(etype, value)).strip(), lines[-_TAIL_LINES:], 1)
+    _write_record("".join(traceback.format_exception_only(etype, value)).strip(), lines[-_TAIL_LINES:], 1,
+                  _blamed_rank(value))
     if mpi is not None:
         mpi.COMM_WORLD.Abort(1)
+
+
+def blinkrun_record_failure(exc, blames=None):
+    """Called by blinkflow's runtime before it leaves with status 1 after a peer's failure (it
+    skips MPI_Finalize, which would wait for that peer, and Python's own exit): record why and
+    whom it blames, as an uncaught exception would."""
+    if os.environ.get(_RECORD_VAR) and os.environ.get(_WRAPPER_VAR):
+        _write_record(exc, [], 1, blames)
 
 
 def _exit_and_abort(status=None, _exit=sys.exit):

@@ -3,10 +3,11 @@ to start, naming the ranks, instead of running different schedules.
 
 topology  rank 1 sees one link of the job's topology at half its speed (as if its topology file
           were another), so its plans differ too: "different topologies"
-plan      rank 1's planner returns another plan for one collective (as a different planner
-          version would): "different plans for <collective>"
-broadcast as ``plan``, for a broadcast from a root first used after init: agreed then, and the
-          error reaches every rank at that call; the next collective still works (no hang).
+plan      rank 1's planner returns another all-reduce plan (as a different planner version
+          would): "different plans for allreduce", at init
+allgather as ``plan``, for the all-gather, planned and agreed when it first runs: the error
+          reaches every rank at that call; the next collective still works (no hang)
+broadcast likewise, for a broadcast from a root first used after init
 """
 import dataclasses
 import sys
@@ -62,6 +63,8 @@ if RANK == 1:
     if MODE == "topology":
         skew_topology()
     elif MODE == "plan":
+        skew_plan("allreduce")
+    elif MODE == "allgather":
         skew_plan("allgather")
     else:
         skew_plan("broadcast", skewed_root=MPI.COMM_WORLD.Get_size() - 1)  # device = rank on a CPU job
@@ -71,12 +74,15 @@ try:
 except bf.PlanError as e:
     print(f"PLANERROR rank {RANK}: {e}", flush=True)
     sys.exit(0)
-if MODE != "broadcast":
+if MODE in ("topology", "plan"):
     print(f"NOERROR rank {RANK}", flush=True)
     sys.exit(0)
 last = bf.size() - 1
 try:
-    bf.broadcast(np.arange(4.0), root_rank=last, name="late.root")
+    if MODE == "allgather":
+        bf.allgather(np.arange(4.0), name="first.allgather")
+    else:
+        bf.broadcast(np.arange(4.0), root_rank=last, name="late.root")
 except bf.BlinkflowError as e:
     print(f"PLANERROR rank {RANK}: {type(e).__name__}: {e}", flush=True)
 else:

@@ -12,6 +12,7 @@ import numpy as np
 
 import blinkflow as bf
 from blinkflow.runtime import api as rt
+from case_runner import run_cases
 
 DTYPES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"]
 SHAPES = [(), (5,), (2, 3, 4), (0,), (3, 0, 2)]
@@ -287,7 +288,7 @@ def case_local_errors(r, n):
         "unknown reduce op": lambda: bf.allreduce(np.ones(2), op="median"),
         "Average is not defined for bool": lambda: bf.allreduce(np.ones(2, bool)),
         "not defined for bool tensors": lambda: bf.reducescatter(np.ones(n, bool), name="rs.bool"),
-        "allreduce 'group.bool': Average is not defined for bool":
+        "allreduce 'group.bool' was refused by rank":
             lambda: bf.grouped_allreduce([np.ones(2), np.ones(3, bool)], name="group.bool"),
         "complex64 is not supported": lambda: bf.grouped_allreduce([np.ones(2), np.ones(2, np.complex64)]),
     }
@@ -301,14 +302,17 @@ def case_local_errors(r, n):
         else:
             raise AssertionError(f"no error for {hint!r}")
     close(bf.allreduce([1, 2], op=bf.Sum, name="list.input"), np.array([n, 2 * n]), "int64")
-    # Failing unnamed calls drew no automatic name: only rank 0 fails one here, and the next
-    # unnamed calls still match across ranks.
-    if r == 0:
-        for fn in list(bad.values())[:4]:
-            try:
-                fn()
-            except bf.BlinkflowError:
-                pass
+    # Refused unnamed calls use up their automatic names like accepted ones (every rank makes the
+    # same calls; only rank 0's are bad here), so the next unnamed calls still match across ranks.
+    good = [lambda: bf.allgather(np.ones(1)), lambda: bf.broadcast(np.ones(2), 0),
+            lambda: bf.alltoall(np.ones(n), splits=[1] * n), lambda: bf.allreduce(np.ones(2))]
+    for fn, fine in zip(list(bad.values())[:4], good):
+        try:
+            fn() if r == 0 else fine()
+        except bf.InvalidArgumentError as e:
+            assert "refused by rank 0" in str(e), str(e)
+        else:
+            raise AssertionError("rank 0's refusal did not reach every rank")
     close(bf.allreduce(np.ones(2), op=bf.Sum), np.full(2, float(n)), "float64")
     close(bf.allgather(np.ones(1)), np.ones(n), "float64")
 
@@ -333,13 +337,12 @@ def case_one_rank_errs_and_names_stay_in_step(r, n):
         else:
             raise AssertionError("an empty group on rank 0 only was not an error")
     for bad in (None, float("nan"), "x"):
-        if r == 0:
-            try:
-                bf.allreduce(np.ones(2), prescale_factor=bad)
-            except bf.BlinkflowError as e:
-                assert "prescale_factor must be a finite number" in str(e), str(e)
-            else:
-                raise AssertionError(f"prescale_factor={bad!r} was accepted")
+        try:
+            bf.allreduce(np.ones(2), prescale_factor=bad if r == 0 else 1.0)
+        except bf.InvalidArgumentError as e:
+            assert "refused by rank 0: prescale_factor must be a finite number" in str(e), str(e)
+        else:
+            raise AssertionError(f"prescale_factor={bad!r} was accepted")
     close(bf.grouped_allreduce([np.ones(2)], op=bf.Sum)[0], np.full(2, float(n)), "float64")
     close(bf.allreduce(np.ones(2), op=bf.Sum), np.full(2, float(n)), "float64")
     unpicklable = lambda: None  # noqa: E731
@@ -664,12 +667,7 @@ def main():
     else:
         raise AssertionError("rank() before init did not raise")
     bf.init()
-    r, n = bf.rank(), bf.size()
-    only = sys.argv[1:]
-    for name, fn in list(globals().items()):
-        if name.startswith("case_") and (not only or name[5:] in only):
-            fn(r, n)
-            print(f"OK {name[5:]} rank {r}", flush=True)
+    run_cases(globals(), sys.argv[1:])
     bf.shutdown()
 
 

@@ -57,10 +57,17 @@ def kill(then_shutdown=False):
 def wait_for_survivors(r, n):
     """mpirun ends the job when the first survivor exits (and a survivor that looks later sees
     two dead ranks): wait, on files since MPI is broken, until every survivor has reported."""
+    file_barrier(r, n - 1, "survivor")
+
+
+def file_barrier(r, count, tag):
+    """Wait (30 s at most) until ``count`` ranks have reached this point, on files in FAULTS_DIR
+    because the runtime (and perhaps MPI) is broken. A rank whose runtime failed exits with
+    status 1 and mpirun then kills the rest, perhaps before they have printed their report."""
     rendezvous = os.environ["FAULTS_DIR"]
-    open(os.path.join(rendezvous, f"survivor.{r}"), "w").close()
+    open(os.path.join(rendezvous, f"{tag}.{r}"), "w").close()
     deadline = time.monotonic() + 30
-    while len([f for f in os.listdir(rendezvous) if f.startswith("survivor.")]) < n - 1 and time.monotonic() < deadline:
+    while len([f for f in os.listdir(rendezvous) if f.startswith(f"{tag}.")]) < count and time.monotonic() < deadline:
         time.sleep(0.1)
 
 
@@ -119,15 +126,17 @@ def timeline(abort=False):
     bf.shutdown()
 
 
-def config_mismatch():
-    """The last rank turns single copy off: init must raise ConfigError on every rank, naming the
+def config_mismatch(setting="BLINKFLOW_CPU_SINGLE_COPY=0"):
+    """The last rank alone has ``setting`` (single copy off by default; a topology, which rank 0
+    alone reads, was silently ignored): init must raise ConfigError on every rank, naming the
     setting and the ranks on each side, instead of hanging in a collective only some ranks run."""
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
     r, n = world.Get_rank(), world.Get_size()
     if r == n - 1:
-        os.environ["BLINKFLOW_CPU_SINGLE_COPY"] = "0"
+        variable, value = setting.split("=", 1)
+        os.environ[variable] = value
     try:
         bf.init()
     except bf.ConfigError as e:
@@ -162,6 +171,7 @@ def cma_failure(setup: bool):
         bf.allreduce(np.ones(1 << 20, np.float32), op=bf.Sum, name="cma")
     except bf.ShutdownError as e:
         print(f"CMAFAIL rank {r}: {e}", flush=True)
+        file_barrier(r, n, "cmafail")
     else:
         raise AssertionError("the all-reduce returned")
 
@@ -169,7 +179,7 @@ def cma_failure(setup: bool):
 def main():
     mode = sys.argv[1]
     if mode == "config":
-        config_mismatch()
+        config_mismatch(*sys.argv[2:3])
         return
     bf.init()
     if mode == "kill":

@@ -40,6 +40,19 @@ time.sleep(300)
 """
 
 
+# Ranks in a blinkflow job (shared memory, the runtime's threads) that then sleep.
+BF_SLEEPS = """
+import os, sys, time
+import numpy as np
+import blinkflow as bf
+bf.init()
+bf.allreduce(np.ones(1 << 16, np.float32))
+with open(os.path.join(sys.argv[1], "pid.%d" % bf.rank()), "w") as f:
+    f.write(str(os.getpid()))
+time.sleep(300)
+"""
+
+
 def tagged(stdout: str, stream: str = "stdout"):
     return sorted(line for line in stdout.splitlines() if f"<{stream}>:" in line)
 
@@ -199,5 +212,38 @@ def test_sigint_to_blinkrun_leaves_no_rank_alive(tmp_path):
         assert not survivors, f"alive 5 s after SIGINT: {survivors}"
         assert proc.returncode == 128 + signal.SIGINT, err
         assert "stopped by SIGINT" in err
+    finally:
+        _cleanup(proc, tree)
+
+
+def test_sigkill_to_blinkrun_ends_every_rank_and_the_next_start_reclaims(tmp_path):
+    """Issue 18, finding 6: blinkrun killed with SIGKILL (it can run no handler) left mpirun and
+    every rank running, and its scratch folder in the temp folder; segments of a job killed with
+    mpirun stayed in /dev/shm. Now mpirun follows blinkrun (parent-death signal) and takes the
+    ranks with it within seconds, and the next start removes what the dead job left."""
+    import glob
+    import tempfile
+
+    proc = popen_blinkrun(["-np", "3", PY, "-c", BF_SLEEPS, str(tmp_path)])
+    tree = set()
+    try:
+        _wait_for_files(tmp_path, [f"pid.{r}" for r in range(3)], proc, timeout=120)
+        tree = _descendants(proc.pid)
+        assert len(tree) >= 7, tree   # mpirun, 3 wrappers, 3 ranks
+        scratch = glob.glob(os.path.join(tempfile.gettempdir(), f"blinkrun-{proc.pid}-*"))
+        assert scratch, "blinkrun's scratch folder should carry its pid"
+        os.kill(proc.pid, signal.SIGKILL)
+        killed = time.time()
+        proc.communicate(timeout=30)
+        while [p for p in tree if _alive(p)] and time.time() - killed < 15:
+            time.sleep(0.2)
+        assert not [p for p in tree if _alive(p)], f"alive 15 s after blinkrun was killed: {tree}"
+        segment = "/dev/shm/sm_segment.blinkflow-test.%d.dead.0" % os.getuid()
+        with open(segment, "wb") as f:
+            f.write(b"\0" * 4096)
+        os.utime(segment, (time.time() - 3600, time.time() - 3600))   # a killed job's, an hour old
+        assert run_blinkrun(["-np", "1", PY, "-c", "pass"]).returncode == 0
+        assert not [p for p in scratch if os.path.exists(p)], "the dead blinkrun's scratch folder stayed"
+        assert not os.path.exists(segment), "an unused segment of a dead job stayed in /dev/shm"
     finally:
         _cleanup(proc, tree)

@@ -17,6 +17,7 @@ CASES = os.path.join(os.path.dirname(__file__), "cpu_backend_cases.py")
     (3, 0, 4096),  # many pipeline chunks per shard
     (4, 2, 0),  # two hosts of two ranks: the three-phase path
     (3, 3, 0),  # one rank per host: phase 2 only
+    (3, 2, 0),  # hosts of 2 and 1 ranks: cross groups cut at both hosts' shard boundaries
 ])
 def test_cpu_backend_collectives(nprocs, split_hosts, chunk_bytes):
     env = {"BLINKFLOW_SPLIT_HOSTS": str(split_hosts)} if split_hosts else {}

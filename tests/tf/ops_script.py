@@ -6,7 +6,6 @@ One launch checks everything (TensorFlow costs seconds per process to import). P
 ``OPS OK <count>`` on success; exits 1 naming every failed check.
 """
 import os
-import sys
 
 import numpy as np
 import tensorflow as tf
@@ -18,26 +17,12 @@ import keras  # noqa: E402  (after the thread settings, before any op runs)
 
 import blinkflow as bf  # noqa: E402
 import blinkflow.tensorflow as hvd  # noqa: E402
+from script_checks import Checks, run  # noqa: E402
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
-failures, count = [], 0
-
-
-def check(label, ok, detail=""):
-    global count
-    count += 1
-    if not ok:
-        failures.append(f"rank {r}: {label} {detail}")
-
-
-def close(label, got, want, atol=1e-5):
-    got, want = np.asarray(got), np.asarray(want)
-    check(label, got.shape == want.shape and np.allclose(got, want, atol=atol), f"got {got!r} want {want!r}")
-
-
-def run(fn, mode):
-    return tf.function(fn)() if mode == "function" else fn()
+checks = Checks(r)
+check, close = checks.check, checks.close
 
 
 def mean_over_ranks(f):
@@ -220,7 +205,4 @@ elif os.environ.get("EXPECT_ROUTE") == "host":
 out = hvd.allreduce(np.array([r], dtype=np.float64), op=bf.Sum, name="numpy.sum")
 check("numpy in, numpy out", isinstance(out, np.ndarray), type(out))
 
-if failures:
-    print("\n".join(failures), flush=True)
-    sys.exit(1)
-print(f"OPS OK {count}", flush=True)
+checks.report("OPS OK")

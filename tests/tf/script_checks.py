@@ -1,8 +1,6 @@
-"""What the multi-process TF scripts share: named checks collected per rank, and the verdict.
-
-``checks = Checks(rank)``; ``checks.check(label, ok, detail)``, ``checks.close(label, got, want)``;
-``checks.finish("BUCKETS OK")`` prints every failure and exits 1, or prints ``BUCKETS OK <count>``.
-"""
+"""What the TensorFlow multi-process scripts share: checks that collect every failure instead of
+stopping at the first (one launch costs seconds of TensorFlow import per rank), and running a
+function eagerly or as a ``tf.function``."""
 import sys
 
 import numpy as np
@@ -23,8 +21,15 @@ class Checks:
         got, want = np.asarray(got), np.asarray(want)
         self.check(label, got.shape == want.shape and np.allclose(got, want, atol=atol), f"got {got!r} want {want!r}")
 
-    def finish(self, ok_line: str) -> None:
+    def report(self, done: str) -> None:
+        """Print ``<done> <count>``, or every failure and exit 1."""
         if self.failures:
             print("\n".join(self.failures), flush=True)
             sys.exit(1)
-        print(f"{ok_line} {self.count}", flush=True)
+        print(f"{done} {self.count}", flush=True)
+
+
+def run(fn, mode):
+    import tensorflow as tf
+
+    return tf.function(fn)() if mode == "function" else fn()

@@ -27,3 +27,11 @@ def test_tf_tensors_reach_the_cuda_backend_by_dlpack(n):
            "BLINKFLOW_BACKEND": "cuda", "BLINKFLOW_TOPOLOGY": f"cpu-host:{n}", "EXPECT_ROUTE": "device"}
     out = run_mpi(n, ["python", os.path.join(HERE, "ops_script.py")], timeout=400, env=env).stdout
     assert out.count("OPS OK") == n, out[-3000:]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [2, 3])
+def test_tf_calls_one_rank_refuses_fail_on_every_rank_and_the_next_pairs(n):
+    """Issue 18, findings 1-3 through the TensorFlow API (refusal_script.py)."""
+    out = run_mpi(n, ["python", os.path.join(HERE, "refusal_script.py")], timeout=400).stdout
+    assert out.count("REFUSALS OK") == n, out[-3000:]

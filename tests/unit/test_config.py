@@ -35,3 +35,45 @@ def test_reads_every_field_from_env():
 def test_bad_values_raise_config_error(env, msg):
     with pytest.raises(ConfigError, match=msg):
         Config.from_env(env)
+
+
+@pytest.mark.parametrize("env, msg", [
+    # Issue 18: these passed validation, then failed far from their cause.
+    ({"BLINKFLOW_CYCLE_TIME": "1e300"}, "BLINKFLOW_CYCLE_TIME must be > 0 and <= 10000 ms, got 1e"),
+    ({"BLINKFLOW_STALL_CHECK_TIME_SECONDS": "1e300"}, "STALL_CHECK_TIME_SECONDS must be >= 0 and <= 2.592e"),
+    ({"BLINKFLOW_FUSION_THRESHOLD": "1e300"}, "FUSION_THRESHOLD must be >= 0 and <= "),
+    ({"BLINKFLOW_CACHE_CAPACITY": "100000000"}, "CACHE_CAPACITY must be >= 0 and <= 65536"),
+    ({"BLINKFLOW_CHUNK_BYTES": "-1"}, "CHUNK_BYTES must be >= 0"),
+    ({"BLINKFLOW_START_TIMEOUT": "0"}, "START_TIMEOUT must be > 0"),
+    ({"BLINKFLOW_SPLIT_HOSTS": "1e9"}, "SPLIT_HOSTS must be >= 0 and <= 65536"),
+    ({"BLINKFLOW_FUSION_THRESHOLD": "2.5"}, "FUSION_THRESHOLD='2.5' is not a whole number"),
+    ({"BLINKFLOW_CACHE_CAPACITY": "inf"}, "not a finite number"),
+])
+def test_every_number_has_bounds(env, msg):
+    with pytest.raises(ConfigError, match=msg):
+        Config.from_env(env)
+
+
+def test_whole_numbers_may_be_written_as_floats():
+    """FUSION_THRESHOLD=1e9 was 'not a number'."""
+    c = Config.from_env({"BLINKFLOW_FUSION_THRESHOLD": "1e9", "BLINKFLOW_CACHE_CAPACITY": "64.0",
+                         "BLINKFLOW_START_TIMEOUT": "5"})
+    assert (c.fusion_threshold, c.cache_capacity, c.start_timeout) == (10 ** 9, 64, 5.0)
+    assert isinstance(c.fusion_threshold, int)
+
+
+def test_unknown_variables_name_the_closest_setting():
+    from blinkflow.config import unknown_variables
+
+    lines = unknown_variables({"BLINKFLOW_FUSION_TRESHOLD": "1", "BLINKFLOW_CYCLE_TIME": "2", "PATH": "/bin",
+                               "BLINKFLOW_WHATEVER_ELSE_ENTIRELY": "x"})
+    assert lines[0] == ("BLINKFLOW_FUSION_TRESHOLD is not a blinkflow setting and is ignored; did you mean "
+                        "BLINKFLOW_FUSION_THRESHOLD?")
+    assert lines[1].startswith("BLINKFLOW_WHATEVER_ELSE_ENTIRELY is not a blinkflow setting") and \
+        "BLINKFLOW_CYCLE_TIME" in lines[1]
+    assert len(lines) == 2
+
+
+def test_the_topology_must_agree_across_ranks():
+    """Rank 0 alone reads BLINKFLOW_TOPOLOGY: one set on another rank only was silently ignored."""
+    assert ("topology", "dgx1-v100") in Config(topology="dgx1-v100").agreed()

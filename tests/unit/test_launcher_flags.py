@@ -14,6 +14,7 @@ EXPECTED = {  # flag param -> (given value, variable, variable text, parsed Conf
     "timeline_filename": ("/tmp/tl.json", "BLINKFLOW_TIMELINE", "/tmp/tl.json", "/tmp/tl.json"),
     "stall_check_warning_time_seconds": (5.0, "BLINKFLOW_STALL_CHECK_TIME_SECONDS", "5.0", 5.0),
     "stall_check_shutdown_time_seconds": (30.0, "BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS", "30.0", 30.0),
+    "start_timeout": (12.5, "BLINKFLOW_START_TIMEOUT", "12.5", 12.5),
     "topology": ("dgx1-v100", "BLINKFLOW_TOPOLOGY", "dgx1-v100", "dgx1-v100"),
     "backend": ("cpu", "BLINKFLOW_BACKEND", "cpu", "cpu"),
     "log_level": ("debug", "BLINKFLOW_LOG_LEVEL", "debug", "debug"),

@@ -33,7 +33,8 @@ def test_lines_are_tagged_and_a_last_partial_line_completed(tmp_path):
     assert proc.stdout == "[3]<stdout>: a\n[3]<stdout>: no newline\n"
     text, found = split_events(proc.stderr)
     assert text == "[3]<stderr>: b\n"
-    assert [e["event"] for e in found] == [events.STARTED] and found[0]["rank"] == 3
+    assert [e["event"] for e in found] == [events.STARTED, events.EXITED] and found[0]["rank"] == 3
+    assert found[1]["status"] == 0  # blinkrun learns of every end, also a clean one
     assert (tmp_path / "rank.03" / "stdout").read_text() == "a\nno newline\n"   # padded: 12 ranks
     assert (tmp_path / "rank.03" / "stderr").read_text() == "b\n"
 
@@ -42,7 +43,7 @@ def test_uncaught_exception_is_recorded():
     proc = wrap([PY, "-c", "def f():\n    raise KeyError('missing')\nf()"])
     assert proc.returncode == 1
     _, found = split_events(proc.stderr)
-    failed = found[-1]
+    failed = next(e for e in found if e["event"] == events.FAILED)
     assert failed["event"] == events.FAILED and failed["status"] == 1 and failed["rank"] == 3
     assert failed["exc"] == "KeyError: 'missing'"
     assert failed["tail"][0] == "Traceback (most recent call last):" and "in f" in "\n".join(failed["tail"])
@@ -70,7 +71,7 @@ def test_the_hook_stays_out_of_grandchildren():
     code = f"import subprocess; subprocess.run([{PY!r}, '-c', 'raise SystemError(1)'])"
     proc = wrap([PY, "-c", code])
     assert proc.returncode == 0
-    assert [e["event"] for e in split_events(proc.stderr)[1]] == [events.STARTED]
+    assert [e["event"] for e in split_events(proc.stderr)[1]] == [events.STARTED, events.EXITED]
 
 
 def test_helpers():

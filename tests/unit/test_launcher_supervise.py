@@ -25,9 +25,14 @@ def started(rank):
     return events.encode({"event": "started", "rank": rank, "host": "h", "pid": 1})
 
 
-def failed(rank, at, status, exc=None):
+def failed(rank, at, status, exc=None, blames=None):
     return events.encode({"event": "failed", "rank": rank, "host": f"host{rank}", "status": status, "signal": None,
-                          "time": at, "exc": exc, "tail": ["Traceback (most recent call last):", exc or "x"]})
+                          "time": at, "exc": exc, "tail": ["Traceback (most recent call last):", exc or "x"],
+                          "blames": blames})
+
+
+def exited(rank, at, status):
+    return events.encode({"event": "exited", "rank": rank, "host": "h", "status": status, "time": at})
 
 
 def test_earliest_failure_is_named_and_its_status_returned():
@@ -75,3 +80,26 @@ def test_sigint_stops_the_job_and_later_failures_do_not_count():
         timer.cancel()
     assert status == 130 and took < 20
     assert "blinkrun: stopped by SIGINT; every rank was stopped" in err and "failed first" not in err
+
+
+def test_a_survivor_that_blames_a_peer_is_not_named_first():
+    """--enable-recovery: the survivor that noticed the dead rank reported before it."""
+    lines = [started(0), started(1), started(2), failed(0, 100.0, 1, "ShutdownError: peer rank 2 failed", blames=2),
+             failed(2, 101.0, 137)]
+    status, _, err, _ = run_job(fake_mpirun(lines, exit_code=1), np=3)
+    assert status == 137 and "blinkrun: rank 2 (host host2) failed first" in err, err
+
+
+def test_a_rank_that_left_with_status_0_is_named_by_its_peers():
+    """os._exit(0) in one rank: it reports no failure; the ranks that stopped because of it do."""
+    lines = [started(0), started(1), exited(1, 50.0, 0), failed(0, 51.0, 1, "ShutdownError: peer rank 1 failed",
+                                                                blames=1)]
+    status, _, err, _ = run_job(fake_mpirun(lines, exit_code=1))
+    assert status == 1 and "rank 1 (host h) failed first: exited with status 0 while the others" in err, err
+    assert "rank 0 (host host0) reports: ShutdownError: peer rank 1 failed" in err
+
+
+def test_mpirun_failing_after_a_rank_ended_early_names_it():
+    lines = [started(0), started(1), exited(1, 50.0, 0), exited(0, 52.0, 137)]
+    status, _, err, _ = run_job(fake_mpirun(lines, exit_code=3))
+    assert status == 3 and "no rank reported a failure, but rank 1 (host h) ended first, with status 0" in err, err

@@ -20,6 +20,9 @@ def test_json_fields(capsys):
     assert {"topology", "gpus", "collective", "root", "rate_gbps", "optimal_gbps", "ring_gbps",
             "plan_seconds", "trees"} <= set(d)
     assert d["gpus"] == [0, 1, 4] and d["root"] is None and d["rate_gbps"] == pytest.approx(25.0)
+    # make_plan leaves the ring baseline out unless asked; the tool that shows it asks: no NVLink
+    # ring among {0, 1, 4}, so a 10 GB/s cross-socket ring, all-reduce 10 * 3 / (2 * 2).
+    assert d["ring_gbps"] == pytest.approx(7.5)
     assert all({"root", "fraction", "edges"} <= set(t) for t in d["trees"])
 
 

@@ -3,10 +3,10 @@ import doctest
 
 import pytest
 
-from blinkflow.planner import make, maxflow, multihost
+from blinkflow.planner import make, maxflow, multihost, refinement, star
 
 
-@pytest.mark.parametrize("module", [make, maxflow, multihost])
+@pytest.mark.parametrize("module", [make, maxflow, multihost, refinement, star])
 def test_docstring_examples(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0

@@ -186,7 +186,7 @@ def test_multi_host_subset_bounds_use_only_the_allocation():
     # GPU 0 and GPU 8 reach their NICs over one PCIe Gen3 link each (12 GB/s): no all-reduce
     # between them beats 12 GB/s, whatever the other 14 GPUs' NICs could carry.
     topo = get_preset("2xdgx1-v100")
-    plan = make_plan(topo, "allreduce", [0, 8])
+    plan = make_plan(topo, "allreduce", [0, 8], ring=True)
     assert plan.rate_gbps == pytest.approx(12.0)
     assert plan.optimal_gbps == pytest.approx(12.0)
     assert plan.ring_gbps == pytest.approx(12.0)
@@ -204,5 +204,5 @@ def test_multi_host_ring_respects_the_pcie_path_to_the_nic(name, uplink):
     topo = get_preset(name)
     assert ring_bandwidth(topo, topo.compute_ids) <= uplink + 1e-9
     for collective in ("broadcast", "allgather", "allreduce"):
-        plan = make_plan(topo, collective)
+        plan = make_plan(topo, collective, ring=True)
         assert plan.ring_gbps == pytest.approx(ring_gbps(topo, topo.compute_ids, collective))

@@ -98,3 +98,22 @@ def test_three_phase_slices_must_tile(topo):
     groups[0] = dataclasses.replace(groups[0], devices=(0, 1))
     with pytest.raises(PlanError, match="one device per host"):
         verify_plan(dataclasses.replace(plan, cross=tuple(groups)), multi)
+
+
+def test_route_over_a_missing_link_rejected(topo):
+    # pcie0 holds GPUs 0 and 1; GPU 4 sits behind pcie2, so pcie0 -> 4 is no link.
+    plan = make_plan(topo, "broadcast", [1, 4, 5], root=1)
+    bad = dataclasses.replace(_with_tree(plan, 0, edges=((1, 4), (4, 5))),
+                              routes=(Route(1, 4, (1, "pcie0", 4)),))
+    with pytest.raises(PlanError, match="pcie0->4, which is not a link"):
+        verify_plan(bad, topo)
+
+
+def test_three_phase_group_plan_must_be_over_its_devices():
+    multi = get_preset("2xcpu-host:2")
+    plan = make_plan(multi, "allreduce")
+    groups = list(plan.cross)
+    other = next(g for g in groups if g.devices != groups[0].devices)
+    groups[0] = dataclasses.replace(groups[0], plan=other.plan)
+    with pytest.raises(PlanError, match="carries a plan over"):
+        verify_plan(dataclasses.replace(plan, cross=tuple(groups)), multi)

@@ -288,7 +288,8 @@ def test_watchdog_reports_a_dead_peer_and_ignores_invisible_ones():
     invisible = 2 ** 22 + 12345  # beyond pid_max defaults: never a live process
     seen = threading.Event()
     errors = []
-    dog = liveness.Watchdog(0, ["m", "m", "m", "other"], [os.getpid(), child.pid, invisible, child.pid],
+    machines = ["m", "m", "m", "other"]
+    dog = liveness.Watchdog(0, machines, machines, [os.getpid(), child.pid, invisible, child.pid],
                             lambda e: (errors.append(e), seen.set()))
     assert [r for r, _ in dog._peers] == [1]  # rank 2 invisible from the start, rank 3 elsewhere
     dog.start()
@@ -297,6 +298,56 @@ def test_watchdog_reports_a_dead_peer_and_ignores_invisible_ones():
     assert seen.wait(5 * liveness.CHECK_INTERVAL_S)
     dog.stop()
     assert errors[0].rank == 1 and "rank 1 on m failed" in str(errors[0])
+
+
+def test_a_casualty_is_not_blamed_its_cause_is():
+    from blinkflow.runtime.liveness import culprits
+
+    assert culprits([0, 2], {0: 2}) == [2]  # rank 0 said it left because of rank 2
+    assert culprits([0], {0: 2}) == [2]
+    assert culprits([1, 2], {}) == [1, 2]
+
+
+class _SilentSide:
+    """A side channel (no MPI) whose watched neighbour never beats, or always does."""
+
+    concurrent = True
+
+    def __init__(self, beats: bool):
+        self.beats, self.told = beats, []
+
+    def beat(self, dest):
+        pass
+
+    def heard(self, source):
+        return self.beats
+
+    def poll_notice(self):
+        return None
+
+    def tell_all(self, text, cause=None):
+        self.told.append((text, cause))
+
+
+def test_a_silent_neighbour_is_reported_then_stops_the_job():
+    """Issue 18, finding 4: the heartbeat's silence, counted while the watchdog itself runs."""
+    import os
+    import threading
+
+    from blinkflow.runtime import liveness
+
+    for beats in (False, True):
+        side, errors, seen = _SilentSide(beats), [], threading.Event()
+        dog = liveness.Watchdog(0, ["m", "n", "n"], ["m", "n", "n"], [os.getpid(), 1, 1],
+                                lambda e: (errors.append(e), seen.set()), side, check_s=0.5, shutdown_s=1.5)
+        dog.start()
+        stopped = seen.wait(6 * liveness.CHECK_INTERVAL_S + 1.5)
+        dog.stop()
+        if beats:
+            assert not stopped and not errors and not side.told
+            continue
+        assert stopped and errors[0].rank == 1 and "rank 1 (n) made no progress" in str(errors[0])
+        assert side.told and side.told[0][1] == 1 and "rank 0 stops the job" in side.told[0][0]
 
 
 def test_a_zombie_counts_as_dead():

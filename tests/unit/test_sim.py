@@ -9,7 +9,7 @@ from blinkflow.schedule.lower import lower
 from blinkflow.schedule.emit import TreeShape
 from blinkflow.sim import simulate, simulate_plan
 from blinkflow.sim.engine import bus_factor
-from blinkflow.sim.rate import plan_rate_gbps
+from sim_rate import plan_rate_gbps
 from blinkflow.sim.routes import DEFAULT_LATENCY_US, Router
 from blinkflow.topology import Link, Node, Topology, bidirectional
 from blinkflow.topology.presets import get_preset

@@ -1,4 +1,4 @@
-"""The steady-state rate of a tree plan as the simulator sees it (through its own router).
+"""Test oracle: the steady-state rate of a tree plan as the simulator sees it (its own router).
 
 The planner computes ``rate_gbps`` with its routes; recomputing it here with the simulator's
 :class:`Router` checks that both agree on which links every edge loads.
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
-from ..errors import PlanError
-from ..planner.plan import Plan
-from ..topology.model import Topology
-from .routes import Router
+from blinkflow.errors import PlanError
+from blinkflow.planner.plan import Plan
+from blinkflow.topology.model import Topology
+from blinkflow.sim.routes import Router
 
 _FORWARD = {"broadcast": (True, False), "allgather": (True, False), "reduce": (False, True),
             "reducescatter": (False, True), "allreduce": (True, True)}
