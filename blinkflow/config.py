@@ -22,7 +22,7 @@ ENV_PREFIX = "BLINKFLOW_"
 #: cache, plan or choose data paths differently and wait for each other. The topology is one:
 #: rank 0 alone reads it, so one set on another rank only would be silently ignored.
 AGREED_FIELDS = ("fusion_threshold", "cache_capacity", "backend", "chunk_bytes", "cpu_single_copy", "split_hosts",
-                 "topology")
+                 "topology", "bucket_bytes")
 BACKENDS = ("auto", "cpu", "cuda")
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 _DAY_S = 86400.0
@@ -64,6 +64,10 @@ class Config:
     """1: on a host where ranks may read each other's memory (Linux cross-memory attach), large
     all-reduces read peers' tensors in place instead of first copying them into shared memory;
     0: always copy through shared memory."""
+    bucket_bytes: int = 25 * 1024 * 1024
+    """Bytes of gradients per bucket: DistributedOptimizer and DistributedGradientTape submit each
+    bucket as soon as backprop has produced it, last layer first, so its all-reduce overlaps the
+    rest of backprop (PyTorch DDP's ``bucket_cap_mb``, and its default); 0 = one bucket."""
     split_hosts: int = 0
     """For tests of the multi-host path on one machine: treat the job's ranks as this many hosts
     (consecutive blocks of ranks, no shared memory between blocks). 0 = real host names."""
@@ -130,6 +134,7 @@ BOUNDS = {
     "stall_shutdown_time_seconds": (0.0, 30 * _DAY_S, False, " s"),
     "start_timeout": (0.0, 30 * _DAY_S, True, " s"),
     "chunk_bytes": (0, float(1 << 30), False, " bytes"),
+    "bucket_bytes": (0, float(1 << 40), False, " bytes"),
     "split_hosts": (0, 65536, False, " hosts"),
 }
 

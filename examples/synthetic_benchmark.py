@@ -95,10 +95,14 @@ log(f"Total img/sec on {hvd.size()} rank(s): {total:.1f} +-{conf * np.sqrt(hvd.s
 
 if args.local_baseline:
     # Alternate local and distributed iterations so both see the same load on a shared machine.
+    # Ranks drift apart during local steps; a barrier before each timed block starts every rank's
+    # block together, so the distributed block does not pay for the local block's drift.
     local_step(first_batch=False)
     seconds = {"local": 0.0, "distributed": 0.0}
     for i in range(args.num_iters):
+        hvd.barrier()
         seconds["local"] += timeit.timeit(lambda: local_step(first_batch=False), number=args.num_batches_per_iter)
+        hvd.barrier()
         seconds["distributed"] += timeit.timeit(lambda: benchmark_step(first_batch=False),
                                                 number=args.num_batches_per_iter)
     ratio = float(hvd.allreduce(np.array([seconds["local"] / seconds["distributed"]]), name="benchmark.ratio")[0])

@@ -17,6 +17,7 @@ from typing import Any, List, Tuple
 import numpy as np
 
 from ..schedule.transport import FREE, READY, Event
+from . import quiet_wait
 
 CONTROL_TAG = 0xB1
 DATA_TAG = 0x100
@@ -69,10 +70,10 @@ class MpiWire:
         return self._collect(done or [])
 
     def wait(self) -> List[Event]:
-        if len(self._requests) == 1:  # only the control receive: wait for the next message
-            self._control.Wait()
-            return self._collect([0])
-        return self._collect(self.MPI.Request.Waitsome(self._requests) or [])
+        """The next events, waited for without spinning (:mod:`.quiet_wait`): the peer is often
+        still computing (a bucket reduced during backprop), and MPI's blocking wait would spin
+        on a core it needs."""
+        return quiet_wait.until(self.poll)
 
     def _collect(self, indices) -> List[Event]:
         events = []
@@ -83,7 +84,8 @@ class MpiWire:
             else:
                 events.append(self._meaning[i])
         if indices:
-            keep = [i for i in range(1, len(self._requests)) if i not in set(indices)]
+            done = set(indices)
+            keep = [i for i in range(1, len(self._requests)) if i not in done]
             self._requests = [self._control] + [self._requests[i] for i in keep]
             self._meaning = [None] + [self._meaning[i] for i in keep]
             self._buffers = [None] + [self._buffers[i] for i in keep]

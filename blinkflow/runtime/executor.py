@@ -257,10 +257,9 @@ class Executor:
                 else:
                     array = entry.array[piece.member] if entry.request.parts is not None else entry.array
                     inputs.append(array.ravel())  # contiguous: a strided 1-d view is copied, not passed on
-        # The result goes to a private array that every result is a slice of: peers may still be
-        # reading this rank's part of a shared buffer after the call (the cpu backend has no exit
-        # barrier). On the host the backend writes it directly, with a float Average's scaling
-        # folded in; device buffers are copied out afterwards.
+        # The result goes to a private array that every result is a slice of (the backend's
+        # buffer is reused by the next batch). On the host the backend writes it directly, with a
+        # float Average's scaling folded in; device buffers are copied out afterwards.
         scale = first.postscale / self.size if op is ReduceOp.AVERAGE else first.postscale
         on_host = first.device == "cpu"
         if on_host:

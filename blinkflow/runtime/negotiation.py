@@ -25,7 +25,7 @@ import dataclasses
 import time
 from typing import Dict, List, Optional, Tuple
 
-from . import quiet_wait
+from ..backends import quiet_wait
 from .coordinator import MessageTable
 from .messages import JOIN_NAME, Kind, Response
 from .response_cache import HIT, INVALID, ResponseCache

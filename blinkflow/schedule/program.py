@@ -172,7 +172,7 @@ def compile_program(schedule: Schedule, device: int, rank_of: Mapping[int, int],
             sout = (key[0], send_seq.get(key, 0))
             send_seq[key] = sout[1] + 1
         numbers.append((rin, sout))
-    groups = _fuse(steps, deps, later, fuse_inputs)
+    groups = _fuse(steps, deps, later, fuse_inputs, _sent_rounds(schedule, device, steps) if fuse_inputs > 1 else [])
     action_of = {}
     for a, group in enumerate(groups):
         for i in group:
@@ -222,12 +222,34 @@ def _later_touching(i: int, footprints, blocks_of, by_block) -> Optional[int]:
     return best
 
 
-def _fuse(steps, deps, later, fuse_inputs: int) -> List[List[int]]:
+def _sent_rounds(schedule: Schedule, device: int, steps) -> List[int]:
+    """``[i]``: the round of the send that step ``i``'s receive matches (FIFO per peer and channel)."""
+    queues: Dict[Tuple[int, int], List[int]] = {}
+    for sender, program in schedule.programs:
+        for s in program:
+            if s.destination == device:
+                queues.setdefault((sender, s.channel), []).append(s.round)
+    taken: Dict[Tuple[int, int], int] = {}
+    out = []
+    for s in steps:
+        if s.op in RECEIVING_OPS:
+            key = (s.peer, s.channel)
+            out.append(queues[key][taken.get(key, 0)])
+            taken[key] = taken.get(key, 0) + 1
+        else:
+            out.append(-1)
+    return out
+
+
+def _fuse(steps, deps, later, fuse_inputs: int, sent_rounds: List[int]) -> List[List[int]]:
     """Steps grouped into actions, in program order of each group's first step. A group is a
     ``recv_reduce`` followed by the next steps touching its range while each is a reduction of
     exactly that range, on its channel, from another peer, depending on nothing after the
-    group's start but the group (so issuing the group where it starts cannot wait on a step
-    that waits on the group); a ``recv_reduce_send`` ends it."""
+    group's start but the group (so issuing the group where it starts cannot wait on a local
+    step that waits on the group), and receiving what was sent in a round before the group's
+    first step (a fused action holds back its first input's release until its last input is
+    there: that input must not depend, through other ranks, on the release; what was sent
+    before the round of the group's start cannot); a ``recv_reduce_send`` ends it."""
     grouped: set = set()
     groups = []
     for i, s in enumerate(steps):
@@ -240,7 +262,8 @@ def _fuse(steps, deps, later, fuse_inputs: int) -> List[List[int]]:
             while j is not None and len(group) < fuse_inputs:
                 t = steps[j]
                 if (t.op not in REDUCING_OPS or (t.offset, t.count, t.channel) != (s.offset, s.count, s.channel)
-                        or t.peer in peers or any(d >= i and d not in group for d in deps[j])):
+                        or t.peer in peers or any(d >= i and d not in group for d in deps[j])
+                        or sent_rounds[j] >= s.round):
                     break
                 group.append(j)
                 peers.add(t.peer)

@@ -22,6 +22,13 @@ Sequence numbers keep counting across calls (:class:`SequenceState`), so a messa
 call can never be mistaken for one of this call. Before returning, a rank waits until every
 transfer it sent was released, so no transfer of this call is left in flight.
 
+Deadlock-freedom rests on the IR's rounds (every wait points at an earlier round), with one
+limit the rounds do not see: receive-slot windows. A schedule that overwrites a range it sent
+over a link that holds its source (another host), while a windowed queue (IPC slots inside a GPU
+host) feeds that overwrite, can wait in a circle (found by review: a 4-rank hand-made schedule).
+Lowered plans never overwrite what they sent to another host; hand-made ones for the cuda
+backend must not either.
+
 Event driven, so a program of n actions costs O(n + events) host work: an action waits in
 exactly one place at a time (a dependency counter, a READY, a FREE) and moves on when that
 resolves. Runnable actions issue lowest index first, i.e. in program order where the order is

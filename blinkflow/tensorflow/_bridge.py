@@ -21,8 +21,16 @@ stateful op: ``tf.numpy_function`` where only the host route is possible
 tensors where they live so the route is chosen per call. In a ``tf.function`` TF's automatic
 control dependencies order stateful ops in program order, so every rank enqueues its collectives
 in the same order even with one inter-op thread (no cross-rank deadlock). A TF1 graph run by a
-Session orders nothing, so there a call is a submit op, an asynchronous wait that holds no
-thread, and a collect op (:mod:`._tf1`). Errors surface as ``tf.errors`` (see :mod:`._errors`).
+Session orders nothing, so there a blocking call (:func:`call`, :func:`wait`) is a submit op, an
+asynchronous wait that holds no thread, and a collect op (:mod:`._tf1`). Errors surface as
+``tf.errors`` (see :mod:`._errors`).
+
+A collective can also cross in two halves (:func:`submit`, :func:`wait`), so a training step
+starts reducing early gradients while backprop computes the rest (:mod:`.gradients`): ``submit``
+hands its tensors to the runtime and returns a handle (an int64 scalar) at once, never blocking a
+TensorFlow thread; one ``wait`` takes the handles and returns every result. Errors of a submission
+are kept with its handle and raised by the wait, which first synchronizes the other handles, so
+no name stays in flight.
 
 ``conversions`` counts the tensors each route carried (``"host"``, ``"device"``): a GPU tensor
 that went through the host would show here (the tests assert it does not).
@@ -30,7 +38,8 @@ that went through the host would show here (the tests assert it does not).
 from __future__ import annotations
 
 import collections
-from typing import Callable, List, Sequence
+import itertools
+from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -81,36 +90,29 @@ def _on_gpu(t) -> bool:
     return "GPU" in (getattr(t, "device", "") or "").upper()
 
 
-def _takes_device_route(tensors) -> bool:
-    return _device_possible() and (_forced() or any(_on_gpu(t) for t in tensors))
-
-
 def _run_eager(fn, tensors, out_dtypes):
     """``fn`` on the tensors' arrays, by the route their placement asks for; tensors out."""
-    if _takes_device_route(tensors):
-        return _device_route(fn, tensors, out_dtypes)
+    return _to_tensors(fn(_to_arrays(tensors)), out_dtypes)
+
+
+def _to_arrays(tensors) -> list:
+    """The tensors' arrays for the runtime: cupy views by DLPack on the device route, numpy
+    (views where TensorFlow allows) on the host route."""
+    if _device_possible() and (_forced() or any(_on_gpu(t) for t in tensors)):
+        return _device_arrays(tensors)
     conversions["host"] += len(tensors)
-    return host_results(fn([t.numpy() for t in tensors]), out_dtypes)
+    return [t.numpy() for t in tensors]
 
 
-def host_results(outs, out_dtypes):
-    return [tf.convert_to_tensor(np.asarray(o, dtype=d.as_numpy_dtype)) for o, d in zip(outs, out_dtypes)]
-
-
-def _device_route(fn, tensors, out_dtypes):
-    return device_results(fn(device_arrays(tensors)), out_dtypes)
-
-
-def device_arrays(tensors):
-    """The tensors as CuPy arrays on their GPU, by DLPack (bfloat16 widened to float32)."""
+def _device_arrays(tensors) -> list:
     from ..backends.cuda.dlpack import tf_to_cupy
 
-    widened = [t.dtype == tf.bfloat16 for t in tensors]
     arrays = []
     try:
         with tf.device("/GPU:0"):
-            placed = [tf.cast(t, tf.float32) if wide else (t if _on_gpu(t) else tf.identity(t))
-                      for t, wide in zip(tensors, widened)]
+            # bfloat16, which CuPy lacks, is reduced in float32 (and cast back in _to_tensors)
+            placed = [tf.cast(t, tf.float32) if t.dtype == tf.bfloat16 else (t if _on_gpu(t) else tf.identity(t))
+                      for t in tensors]
         for i, t in enumerate(placed):
             arrays.append(tf_to_cupy(t, sync=i == len(placed) - 1)[0])  # one device sync for the group
     except BlinkflowError:
@@ -122,23 +124,33 @@ def device_arrays(tensors):
     return arrays
 
 
-def device_results(outs, out_dtypes):
-    """The cuda backend's results as TF tensors, by DLPack."""
+def _to_tensors(outs, out_dtypes) -> List[tf.Tensor]:
+    """Tensors of ``out_dtypes`` from the runtime's results: cupy arrays by DLPack, numpy
+    arrays (host results, alltoall's received splits) by conversion."""
+    if not any(_is_cupy(o) for o in outs):
+        return [tf.convert_to_tensor(np.asarray(o, dtype=d.as_numpy_dtype)) for o, d in zip(outs, out_dtypes)]
+    # aligned: a slice of a fused result may not be, and TensorFlow takes only aligned memory
+    aligned = [o.copy() if _is_cupy(o) and o.size and o.data.ptr % _TF_ALIGN else o for o in outs]
+    # One device sync before TensorFlow sees anything, also when every output is empty: our
+    # kernels ran on our streams and still read the inputs (TF may reuse their memory once this
+    # returns) and write the outputs (TF reads them on its own streams).
+    _synchronize()
+    return [_to_tf(o, d) if _is_cupy(o) else tf.convert_to_tensor(np.asarray(o, dtype=d.as_numpy_dtype))
+            for o, d in zip(aligned, out_dtypes)]
+
+
+def _synchronize() -> None:
+    import cupy
+
+    cupy.cuda.Device().synchronize()
+
+
+def _to_tf(array, dtype: tf.DType):
     from ..backends.cuda.dlpack import cupy_to_tf
 
-    results = []
-    last = max((i for i, o in enumerate(outs) if _is_cupy(o)), default=-1)
-    for i, (o, d) in enumerate(zip(outs, out_dtypes)):
-        if not _is_cupy(o):  # alltoall's received splits are numpy
-            results.append(tf.convert_to_tensor(np.asarray(o, dtype=d.as_numpy_dtype)))
-            continue
-        wide = d == tf.bfloat16
-        if o.size and o.data.ptr % _TF_ALIGN:
-            o = o.copy()  # a slice of a fused result; TensorFlow takes only aligned memory
-        # One device sync, at the last array: our kernels ran on our streams, TF reads on its own.
-        tensor = cupy_to_tf(o, sync=i == last) if o.size else tf.zeros(o.shape, tf.float32 if wide else d)
-        results.append(tf.cast(tensor, tf.bfloat16) if wide else tensor)
-    return results
+    wide = dtype == tf.bfloat16
+    tensor = cupy_to_tf(array, sync=False) if array.size else tf.zeros(array.shape, tf.float32 if wide else dtype)
+    return tf.cast(tensor, tf.bfloat16) if wide else tensor
 
 
 def _is_cupy(array) -> bool:
@@ -150,38 +162,126 @@ def call(fn: Callable[[List], Sequence], tensors: Sequence[tf.Tensor],
          out_dtypes: Sequence[tf.DType], out_shapes: Sequence[tf.TensorShape], name: str) -> List[tf.Tensor]:
     """Run ``fn`` on the arrays of ``tensors``; returns tensors of ``out_dtypes``/``out_shapes``."""
     out_dtypes = [tf.as_dtype(d) for d in out_dtypes]
-    if tf.executing_eagerly():
-        try:
-            return _run_eager(fn, tensors, out_dtypes)
-        except BlinkflowError as error:  # a tf.errors class too: Horovod code catches those
-            raise _errors.as_tf_error(error) from None
 
-    if _tf1.in_tf1_graph() and _tf1.available():
-        # A TF1 graph run by a Session orders nothing: wait for the call without holding a thread.
-        return _tf1.call(fn, tensors, out_dtypes, out_shapes, name)
+    def on_numpy(arrays):
+        conversions["host"] += len(arrays)
+        return fn(arrays)
+
+    return _cross(lambda eager: _run_eager(fn, eager, out_dtypes), on_numpy, fn, tensors, out_dtypes, out_shapes,
+                  name, "runtime_call")
+
+
+@tf.autograph.experimental.do_not_convert
+def submit(fn: Callable[[List], int], tensors: Sequence[tf.Tensor], name: str) -> tf.Tensor:
+    """Hand the arrays of ``tensors`` to ``fn``, which enqueues them on the runtime and returns
+    its handle without waiting; returns the handle as an int64 scalar for :func:`wait`.
+
+    Inside a graph this is one op whose only inputs are ``tensors``: TensorFlow runs it as soon
+    as they are computed, while the rest of the graph (backprop) goes on. It never blocks a
+    TensorFlow thread, so with any number of inter-op threads no rank can wait on a peer here.
+    """
+    tensors = list(tensors)
+    if tf.executing_eagerly():
+        return tf.constant(_start(fn, lambda: _to_arrays(tensors)), tf.int64)
     if _device_possible():
         def graph_fn(*eager):
-            try:
-                outs = _run_eager(fn, list(eager), out_dtypes)
-            except BlinkflowError as error:
-                return _errors.failed(error, out_dtypes)
-            return _errors.ok(outs)
+            return np.int64(_start(fn, lambda: _to_arrays(list(eager))))
 
         with tf.name_scope(scope_name(name)):
-            results = tf.py_function(graph_fn, list(tensors), list(out_dtypes) + _errors.STATUS_DTYPES,
-                                     name="runtime_call")
+            handle = tf.py_function(graph_fn, tensors, tf.int64, name="runtime_submit")
     else:
         def graph_fn(*arrays):
             conversions["host"] += len(arrays)
+            return np.int64(_start(fn, lambda: list(arrays)))
+
+        with tf.name_scope(scope_name(name)):
+            handle = tf.numpy_function(graph_fn, tensors, tf.int64, stateful=True, name="runtime_submit")
+    handle.set_shape([])
+    return handle
+
+
+@tf.autograph.experimental.do_not_convert
+def wait(finishers: Sequence[Callable[[int], Sequence]], handles: Sequence[tf.Tensor],
+         out_dtypes: Sequence[tf.DType], out_shapes: Sequence[tf.TensorShape], name: str) -> List[tf.Tensor]:
+    """Synchronize ``handles`` of :func:`submit` in order (``finishers[i](handle)`` returns the
+    list of arrays of handle i); returns all their results, one flat list of
+    ``out_dtypes``/``out_shapes``. The first error of any handle is raised after every handle
+    was synchronized."""
+    out_dtypes = [tf.as_dtype(d) for d in out_dtypes]
+    finishers = list(finishers)
+
+    def collect(ids):
+        outs, first_error = [], None
+        for finish, handle in zip(finishers, ids):
+            if handle < 0:  # the submission itself failed
+                first_error = first_error or _deferred.pop(handle)
+                continue
             try:
-                outs = fn(list(arrays))
+                outs.extend(finish(handle))
+            except BlinkflowError as error:
+                first_error = first_error or error
+        if first_error is not None:
+            raise first_error
+        return outs
+
+    def on_eager(eager):
+        return _to_tensors(collect([int(h) for h in eager]), out_dtypes)
+
+    def on_ids(ids):
+        return collect([int(h) for h in ids])
+
+    return _cross(on_eager, on_ids, on_ids, handles, out_dtypes, out_shapes, name, "runtime_wait")
+
+
+_deferred: Dict[int, BlinkflowError] = {}
+"""Errors of submissions, under the negative handles that :func:`wait` raises them from."""
+_deferred_ids = itertools.count(-1, -1)
+
+
+def _start(fn, arrays_of) -> int:
+    """``fn(arrays_of())``: a runtime handle, or a negative one standing for the error it raised."""
+    try:
+        return int(fn(arrays_of()))
+    except BlinkflowError as error:
+        key = next(_deferred_ids)
+        _deferred[key] = error
+        return key
+
+
+def _cross(on_eager, on_numpy, on_arrays, tensors, out_dtypes, out_shapes, name, op_name) -> List[tf.Tensor]:
+    """One blocking crossing: eagerly ``on_eager(tensors)``; in a ``tf.function`` one stateful op
+    (``tf.py_function`` where the device route is possible, handing ``on_eager`` the tensors where
+    they live, else ``tf.numpy_function`` calling ``on_numpy`` with arrays); in a TF1 graph
+    :func:`._tf1.call` of ``on_arrays``, which holds no thread while it waits. Blinkflow errors
+    surface as ``tf.errors`` (:mod:`._errors`)."""
+    if tf.executing_eagerly():
+        try:
+            return on_eager(list(tensors))
+        except BlinkflowError as error:  # a tf.errors class too: Horovod code catches those
+            raise _errors.as_tf_error(error) from None
+    if _tf1.in_tf1_graph() and _tf1.available():
+        return _tf1.call(on_arrays, tensors, out_dtypes, out_shapes, name)
+
+    if _device_possible():
+        def graph_fn(*eager):
+            try:
+                return _errors.ok(on_eager(list(eager)))
+            except BlinkflowError as error:
+                return _errors.failed(error, out_dtypes)
+
+        with tf.name_scope(scope_name(name)):
+            results = tf.py_function(graph_fn, list(tensors), list(out_dtypes) + _errors.STATUS_DTYPES, name=op_name)
+    else:
+        def graph_fn(*arrays):
+            try:
+                outs = on_numpy(list(arrays))
             except BlinkflowError as error:
                 return _errors.failed(error, out_dtypes)
             return _errors.ok([np.asarray(o, dtype=d.as_numpy_dtype) for o, d in zip(outs, out_dtypes)])
 
         with tf.name_scope(scope_name(name)):
             results = tf.numpy_function(graph_fn, list(tensors), list(out_dtypes) + _errors.STATUS_DTYPES,
-                                        stateful=True, name="runtime_call")
+                                        stateful=True, name=op_name)
     outs = _errors.raise_on_failure(results[:len(out_dtypes)], results[len(out_dtypes):])
     for out, shape in zip(outs, out_shapes):
         out.set_shape(shape)

@@ -82,20 +82,13 @@ def call(fn, tensors: Sequence[tf.Tensor], out_dtypes: List[tf.DType], out_shape
 
     if device:
         def submit(*eager):
-            eager = list(eager)
-            if _bridge._takes_device_route(eager):
-                arrays = _bridge.device_arrays(eager)
-                return _start(lambda: ("device", fn(arrays)))
-            _bridge.conversions["host"] += len(eager)
-            arrays = [t.numpy() for t in eager]
-            return _start(lambda: ("host", fn(arrays)))
+            arrays = _bridge._to_arrays(list(eager))  # the route by placement, as eagerly
+            return _start(lambda: fn(arrays))
 
         def collect(ticket):
             kind, value = _outcome(ticket.numpy())
             if kind == "ok":
-                route, outs = value
-                results = (_bridge.device_results if route == "device" else _bridge.host_results)(outs, out_dtypes)
-                return _errors.ok(results)
+                return _errors.ok(_bridge._to_tensors(value, out_dtypes))
             if kind == "failed":
                 return _errors.failed(value, out_dtypes)
             raise value

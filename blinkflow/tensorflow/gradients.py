@@ -1,21 +1,39 @@
 """Averaging a step's gradients over ranks: shared by DistributedOptimizer and
 DistributedGradientTape.
 
-Dense gradients go to the runtime in ONE grouped all-reduce (one bridge call, fused by the
-runtime). ``IndexedSlices`` (embedding gradients) travel through allgather of values and indices
-unless ``sparse_as_dense``; ``None`` gradients stay ``None``. ``gradient_predivide_factor`` splits
-the averaging as Horovod does: scale by 1/f before the sum and by f/size after it.
+The gradients are submitted in buckets, last layer first, as backprop produces them (PyTorch
+DDP's buckets, Li et al., VLDB 2020; Horovod's asynchronous per-gradient ops), and collected by
+one wait before the update (:mod:`.buckets` plans them, :mod:`.async_ops` submits and waits).
+Inside a ``tf.function`` each bucket's submit op depends only on its own gradients, so
+TensorFlow runs it while the earlier layers are still being differentiated and the runtime
+reduces the bucket meanwhile; eagerly the buckets are submitted one after another and reduced
+while the next ones are handed over. ``BLINKFLOW_BUCKET_BYTES`` sets the bucket size (0: one
+bucket).
+
+No rank can deadlock on another, even with one TensorFlow inter-op thread: submitting never
+blocks, and the only op that blocks, the wait, needs every submission of its rank as input,
+so it runs after all of them; buckets are matched across ranks by name, in whatever order
+the ranks' executors happen to submit them.
+
+``IndexedSlices`` (embedding gradients) travel through an allgather of values and indices,
+submitted the same way, unless ``sparse_as_dense``; ``None`` gradients stay ``None``.
+``gradient_predivide_factor`` splits the averaging as Horovod does: scale by 1/f before the sum
+and by f/size after it. Compression casts each gradient before its bucket is submitted and back
+after the wait. The reduced dense gradients are differentiable (their gradient is all-reduced
+the same way), like the ops of :mod:`.ops`.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
 from ..compression import Compression
-from ..errors import BlinkflowError
+from ..config import get_config
+from ..errors import BlinkflowError, NotSupportedError
 from ..ops import ReduceOp, as_reduce_op
-from . import ops
+from . import async_ops, buckets, ops
+from .submit_order import SubmitOrder
 
 
 class GradientReducer:
@@ -44,23 +62,102 @@ class GradientReducer:
     def reduce(self, grads: Sequence[Optional[tf.Tensor]]) -> List[Optional[tf.Tensor]]:
         grads = list(grads)
         out: List[Optional[tf.Tensor]] = [None] * len(grads)
-        dense_at, dense = [], []
+        dense_at, sent, contexts, sparse = [], [], [], {}
         for i, g in enumerate(grads):
             if g is None:
                 continue
-            if isinstance(g, tf.IndexedSlices):
-                if not self.sparse_as_dense:
-                    out[i] = ops.allreduce(g, op=self.op, name=f"{self.name}.sparse.{i}",
-                                           process_set=self.process_set)
-                    continue
-                g = tf.convert_to_tensor(g)
+            if isinstance(g, tf.IndexedSlices) and not self.sparse_as_dense:
+                if self.op not in (ReduceOp.AVERAGE, ReduceOp.SUM):
+                    raise NotSupportedError(f"IndexedSlices support only Average and Sum, not {self.op.name} "
+                                            "(as Horovod); use sparse_as_dense=True")
+                sparse[i] = g
+                continue
+            t, ctx = self.compression.compress(tf.convert_to_tensor(g))
             dense_at.append(i)
-            dense.append(g)
-        if dense:
-            op, pre, post = self._scale_factors()
-            reduced = ops.grouped_allreduce(dense, op=op, name=f"{self.name}.dense", prescale_factor=pre,
-                                            postscale_factor=post, compression=self.compression,
-                                            process_set=self.process_set)
-            for i, r in zip(dense_at, reduced):
-                out[i] = r
+            sent.append(t)
+            contexts.append(ctx)
+        if not dense_at and not sparse:
+            return out
+        gathered: Dict[int, List[tf.Tensor]] = {}
+
+        def submit_and_wait(*dense):
+            reduced, gathered_now = self._submit_and_wait(dict(zip(dense_at, dense)), sparse)
+            gathered.update(gathered_now)
+            return [reduced[i] for i in dense_at]
+
+        if sent:
+            reduced = _differentiable(submit_and_wait, self._scale_factors(), self.name, self.process_set)(*sent)
+            for i, r, ctx in zip(dense_at, reduced, contexts):
+                out[i] = self.compression.decompress(r, ctx)
+        else:
+            submit_and_wait()
+        for i, (values, indices) in gathered.items():
+            if self.op is ReduceOp.AVERAGE:  # the runtime's Average: integers divided exactly
+                values = ops.averaged(values, ops.size(self.process_set), 1.0)
+            out[i] = tf.IndexedSlices(values, indices, dense_shape=sparse[i].dense_shape)
         return out
+
+    def _submit_and_wait(self, dense: Dict[int, tf.Tensor], sparse: Dict[int, tf.IndexedSlices]):
+        """Submit every bucket, then wait once: ({index: reduced}, {index: [values, indices]})."""
+        production_order = sorted(set(dense) | set(sparse), reverse=True)  # last variables first
+        items = [buckets.Item(i, None, sparse=True) if i in sparse
+                 else buckets.Item(i, _nbytes(dense[i]), kind=dense[i].dtype.name) for i in production_order]
+        units = buckets.plan(items, get_config().bucket_bytes)
+        op, pre, post = self._scale_factors()
+
+        def tensors_of(unit):
+            if unit.sparse:
+                return [sparse[unit.indices[0]].values, sparse[unit.indices[0]].indices]
+            return [dense[i] for i in unit.indices]
+
+        order = None if tf.executing_eagerly() else SubmitOrder()
+        pendings = []
+        for k, unit in enumerate(units):
+            if unit.sparse:
+                pendings.append(async_ops.submit_grouped_allgather(tensors_of(unit),
+                                                                   f"{self.name}.sparse.{unit.indices[0]}",
+                                                                   self.process_set))
+            else:
+                pendings.append(async_ops.submit_grouped_allreduce(tensors_of(unit), op, f"{self.name}.bucket.{k}",
+                                                                   pre, post, self.process_set))
+            if order is not None and k + 1 < len(units):
+                order.submit_before(pendings[-1].handle.op, tensors_of(units[k + 1]))
+        reduced, gathered = {}, {}
+        for unit, result in zip(units, async_ops.wait(pendings, f"{self.name}.wait")):
+            if unit.sparse:
+                gathered[unit.indices[0]] = result
+            else:
+                reduced.update(zip(unit.indices, result))
+        return reduced, gathered
+
+
+def _differentiable(reduce_dense, scale_factors, name, process_set=None):
+    """``reduce_dense`` (tensors -> reduced tensors) with the all-reduce's gradient: the incoming
+    gradients all-reduced with the same op and scale factors (Horovod's allreduce gradient)."""
+    op, pre, post = scale_factors
+
+    @tf.custom_gradient
+    def forward(*xs):
+        ys = reduce_dense(*xs)
+
+        def grad(*dys):
+            if op not in (ReduceOp.AVERAGE, ReduceOp.SUM):
+                raise BlinkflowError(f"no gradient for allreduce with op {op.name}: only Average and Sum "
+                                     "are differentiable")
+            dys = [tf.zeros_like(y) if dy is None else dy for dy, y in zip(dys, ys)]
+            return ops.grouped_allreduce(dys, op=op, name=name + ".grad", prescale_factor=pre,
+                                         postscale_factor=post, process_set=process_set)
+
+        return ys, grad
+
+    def call(*xs):
+        out = forward(*xs)
+        return list(out) if isinstance(out, (list, tuple)) else [out]
+
+    return call
+
+
+def _nbytes(tensor: tf.Tensor) -> Optional[int]:
+    """Bytes ``tensor`` sends, or None when its shape is not static."""
+    n = tensor.shape.num_elements()
+    return None if n is None else n * tensor.dtype.size

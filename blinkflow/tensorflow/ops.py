@@ -212,14 +212,14 @@ def _allreduce_indexed_slices(slices, op, name, pre, post, process_set=None) -> 
     for k, s in enumerate(slices):
         v = gathered[k]
         if op is ReduceOp.AVERAGE:
-            v = _averaged(v, size(process_set), post)
+            v = averaged(v, size(process_set), post)
         else:
             v = scaled(v, post)
         out.append(tf.IndexedSlices(v, gathered[len(slices) + k], dense_shape=s.dense_shape))
     return out
 
 
-def _averaged(summed: tf.Tensor, n: int, post: float) -> tf.Tensor:
+def averaged(summed: tf.Tensor, n: int, post: float) -> tf.Tensor:
     """The runtime's Average of a sum over ``n`` ranks, then ``post``: floats scaled by post / n;
     integers divided exactly (truncated toward zero), or in float64 with a postscale."""
     if summed.dtype.is_floating:

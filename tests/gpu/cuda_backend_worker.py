@@ -3,7 +3,9 @@
 argv: SCHEDULE HOSTS   (SCHEDULE "chain" = hand-made chain schedules across all ranks (and
 one-hop all-gather / reduce-scatter), "plan" = the planner's lowered trees for the first GPUs
 of each host of an HGX H100 (cluster); HOSTS > 1 splits the ranks into that many pretend hosts:
-transfers between them go over MPI, and "plan" runs the three-phase all-reduce.)
+transfers between them go over MPI, and "plan" runs the three-phase all-reduce. HOSTS may also
+list uneven host sizes, "2+1": then the receive-slot arena is small enough that a host's size
+would change the chunk, which every rank must still agree on.)
 
 Every rank derives every rank's input from a seed, so each checks the result against numpy
 itself; then all ranks compare result digests to prove they are bitwise identical.
@@ -23,21 +25,26 @@ from blinkflow.ops import ReduceOp
 from blinkflow.schedule.shapes import (chain_allreduce_schedule, chain_broadcast_schedule, direct_allgather_schedule,
                                        direct_reducescatter_schedule)
 
-SCHEDULE, HOSTS = sys.argv[1], int(sys.argv[2])
+SCHEDULE, HOSTS_ARG = sys.argv[1], sys.argv[2]
 comm = MPI.COMM_WORLD
 n, me = comm.size, comm.rank
-per_host = n // HOSTS
-local = comm.Split(me // per_host, key=me)
+SIZES = [int(s) for s in HOSTS_ARG.split("+")] if "+" in HOSTS_ARG else [n // int(HOSTS_ARG)] * int(HOSTS_ARG)
+HOSTS = len(SIZES)
+HOST_OF = tuple(h for h, size in enumerate(SIZES) for _ in range(size))
+local = comm.Split(HOST_OF[me], key=me)
 cross = comm.Split(local.rank, key=me)
 if SCHEDULE == "plan":  # the first GPUs of each host of an HGX H100 cluster
     from blinkflow.topology.presets import get_preset
 
     TOPOLOGY = get_preset(f"{HOSTS}xhgx-h100" if HOSTS > 1 else "hgx-h100")
-    DEVICES = tuple(d for h in TOPOLOGY.hosts for d in TOPOLOGY.compute_on_host(h)[:per_host])
+    DEVICES = tuple(d for h, size in zip(TOPOLOGY.hosts, SIZES) for d in TOPOLOGY.compute_on_host(h)[:size])
 else:
     DEVICES = tuple(range(n))  # virtual device ids; the ranks share the physical GPU(s)
-LAYOUT = Layout(me, tuple(r // per_host for r in range(n)), DEVICES)
-CHUNK_BYTES = 4096  # small chunks: many pipeline steps and slot reuse even on small buffers
+LAYOUT = Layout(me, HOST_OF, DEVICES)
+UNEVEN = len(set(SIZES)) > 1
+# Small chunks: many pipeline steps and slot reuse even on small buffers; uneven hosts: chunks
+# capped by a small arena instead.
+CHUNK_BYTES = 1 << 20 if UNEVEN else 4096
 
 
 def _shards(shard_counts):
@@ -64,7 +71,7 @@ def make_backend():
     config = Config(chunk_bytes=CHUNK_BYTES)
     ctx = BackendContext(comm=comm, local_comm=local, cross_comm=cross, layout=LAYOUT, topology=None,
                          plan_for=None, config=config)
-    kwargs = {"nslots": 2, "arena_bytes": 4 << 20}  # small: many slot reuses, and /dev/shm under the fake
+    kwargs = {"nslots": 2, "arena_bytes": (64 << 10) if UNEVEN else (4 << 20)}  # small: many slot reuses
     if SCHEDULE == "chain":
         kwargs["schedule_for"] = chain_schedule_for
     else:
@@ -158,5 +165,5 @@ backend.close()  # safe twice
 all_failures = comm.gather(failures, root=0)
 if me == 0:
     flat = [f for fs in all_failures for f in fs]
-    print("\n".join(flat) if flat else f"OK {n} ranks, {HOSTS} hosts, {SCHEDULE}")
+    print("\n".join(flat) if flat else f"OK {n} ranks, {HOSTS_ARG} hosts, {SCHEDULE}")
     sys.exit(1 if flat else 0)

@@ -57,10 +57,17 @@ def kill(then_shutdown=False):
 def wait_for_survivors(r, n):
     """mpirun ends the job when the first survivor exits (and a survivor that looks later sees
     two dead ranks): wait, on files since MPI is broken, until every survivor has reported."""
+    file_barrier(r, n - 1, "survivor")
+
+
+def file_barrier(r, count, tag):
+    """Wait (30 s at most) until ``count`` ranks have reached this point, on files in FAULTS_DIR
+    because the runtime (and perhaps MPI) is broken. A rank whose runtime failed exits with
+    status 1 and mpirun then kills the rest, perhaps before they have printed their report."""
     rendezvous = os.environ["FAULTS_DIR"]
-    open(os.path.join(rendezvous, f"survivor.{r}"), "w").close()
+    open(os.path.join(rendezvous, f"{tag}.{r}"), "w").close()
     deadline = time.monotonic() + 30
-    while len([f for f in os.listdir(rendezvous) if f.startswith("survivor.")]) < n - 1 and time.monotonic() < deadline:
+    while len([f for f in os.listdir(rendezvous) if f.startswith(f"{tag}.")]) < count and time.monotonic() < deadline:
         time.sleep(0.1)
 
 
@@ -164,6 +171,7 @@ def cma_failure(setup: bool):
         bf.allreduce(np.ones(1 << 20, np.float32), op=bf.Sum, name="cma")
     except bf.ShutdownError as e:
         print(f"CMAFAIL rank {r}: {e}", flush=True)
+        file_barrier(r, n, "cmafail")
     else:
         raise AssertionError("the all-reduce returned")
 

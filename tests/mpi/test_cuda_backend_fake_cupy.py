@@ -21,7 +21,8 @@ WORKER = os.path.join(HERE, "gpu", "cuda_backend_worker.py")
 @pytest.mark.mpi
 @pytest.mark.slow
 @pytest.mark.parametrize("n,schedule,hosts", [(1, "chain", 1), (2, "chain", 1), (4, "chain", 1), (4, "chain", 2),
-                                               (4, "plan", 1), (4, "plan", 2), (3, "plan", 3)])
+                                               (4, "plan", 1), (4, "plan", 2), (3, "plan", 3), (3, "chain", "2+1"),
+                                               (3, "plan", "2+1")])
 def test_cuda_backend_on_fake_cupy(n, schedule, hosts):
     env = fake_cupy_env()
     out = run_mpi(n, ["python", "-m", "mpi4py", WORKER, schedule, str(hosts)], timeout=240, env=env)

@@ -124,10 +124,10 @@ def test_ranks_with_different_settings_fail_init_everywhere(setting, here, there
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("where,error", [("transfer", "BackendError"), ("setup", "MemoryError")])
-def test_a_failed_single_copy_transfer_raises_on_every_rank(where, error):
+def test_a_failed_single_copy_transfer_raises_on_every_rank(where, error, tmp_path):
     """A transfer refused mid-way, or the chunk reducer failing to set up after the entry
     barrier (peers already write into the rank's result), on the last rank."""
-    proc = _run_with([], 3, ["cma", where], {}, timeout=90)
+    proc = _run_with([], 3, ["cma", where], {"FAULTS_DIR": str(tmp_path)}, timeout=90)
     if "NOCMA" in proc.stdout:
         pytest.skip("no cross-memory attach between processes here")
     failed = dict(re.findall(r"^CMAFAIL rank (\d): (.*)$", proc.stdout, re.M))

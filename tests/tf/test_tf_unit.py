@@ -130,3 +130,30 @@ def test_deprecated_average_warns_once_and_maps_to_an_op():
     with pytest.raises(ValueError, match="supersedes"):
         _deprecated.op_from(bf.Sum, True, "unit.allreduce")
     assert _deprecated.op_from(None, None, "unit.allreduce") is bf.Average
+
+
+def test_the_device_route_synchronises_after_the_collective_even_for_empty_outputs(monkeypatch):
+    """TensorFlow may reuse the inputs' memory and reads the outputs once the bridge returns: one
+    device sync must come after the collective, also when the last output is empty (a rank with
+    no rows of a reduce-scatter; it used to ride on the last output's conversion)."""
+    from blinkflow.backends.cuda import dlpack
+    from blinkflow.tensorflow import _bridge
+
+    class Array:
+        __module__ = "cupy._core.core"
+
+        def __init__(self, n):
+            self.size, self.shape = n, (n,)
+            self.data = type("Data", (), {"ptr": 256})()
+
+    events = []
+    monkeypatch.setattr(dlpack, "tf_to_cupy", lambda t, sync=True: (Array(int(tf.size(t))), t.dtype.name))
+    monkeypatch.setattr(dlpack, "cupy_to_tf", lambda a, dtype_name=None, sync=True: events.append(("out", sync))
+                        or tf.zeros(a.shape))
+    monkeypatch.setattr(_bridge, "_synchronize", lambda: events.append(("sync",)))
+    monkeypatch.setattr(_bridge, "_on_gpu", lambda t: True)
+    monkeypatch.setattr(_bridge, "_device_possible", lambda: True)
+    out = _bridge._run_eager(lambda arrays: events.append(("collective",)) or [Array(5), Array(0)],
+                             [tf.ones([5]), tf.ones([0])], [tf.float32, tf.float32])
+    assert [o.shape.as_list() for o in out] == [[5], [0]]
+    assert events == [("collective",), ("sync",), ("out", False)], events

@@ -5,7 +5,7 @@ import time
 import pytest
 
 from blinkflow.errors import ShutdownError
-from blinkflow.runtime import quiet_wait
+from blinkflow.backends import quiet_wait
 
 
 class Request:

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from blinkflow.errors import ScheduleError
+from blinkflow.schedule.builder import ScheduleBuilder
 from blinkflow.schedule.ir import Schedule, Step
 from blinkflow.schedule.program import _overlap, _ranges, compile_program
 from blinkflow.schedule.runner import SequenceState, run_program
@@ -387,3 +388,53 @@ def test_hand_made_schedules_pass_the_symbolic_checker(devices, nelems, chunk):
               chain_broadcast_schedule(devices, devices[-1], nelems, chunk)):
         check(s)
         assert s.nchannels >= (len(devices) - 1 if s.collective in ("allgather", "reducescatter") else 1)
+
+
+R, A, B, D = 0, 1, 2, 3
+X, Y = (0, 1), (1, 1)  # (offset, count)
+
+
+def pull_schedule():
+    """R folds range X from A, then from B. A sends X to R, overwrites X (a receive from D), and
+    sends the new X to B, which forwards it to R. Rounds: A's overwrite waits for R's receive
+    (round 1), B's chunk arrives at round 5."""
+    b = ScheduleBuilder("allreduce", (R, A, B, D), 2)
+    b.add(A, "send", *X, peer=R)
+    b.add(R, "recv_reduce", *X, peer=A)
+    b.add(D, "send", *X, peer=A)
+    b.add(A, "recv", *X, peer=D)          # overwrites what R reads in place (pull): waits for R's release
+    b.add(A, "send", *X, peer=B)
+    b.add(B, "recv", *X, peer=A)
+    b.add(B, "send", *X, peer=R)
+    b.add(R, "recv_reduce", *X, peer=B)   # fused with R's first reduction of X
+    return b.build(1)
+
+
+def push_schedule():
+    """Window 1: A's second transfer to R needs R's release of the first, which the fused
+    action only gives once B's chunk is there, and B's chunk needs A's second transfer."""
+    b = ScheduleBuilder("allreduce", (R, A, B), 2)
+    b.add(A, "send", *X, peer=R)
+    b.add(R, "recv_reduce", *X, peer=A)
+    b.add(A, "send", *Y, peer=R)
+    b.add(R, "recv", *Y, peer=A)
+    b.add(R, "send", *Y, peer=B)
+    b.add(B, "recv", *Y, peer=R)
+    b.add(B, "copy", *X, src_offset=1)
+    b.add(B, "send", *X, peer=R)
+    b.add(R, "recv_reduce", *X, peer=B)
+    return b.build(1)
+
+
+@pytest.mark.parametrize("make,link", [(pull_schedule, "pull"), (push_schedule, "push")])
+def test_a_reduction_is_not_fused_with_one_whose_chunk_depends_on_its_release(make, link):
+    """Found by review: fusing R's two reductions of X made R hold back A's release until B's
+    chunk came, and B's chunk needed that release (directly, or through a one-slot window)."""
+    sched = make()
+    sched.validate()
+    ranks = {d: i for i, d in enumerate(sched.devices)}
+    prog = compile_program(sched, R, ranks, fuse_inputs=2)
+    assert len([a for a in prog.actions if a.reduces]) == 2  # kept apart
+    n = len(sched.devices)
+    inputs = [[np.arange(2, dtype=float) + 10 * r] for r in range(n)]
+    run_ranks([sched], inputs, nslots=1, link=link, fuse=2)  # hung before

@@ -10,15 +10,13 @@ geometrically, so a job allocates a handful of times in its life, never per call
 Two windows serve two purposes:
 
 * the *user* window backs :meth:`CpuBackend.buffer`: the runtime packs its fusion buffer
-  straight into it (zero copy). It has two slots handed out in turn: the runtime packs call
-  k+1's data into one slot while slower peers may still read call k's result from the other,
-  so a collective needs no exit barrier (its entry barrier proves the peers left call k-1). On
-  growth the previous window stays alive (a view into it stays usable for one more growth, more
-  than ``Backend.buffer`` promises); older ones are freed, collectively, so memory stays below
-  three times the largest buffer.
-* the *staging* window receives arguments that live in ordinary process memory. Only the
-  backend writes it, after a collective's entry barrier, so one slot is enough and it may be
-  replaced freely.
+  straight into it (zero copy) and peers read it in place while a schedule runs (the runner
+  returns only after every peer released what it read, so nobody reads it afterwards). It has
+  two slots handed out in turn, so a collective that stages its argument in a slot never writes
+  over that argument when it is itself the previous slot. On growth the previous window stays
+  alive (a view into it stays usable for one more growth, more than ``Backend.buffer``
+  promises); older ones are freed, collectively, so memory stays below three times the largest
+  buffer.
 * the *control* window holds each rank's table of where its tensors are, for peers that read
   them in place by cross-memory attach (:mod:`.cma`).
 """
@@ -83,7 +81,6 @@ class SharedArena:
         self._user: Optional[_Window] = None
         self._previous_user: Optional[_Window] = None
         self._user_slot = 0
-        self._staging: Optional[_Window] = None
         self._control: Optional[_Window] = None
 
     # ---- allocation (collective) ------------------------------------------------------------
@@ -102,13 +99,6 @@ class SharedArena:
         self._user_slot ^= 1
         start = self._user_slot * half
         return self._user.mine[start:start + nbytes]
-
-    def staging(self, nbytes: int) -> _Window:
-        if self._staging is None or self._staging.nbytes < nbytes:
-            old = self._staging
-            self._staging = self._new(nbytes)
-            self._retire(old)
-        return self._staging
 
     def control(self, nbytes: int) -> _Window:
         """A small window where each rank publishes where its tensors are (see cma.py); made
@@ -146,4 +136,4 @@ class SharedArena:
             if win is not None:
                 win.free()
         self.windows = []
-        self._user = self._previous_user = self._staging = self._control = None
+        self._user = self._previous_user = self._control = None

@@ -194,8 +194,11 @@ class CudaBackend(Backend):
 
     def _chunk_elems(self, itemsize: int) -> int:
         """Pipeline chunk: the configured size, capped so that a slot for every (local sender,
-        tree, slot) fits ``arena_bytes``."""
-        per_slot = self.arena_bytes // (self.layout.local_size * self._max_channels * self.nslots)
+        tree, slot) fits ``arena_bytes`` on the largest host. The same on every rank (the
+        schedule is everyone's: hosts of 8 and 4 GPUs sized it by their own host and lowered
+        different chunks, whose transfers between hosts then did not match)."""
+        senders = max(len(ranks) for ranks in self.layout.host_ranks)
+        per_slot = self.arena_bytes // (senders * self._max_channels * self.nslots)
         chunk_bytes = min(self.ctx.config.chunk_bytes or DEFAULT_CHUNK_BYTES, max(256, per_slot // 256 * 256))
         return max(1, chunk_bytes // itemsize)
 

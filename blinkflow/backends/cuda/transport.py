@@ -20,7 +20,9 @@ Between hosts (``holds``: an ``Isend`` reads the chunk until it completes): the 
 for its channel's stream to reach the chunk, then MPI sends it (device memory directly under
 CUDA-aware MPI, else staged through host memory); the receive is posted before the program
 starts and its completion is the READY; the chunk then goes to the device (staged) and into the
-same fused kernel as a slot would.
+same fused kernel as a slot would. Received chunks land in one device inbox kept for the job;
+under CUDA-aware MPI, which writes it outside stream order, a program first waits for the
+previous one's streams to finish.
 """
 from __future__ import annotations
 
@@ -70,6 +72,7 @@ class CudaTransport(Transport):
         self._local_rank = layout.local_rank_of
         self.arena: Optional[IpcArena] = None
         self.trace: Optional[list] = None
+        self._ended: List[object] = []  # the previous program's last work, per channel
 
     def prepare(self, arena: Optional[IpcArena], buf, dtype: Optional[str], op: Optional[ReduceOp]) -> None:
         """The next program runs on ``buf`` (flat cupy), reducing ``dtype`` (the kernels' name)
@@ -101,6 +104,11 @@ class CudaTransport(Transport):
         if not remote:
             return
         total = sum(a.count for a, _, _ in remote)
+        if self.cuda_aware:
+            # MPI writes the inbox outside any stream's order: the previous program's copies out
+            # of it must have run (its streams may lag the host, waiting on a slow local peer).
+            for event in self._ended:
+                event.synchronize()
         device = self._device_inbox(total * self.itemsize).view(self.buf.dtype)[:total]
         host = None if self.cuda_aware else np.empty(total, dtype=self.buf.dtype)
         at = 0
@@ -200,8 +208,9 @@ class CudaTransport(Transport):
 
     def end(self, program) -> None:
         caller = self.cupy.cuda.get_current_stream()
-        for c in self._channels:
-            caller.wait_event(self.streams[c].record())
+        self._ended = [self.streams[c].record() for c in self._channels]
+        for event in self._ended:
+            caller.wait_event(event)
 
     def poll(self):
         return self.wire.poll()

@@ -1,17 +1,21 @@
-"""Waiting for an MPI request without spinning a core.
+"""Waiting for MPI requests without spinning a core.
 
 A blocking MPI call busy-polls until every rank has arrived (Open MPI and MPICH both spin for
 latency). The background thread's negotiation waits on *other ranks' cycles*, which are not
 aligned with its own: blocking there burned 20-70% of a core per idle rank on a 2-core host,
 taken from the training step's compute and from the application's own MPI calls, which contend
-for MPI's progress engine under ``MPI_THREAD_MULTIPLE``. Instead the background thread starts a
-non-blocking collective and tests it, sleeping between tests in steps that grow with the time
-already waited, so the added latency stays a small fraction of the wait itself.
+for MPI's progress engine under ``MPI_THREAD_MULTIPLE``. The executors' wires wait the same way
+for a peer's control message: while gradient buckets are reduced during backprop, the peer is
+often still computing, and a spinning wait took a core from it (on a 2-core host 6 ms of a
+26 ms training step). Instead the background thread starts a non-blocking operation and tests
+it, sleeping between tests in steps that grow with the time already waited, so the added latency
+stays a small fraction of the wait itself. (In ``backends``, so that the runtime's negotiation
+and the backends' wires share it.)
 """
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 #: Test without sleeping this long first: ranks that submit together meet within it, and an
 #: idle round every 20 ms spends at most 1% of a core here.
@@ -24,19 +28,29 @@ SLEEP_FRACTION = 0.125
 
 def wait(request, wake=None,
          failure: Optional[Callable[[], Optional[BaseException]]] = None) -> None:
-    """Complete ``request`` (an ``MPI.Request``), testing it with growing sleeps in between.
+    """Complete ``request`` (an ``MPI.Request``), testing it with growing sleeps in between
+    (see :func:`until`)."""
+    until(request.Test, wake, failure)
 
-    ``wake`` (a ``threading.Event`` or a :class:`~.doorbell.Doorbell`) is set when this rank has
+
+def until(test: Callable[[], Any], wake=None, failure: Optional[Callable[[], Optional[BaseException]]] = None):
+    """Call ``test`` until it returns something true, and return that; growing sleeps between.
+
+    ``wake`` (a ``threading.Event`` or a :class:`blinkflow.runtime.doorbell.Doorbell`) is set when this rank has
     new work: peers usually have theirs at about the same moment, so the round is about to
     complete and the sleeps start small again. (It stays set until the background thread drains
     the work, so it shortens the sleeps once, not forever.)
     ``failure`` is asked between sleeps; an error it returns (a peer found dead by the watchdog,
     whose part of the request may never come) is raised instead of waiting on.
     """
-    if request.Test():
-        return
+    found = test()
+    if found:
+        return found
     start = time.perf_counter()
-    while not request.Test():
+    while True:
+        found = test()
+        if found:
+            return found
         waited = time.perf_counter() - start
         if waited <= SPIN_S:
             continue

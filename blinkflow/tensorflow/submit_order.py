@@ -1,0 +1,73 @@
+"""Making TensorFlow submit a gradient bucket the moment backprop has produced it.
+
+A bucket's submit op depends only on its own gradients, yet TensorFlow's executor may run it
+late: on CPU every kernel that is not trivially cheap counts as expensive, and an expensive
+op that becomes ready while the current thread has other work queued is handed to the
+inter-op thread pool, whose worker takes the *newest* task first (Eigen's per-thread queues
+are LIFO). Backprop keeps queuing newer ops in front of the submit, so with one inter-op
+thread it runs at the very end, and the all-reduce overlaps nothing.
+
+So the ops that the *next* bucket needs and this one does not (the backprop still to come:
+the gradient flowing into earlier layers) are made to wait for this bucket's submit, with a
+control edge on each op where that region starts. The executor then cannot go further down
+the network before it has submitted the bucket, with any number of threads. An edge is added
+only into ops this submit does not depend on, so no cycle can form; ops inside TF1-style
+control flow are left alone. (Horovod's kernels avoid this as asynchronous C++ ops; ByteScheduler,
+Peng et al., SOSP 2019, likewise orders communication by when layers need it.) Graph mode only:
+eagerly, ops run in program order.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence, Set
+
+import tensorflow as tf
+
+
+class SubmitOrder:
+    """Adds the control edges for one traced step; knows which ops each submit depends on."""
+
+    def __init__(self):
+        self._needed: Set[tf.Operation] = set()
+        """Every op some submit so far depends on (closed under inputs)."""
+
+    def submit_before(self, submit: tf.Operation, later: Sequence[tf.Tensor]) -> int:
+        """Make the ops that compute ``later`` but that ``submit`` does not need wait for
+        ``submit``: a control edge into each op where that region starts. Returns how many."""
+        graph = submit.graph
+        self._needed |= _ancestors([submit], graph, self._needed)
+        entries = []
+        seen: Set[tf.Operation] = set()
+        stack = [t.op for t in later if t.op.graph is graph]
+        while stack:
+            op = stack.pop()
+            if op in seen or op in self._needed:
+                continue
+            seen.add(op)
+            inputs = [i for i in _inputs(op) if i.graph is graph]
+            if all(i in self._needed for i in inputs) and op.inputs:
+                entries.append(op)  # (an op without inputs: a function argument or a constant, left alone)
+            stack.extend(inputs)
+        added = 0
+        for op in entries:
+            if op._control_flow_context is None:  # noqa: SLF001 - TF1 cond/while contexts: leave alone
+                op._add_control_input(submit)  # noqa: SLF001 - what automatic control deps use too
+                added += 1
+        return added
+
+
+def _inputs(op: tf.Operation) -> Iterable[tf.Operation]:
+    return [t.op for t in op.inputs] + list(op.control_inputs)
+
+
+def _ancestors(ops: Sequence[tf.Operation], graph, known: Set[tf.Operation]) -> Set[tf.Operation]:
+    """``ops`` and every op they depend on in ``graph``, not walking past ops in ``known``
+    (already known with all their ancestors)."""
+    found: Set[tf.Operation] = set()
+    stack = list(ops)
+    while stack:
+        op = stack.pop()
+        if op in found or op in known:
+            continue
+        found.add(op)
+        stack.extend(i for i in _inputs(op) if i.graph is graph)
+    return found
