@@ -44,8 +44,10 @@ class SubmitOrder:
                 continue
             seen.add(op)
             inputs = [i for i in _inputs(op) if i.graph is graph]
-            if all(i in self._needed for i in inputs) and op.inputs:
-                entries.append(op)  # (an op without inputs: a function argument or a constant, left alone)
+            # Sources (ops without inputs: a function's arguments, constants) are never gated and
+            # do not count as the region: a weight read by backprop starts it.
+            if inputs and all(i in self._needed or not _inputs(i) for i in inputs):
+                entries.append(op)
             stack.extend(inputs)
         added = 0
         for op in entries:
