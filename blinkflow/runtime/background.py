@@ -95,7 +95,8 @@ class Engine:
         cause = getattr(failure, "rank", None)
         if self.side is not None and self.side.concurrent and cause is not None and cause != self.job.rank:
             mates = [r for r in range(self.job.size) if self.job.machines[r] == self.job.machines[self.job.rank]]
-            self.side.tell(mates, f"rank {self.job.rank} leaves because rank {cause} failed", cause=cause)
+            self.side.tell(mates, f"rank {self.job.rank} leaves because rank {cause} failed", cause=cause,
+                           relay=True)
 
     @property
     def alive(self) -> bool:

@@ -31,12 +31,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ShutdownError
 from .log import logger
 
 CHECK_INTERVAL_S = 0.5
+#: How long a relayed notice waits for the first-hand notice it may have overtaken.
+RELAY_GRACE_S = 1.0
 BEAT_INTERVAL_S = 1.0
 
 
@@ -99,6 +101,8 @@ class Watchdog:
         self._check_s, self._shutdown_s = check_s, shutdown_s
         self.departed: Dict[int, int] = {}
         """rank -> the rank whose failure it said it left because of (from notices)."""
+        self._relayed: Optional[Tuple[float, ShutdownError]] = None
+        """(when, error) of the first relayed notice, held back for a first-hand one."""
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
@@ -151,19 +155,31 @@ class Watchdog:
                 return
 
     def _notices(self) -> Optional[ShutdownError]:
+        """The error a notice brings. A relay (a rank that leaves because it heard of another's
+        failure) may overtake the first-hand notice it relays, since notices from different
+        ranks arrive in any order: it is held back :data:`RELAY_GRACE_S` for that notice, whose
+        account (the failure's own message, the frozen rank's state) the user should read."""
         if self._side is None or not self._side.concurrent:
             return None
         while True:
             notice = self._side.poll_notice()
             if notice is None:
-                return None
+                break
             sender, cause = int(notice.get("rank", -1)), int(notice.get("cause", -1))
             text = notice.get("text", "?")
-            if cause != sender:  # it stops because of another rank: that one failed
-                self.departed[sender] = cause
-                return ShutdownError(f"rank {cause}{self._on(cause)} failed (rank {sender} reports: {text}); the job "
-                                     "cannot continue", rank=cause)
-            return ShutdownError(f"rank {sender}{self._on(sender)} reports: {text}", rank=cause)
+            if cause == sender:
+                return ShutdownError(f"rank {sender}{self._on(sender)} reports: {text}", rank=cause)
+            # it stops because of another rank: that one failed
+            self.departed[sender] = cause
+            error = ShutdownError(f"rank {cause}{self._on(cause)} failed (rank {sender} reports: {text}); the job "
+                                  "cannot continue", rank=cause)
+            if not notice.get("relay"):
+                return error
+            if self._relayed is None:
+                self._relayed = (time.monotonic(), error)
+        if self._relayed is not None and time.monotonic() - self._relayed[0] >= RELAY_GRACE_S:
+            return self._relayed[1]
+        return None
 
     def _on(self, rank: int) -> str:
         return f" on {self._hosts[rank]}" if 0 <= rank < len(self._hosts) else ""

@@ -49,9 +49,11 @@ class SideChannel:
         at fault (this rank's own failure when None)."""
         self.tell(range(self.size), text, cause)
 
-    def tell(self, ranks, text: str, cause: Optional[int] = None) -> None:
-        """:meth:`tell_all`, to ``ranks`` only."""
-        notice = {"rank": self.rank, "cause": self.rank if cause is None else cause, "text": text[:NOTICE_CHARS]}
+    def tell(self, ranks, text: str, cause: Optional[int] = None, relay: bool = False) -> None:
+        """:meth:`tell_all`, to ``ranks`` only. ``relay``: this rank only passes on what it heard
+        (it leaves because of ``cause``); a first-hand account of ``cause`` says more."""
+        notice = {"rank": self.rank, "cause": self.rank if cause is None else cause, "text": text[:NOTICE_CHARS],
+                  "relay": relay}
         with self._lock:
             if self.closed or not self.concurrent:  # another thread (the user's) may be in MPI now
                 return

@@ -350,6 +350,41 @@ def test_a_silent_neighbour_is_reported_then_stops_the_job():
         assert side.told and side.told[0][1] == 1 and "rank 0 stops the job" in side.told[0][0]
 
 
+class _NoticeSide(_SilentSide):
+    """A side channel whose notices arrive one per poll, in the order given."""
+
+    def __init__(self, notices):
+        super().__init__(beats=True)
+        self.notices = list(notices)
+
+    def poll_notice(self):
+        return self.notices.pop(0) if self.notices else None
+
+
+def test_a_relayed_notice_waits_for_the_first_hand_account_it_overtook():
+    """Issue 18's 4-rank SIGSTOP test: a rank that left because of rank 3 told rank 0 so before
+    rank 2's notice (the frozen rank's state) arrived, and rank 0's error lost that account."""
+    import os
+    import time
+
+    from blinkflow.runtime import liveness
+
+    relay = {"rank": 1, "cause": 3, "text": "rank 1 leaves because rank 3 failed", "relay": True}
+    first_hand = {"rank": 2, "cause": 3, "text": "rank 2 stops the job: rank 3 (n) made no progress", "relay": False}
+    dog = liveness.Watchdog(0, ["n"] * 4, ["n"] * 4, [os.getpid(), 1, 1, 1], lambda e: None, _NoticeSide([relay]))
+    assert dog._notices() is None  # held back
+    dog._side.notices.append(first_hand)
+    error = dog._notices()
+    assert error.rank == 3 and "made no progress" in str(error), error
+    assert dog.departed == {1: 3, 2: 3}
+    # Alone, the relay is the error once the grace has passed.
+    dog = liveness.Watchdog(0, ["n"] * 4, ["n"] * 4, [os.getpid(), 1, 1, 1], lambda e: None, _NoticeSide([relay]))
+    assert dog._notices() is None
+    dog._relayed = (time.monotonic() - liveness.RELAY_GRACE_S, dog._relayed[1])
+    error = dog._notices()
+    assert error.rank == 3 and "rank 1 leaves because rank 3 failed" in str(error)
+
+
 def test_a_zombie_counts_as_dead():
     import os
     import subprocess
