@@ -33,8 +33,10 @@ def wait(request, wake=None,
     until(request.Test, wake, failure)
 
 
-def until(test: Callable[[], Any], wake=None, failure: Optional[Callable[[], Optional[BaseException]]] = None):
-    """Call ``test`` until it returns something true, and return that; growing sleeps between.
+def until(test: Callable[[], Any], wake=None, failure: Optional[Callable[[], Optional[BaseException]]] = None,
+          spin_s: float = SPIN_S):
+    """Call ``test`` until it returns something true, and return that; growing sleeps between
+    once ``spin_s`` has passed.
 
     ``wake`` (a ``threading.Event`` or a :class:`blinkflow.runtime.doorbell.Doorbell`) is set when this rank has
     new work: peers usually have theirs at about the same moment, so the round is about to
@@ -52,7 +54,7 @@ def until(test: Callable[[], Any], wake=None, failure: Optional[Callable[[], Opt
         if found:
             return found
         waited = time.perf_counter() - start
-        if waited <= SPIN_S:
+        if waited <= spin_s:
             continue
         error = failure() if failure is not None else None
         if error is not None:

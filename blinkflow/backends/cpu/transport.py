@@ -88,6 +88,7 @@ class CpuTransport(Transport):
         return True  # a peer reads our range in place, or an Isend still reads it
 
     def begin(self, program, recv_seqs: Sequence[Tuple[int, ...]]) -> None:
+        self.wire.begin()
         remote = [(a, src, seq) for a, seqs in zip(program.actions, recv_seqs)
                   for (src, _), seq in zip(a.inputs, seqs) if not self._local[src]]
         if not remote:

@@ -93,6 +93,7 @@ class CudaTransport(Transport):
         return not self._local[peer]
 
     def begin(self, program, recv_seqs) -> None:
+        self.wire.begin()
         # The buffer was written on the caller's stream: every channel starts after that.
         self._program = program
         self._channels = sorted({a.channel for a in program.actions})
