@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import List, Optional
+from typing import List
 
 import click
 

@@ -17,7 +17,7 @@ from typing import Any, List, Tuple
 import numpy as np
 
 from ..schedule.transport import FREE, READY, Event
-from . import quiet_wait
+from . import quiet_wait, teardown
 
 CONTROL_TAG = 0xB1
 DATA_TAG = 0x100
@@ -121,8 +121,4 @@ class MpiWire:
 
     def close(self) -> None:
         """Cancel the pending control receive. Data requests are complete when programs end."""
-        try:
-            self._control.Cancel()
-            self._control.Wait()
-        except Exception:  # noqa: BLE001 - a failed peer can make this raise; nothing to save
-            pass
+        teardown.cancel(self._control)

@@ -15,6 +15,7 @@ import functools
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ..backends import teardown
 from ..backends.base import BackendContext, Layout
 from ..config import Config
 from ..errors import ConfigError
@@ -85,7 +86,7 @@ class Job:
 
     def free(self) -> None:
         for comm in (self.cross_comm, self.local_comm, self.comm):
-            _free(comm)
+            teardown.free(comm)
 
 
 def host_indexes(hosts: List[str]) -> List[int]:
@@ -146,18 +147,11 @@ def set_job(job: Job, ranks: Sequence[int]) -> Optional[Job]:
         plans.agree(init_keys(layout.devices))
     except BaseException:
         for made_comm in reversed(made):
-            _free(made_comm)
+            teardown.free(made_comm)
         raise
     return Job(comm=comm, local_comm=local_comm, cross_comm=cross_comm, layout=layout, hosts=hosts,
                machines=tuple(job.machines[r] for r in ranks), pids=tuple(job.pids[r] for r in ranks),
                topology=topology, plans=plans, ranks=tuple(ranks))
-
-
-def _free(comm) -> None:
-    try:
-        comm.Free()
-    except Exception:  # noqa: BLE001 - a failed peer can make Free raise; nothing to save
-        pass
 
 
 def _check_config(config: Config, every: List[tuple]) -> None:

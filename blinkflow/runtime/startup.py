@@ -23,6 +23,7 @@ import time
 import warnings
 from typing import List, Optional
 
+from ..backends import teardown
 from ..config import Config, unknown_variables
 from ..errors import ConfigError, ConfigWarning, InitError, PlanError, ProcessSetError, TopologyError
 from .side_channel import SideChannel, open_side_channel
@@ -78,7 +79,7 @@ def _count_arrivals(base, rank: int, size: int, tag: int, timeout: float) -> Non
             _pause(start)
     missing = sorted(arrivals)
     for request in arrivals.values():
-        _cancel(request)
+        teardown.cancel(request)
     sends = acks + [base.isend(missing, dest=r, tag=tag) for r in here if r != 0]
     _wait_all(sends, timeout)
     if missing:
@@ -117,7 +118,7 @@ def _receive(base, tag: int, timeout: float):
         if done:
             return message
         _pause(start)
-    _cancel(request)
+    teardown.cancel(request)
     return None
 
 
@@ -161,14 +162,6 @@ def _wait_all(requests, timeout: float) -> None:
         pending = [r for r in pending if not r.Test()]
         if pending:
             _pause(start)
-
-
-def _cancel(request) -> None:
-    try:
-        request.Cancel()
-        request.Wait()
-    except Exception:  # noqa: BLE001 - nothing to cancel any more
-        pass
 
 
 def _ranks(ranks: List[int]) -> str:

@@ -6,7 +6,6 @@ an already traced train step) and read the model's and optimizer's ``variables``
 from __future__ import annotations
 
 import logging
-import math
 from typing import Callable, Optional, Union
 
 import keras

@@ -25,11 +25,15 @@ def run(func):
     _unsupported("hvd.elastic.run")
 
 
-class State:
-    """Horovod's elastic state: not supported yet (raises NotImplementedError)."""
+class Unsupported:
+    """A Horovod elastic class: constructing one raises NotImplementedError naming it."""
 
     def __init__(self, *args, **kwargs):
         _unsupported(f"hvd.elastic.{type(self).__name__}")
+
+
+class State(Unsupported):
+    """Horovod's elastic state: not supported yet (raises NotImplementedError)."""
 
 
 class ObjectState(State):

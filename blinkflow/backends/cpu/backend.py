@@ -24,6 +24,7 @@ from ...errors import BackendError
 from ...ops import ReduceOp
 from ...schedule.cache import Programs
 from ...schedule.runner import SequenceState, run_program
+from .. import teardown
 from ..base import Backend, BackendContext
 from ..wire import MpiWire
 from . import cma, kernels
@@ -240,10 +241,7 @@ class CpuBackend(Backend):
                 cma.disallow_peers()
             self.wire.close()
             self.arena.close()
-            try:
-                self._wire_comm.Free()
-            except Exception:  # noqa: BLE001 - a failed peer can make Free raise; nothing to save
-                pass
+            teardown.free(self._wire_comm)
 
     # ---- helpers -----------------------------------------------------------------------------
     def _check_counts(self, counts, nsend, nrecv, what) -> None:

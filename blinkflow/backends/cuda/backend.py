@@ -22,6 +22,7 @@ from ...errors import BackendError
 from ...ops import ReduceOp, as_reduce_op
 from ...schedule.cache import Programs, ScheduleFor
 from ...schedule.runner import SequenceState, run_program
+from .. import teardown
 from ..base import Backend, BackendContext
 from ..wire import MpiWire
 from . import kernels
@@ -173,11 +174,8 @@ class CudaBackend(Backend):
                 self._fusion = None
         finally:
             self.wire.close()
-            for comm in (self._wire_comm, self.local_comm):
-                try:
-                    comm.Free()
-                except Exception:  # noqa: BLE001 - a failed peer can make Free raise; nothing to save
-                    pass
+            teardown.free(self._wire_comm)
+            teardown.free(self.local_comm)
 
     # ---- internals --------------------------------------------------------------------------
     def _check(self, buf, dtype: Optional[str], reduce: bool) -> Optional[str]:

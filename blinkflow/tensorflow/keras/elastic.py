@@ -3,25 +3,20 @@ raises ``NotImplementedError`` naming the alternative (see :mod:`blinkflow.tenso
 from __future__ import annotations
 
 from ..elastic import WHY, ObjectState, State, TensorFlowKerasState, TensorFlowState, run  # noqa: F401
-from ..elastic import _unsupported
+from ..elastic import Unsupported
 
 
 class KerasState(TensorFlowKerasState):
     pass
 
 
-class _UnsupportedCallback:
-    def __init__(self, *args, **kwargs):
-        _unsupported(f"hvd.elastic.{type(self).__name__}")
-
-
-class CommitStateCallback(_UnsupportedCallback):
+class CommitStateCallback(Unsupported):
     pass
 
 
-class UpdateBatchStateCallback(_UnsupportedCallback):
+class UpdateBatchStateCallback(Unsupported):
     pass
 
 
-class UpdateEpochStateCallback(_UnsupportedCallback):
+class UpdateEpochStateCallback(Unsupported):
     pass
