@@ -74,8 +74,7 @@ class MpiWire:
 
     # ---- events ------------------------------------------------------------------------------
     def poll(self) -> List[Event]:
-        done = self.MPI.Request.Testsome(self._requests, statuses=None)
-        return self._collect(done or [])
+        return self._collect(self.MPI.Request.Testsome(self._requests, statuses=None))
 
     def wait(self) -> List[Event]:
         """The next events. Until a peer's first event of the program has come, waited for
@@ -88,6 +87,11 @@ class MpiWire:
         return quiet_wait.until(self.poll, spin_s=ENGAGED_SPIN_S if self._heard else quiet_wait.SPIN_S)
 
     def _collect(self, indices) -> List[Event]:
+        if not indices:
+            return []
+        self._heard = True
+        if len(indices) == 1 and indices[0] == 0:
+            return [self._message()]  # the common case inside a host: one control message
         events = []
         control = False
         for i in indices:
@@ -95,20 +99,18 @@ class MpiWire:
                 control = True
             else:
                 events.append(self._meaning[i])
-        if indices:
-            self._heard = True
-            done = set(indices)
-            keep = [i for i in range(1, len(self._requests)) if i not in done]
-            self._requests = [self._control] + [self._requests[i] for i in keep]
-            self._meaning = [None] + [self._meaning[i] for i in keep]
-            self._buffers = [None] + [self._buffers[i] for i in keep]
+        done = set(indices)
+        keep = [i for i in range(1, len(self._requests)) if i not in done]
+        self._requests = [self._control] + [self._requests[i] for i in keep]
+        self._meaning = [None] + [self._meaning[i] for i in keep]
+        self._buffers = [None] + [self._buffers[i] for i in keep]
         if control:
             events.append(self._message())
         return events
 
     def _message(self) -> Event:
         """The control message that completed, then the receive for the next one."""
-        kind, src, channel, seq, a, b = (int(x) for x in self._inbox)
+        kind, src, channel, seq, a, b = self._inbox.tolist()
         self._control = self.comm.Irecv(self._inbox, source=self.MPI.ANY_SOURCE, tag=CONTROL_TAG)
         self._requests[0] = self._control
         return kind, src, channel, seq, (a, b)

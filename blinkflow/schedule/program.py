@@ -57,6 +57,15 @@ class Action:
     """No later action of this device touches this action's range (it writes the result there)."""
     steps: Tuple[int, ...] = ()
     """The schedule steps this action performs (their indexes in the device's program)."""
+    in_keys: Tuple[Pair, ...] = ()
+    """(source rank, channel) of every input: the queue its recv seq counts in."""
+    send_key: Optional[Pair] = None
+    """(destination rank, channel) of the send, if any."""
+    copy_out: Tuple[Tuple[int, int], ...] = ()
+    """Ranges of ``leftover`` that nothing after this action touches: once it ran they hold the
+    device's result, so a transport that runs actions synchronously may copy them to the
+    out-of-place output right then, while later actions still wait for peers, instead of at the
+    end."""
 
     @property
     def reduces(self) -> bool:
@@ -91,7 +100,9 @@ class RankProgram:
     """``[i]``: the actions that list ``i`` in their deps (precomputed for the issue loop)."""
     leftover: Tuple[Tuple[int, int], ...] = ()
     """Half-open element ranges no final action writes: the device's own data or a value it
-    computed and then only sent on (copied to an out-of-place output at the end)."""
+    computed and then only sent on (copied to an out-of-place output; see ``Action.copy_out``)."""
+    untouched: Tuple[Tuple[int, int], ...] = ()
+    """The part of ``leftover`` no action's ``copy_out`` covers (copied out at the end)."""
     schedule: Optional[Schedule] = dataclasses.field(default=None, compare=False, repr=False)
     """The schedule this program was compiled from (what a trace is compared with)."""
 
@@ -184,11 +195,13 @@ def compile_program(schedule: Schedule, device: int, rank_of: Mapping[int, int],
         members = set(group)
         sout = numbers[group[-1]][1]
         final = later[group[-1]] is None and last.op in ("recv", "recv_reduce") and last.count > 0
+        inputs = tuple(numbers[i][0] for i in group if numbers[i][0] is not None)
         actions.append(Action(
             index=a, op=last.op, offset=first.offset, count=first.count, channel=first.channel,
             deps=tuple(sorted({action_of[d] for i in group for d in deps[i] if d not in members})),
-            inputs=tuple(numbers[i][0] for i in group if numbers[i][0] is not None),
-            send_to=sout[0] if sout else None, send_seq=sout[1] if sout else None, src_offset=first.src_offset,
+            inputs=inputs, in_keys=tuple((src, first.channel) for src, _ in inputs),
+            send_to=sout[0] if sout else None, send_seq=sout[1] if sout else None,
+            send_key=(sout[0], first.channel) if sout else None, src_offset=first.src_offset,
             releases=tuple(sorted({action_of[j] for i in group for j in releases[i] if j not in members})),
             final=final, steps=tuple(group)))
     cross = [False] * len(actions)
@@ -200,10 +213,65 @@ def compile_program(schedule: Schedule, device: int, rank_of: Mapping[int, int],
                 cross[d] = True
     slot = max((s.count for _, prog in schedule.programs for s in prog if s.destination is not None), default=0)
     written = sorted((a.offset, a.offset + a.count) for a in actions if a.final)
+    leftover = _complement(written, schedule.nelems)
+    early = _copy_out(actions, groups, footprints, later, leftover)
+    actions = [dataclasses.replace(a, copy_out=tuple(early[a.index])) if early[a.index] else a for a in actions]
+    copied = sorted(span for spans in early for span in spans)
     return RankProgram(rank=me, nelems=schedule.nelems, nchannels=max(1, schedule.nchannels), actions=tuple(actions),
                        sends=send_seq, recvs=recv_seq, slot_elems=slot, cross_stream_deps=tuple(cross),
                        dependents=tuple(tuple(x) for x in dependents),
-                       leftover=tuple(_complement(written, schedule.nelems)), schedule=schedule)
+                       leftover=tuple(leftover),
+                       untouched=tuple(span for lo, hi in leftover for span in _complement_within(copied, lo, hi)),
+                       schedule=schedule)
+
+
+def _copy_out(actions, groups, footprints, later, leftover: List[Tuple[int, int]]) -> List[List[Tuple[int, int]]]:
+    """``[a]``: the parts of ``leftover`` (sorted, disjoint) that action ``a`` touches last, i.e.
+    whose value is final once it ran. Only an action whose last step nothing later touches at
+    all qualifies (an element it shares with a later step is not final there); every earlier
+    write of those elements is a hazard dependency of that step, so it ran before. Two
+    qualifying actions never touch the same element (the first would have the second later)."""
+    starts = [lo for lo, _ in leftover]
+    out: List[List[Tuple[int, int]]] = [[] for _ in actions]
+    for a, group in zip(actions, groups):
+        if later[group[-1]] is not None or a.final:
+            continue
+        spans = sorted({span for i in group for span in footprints[i][0] + footprints[i][1] if span[1] > span[0]})
+        for lo, hi in _merge(spans):
+            at = max(0, bisect.bisect_right(starts, lo) - 1)
+            while at < len(leftover) and leftover[at][0] < hi:
+                a_lo, a_hi = max(lo, leftover[at][0]), min(hi, leftover[at][1])
+                if a_lo < a_hi:
+                    out[a.index].append((a_lo, a_hi))
+                at += 1
+    return out
+
+
+def _merge(spans: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
+    """Sorted spans, overlapping or touching ones joined."""
+    out: List[Tuple[int, int]] = []
+    for lo, hi in spans:
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _complement_within(spans: List[Tuple[int, int]], lo: int, hi: int) -> List[Tuple[int, int]]:
+    """The parts of ``[lo, hi)`` no span (sorted, disjoint) covers."""
+    out, at = [], lo
+    for a, b in spans[max(0, bisect.bisect_right(spans, (lo, lo)) - 1):]:
+        if a >= hi:
+            break
+        if b <= at:
+            continue
+        if a > at:
+            out.append((at, a))
+        at = max(at, b)
+    if at < hi:
+        out.append((at, hi))
+    return out
 
 
 def _later_touching(i: int, footprints, blocks_of, by_block) -> Optional[int]:

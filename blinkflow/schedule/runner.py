@@ -20,7 +20,11 @@ the work (at once on a CPU; enqueued on a stream on a GPU). An action may be iss
 
 Sequence numbers keep counting across calls (:class:`SequenceState`), so a message of the next
 call can never be mistaken for one of this call. Before returning, a rank waits until every
-transfer it sent was released, so no transfer of this call is left in flight.
+transfer it sent was released, so no transfer of this call is left in flight; or, when the
+caller owns the buffer and says when it is written next (``defer``), it returns at once and
+:func:`settle` waits for those releases just before that write (the CPU backend's two shared
+slots alternate, so the wait falls a call later, when the releases have long arrived: the
+same as c4fcb5a's alternating slots without an exit barrier).
 
 Deadlock-freedom rests on the IR's rounds (every wait points at an earlier round), with one
 limit the rounds do not see: receive-slot windows. A schedule that overwrites a range it sent
@@ -38,7 +42,7 @@ from __future__ import annotations
 
 import collections
 import heapq
-from typing import Any, Dict, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..errors import BackendError
 from .program import RankProgram
@@ -56,6 +60,9 @@ class SequenceState:
         self.freed: Dict[Tuple[int, int], Set[int]] = collections.defaultdict(set)
         self.released_below: Dict[Tuple[int, int], int] = collections.defaultdict(int)
         """(dst, channel) -> every transfer with a lower seq was released (earlier calls)."""
+        self.unsettled: List[Tuple[Any, Dict[Tuple[int, int], int]]] = []
+        """(tag, {(dst, channel): end seq}) of the calls that returned before their sends were
+        released (``run_program(defer=tag)``), oldest first."""
 
     def is_freed(self, key: Tuple[int, int], seq: int) -> bool:
         return seq < self.released_below[key] or seq in self.freed[key]
@@ -74,68 +81,79 @@ class SequenceState:
         self.__init__()
 
 
-def run_program(program: RankProgram, transport: Transport, state: SequenceState) -> None:
+def run_program(program: RankProgram, transport: Transport, state: SequenceState, defer: Any = None) -> None:
     """Issue every action of ``program`` on ``transport`` as early as dependencies, transfers and
-    slots allow; return when every action was issued and every send released."""
+    slots allow; return when every action was issued and every send released. With ``defer``
+    (a tag naming the buffer), return without waiting for the releases: the caller must
+    :func:`settle` the tag before it writes that buffer again or lets it go."""
     actions = program.actions
-    send_base = {k: state.sent[k] for k in program.sends}
-    recv_base = {k: state.received[k] for k in program.recvs}
+    sent, received = state.sent, state.received
+    send_base = {k: sent[k] for k in program.sends}
+    recv_base = {k: received[k] for k in program.recvs}
     windows = {k: transport.window(k[0]) for k in program.sends}
+    windowed = any(w is not None for w in windows.values())
     holds = {peer: transport.holds(peer) for peer, _ in program.sends}
     waiting_deps = [len(a.deps) for a in actions]
     dependents = program.dependents
-    seqs = []  # (absolute seqs of the action's inputs, absolute seq of its send or -1)
+    ready, is_freed = state.ready, state.is_freed
+    # Per action: (absolute seqs of its inputs, absolute seq of its send or -1). Most actions
+    # have no input or one: this runs for every action of every call.
+    seqs = []
     for a in actions:
-        rseqs = tuple(recv_base[(src, a.channel)] + rel for src, rel in a.inputs)
-        sseq = send_base[(a.send_to, a.channel)] + a.send_seq if a.send_to is not None else -1
-        seqs.append((rseqs, sseq))
+        keys = a.in_keys
+        if not keys:
+            rseqs = ()
+        elif len(keys) == 1:
+            rseqs = (recv_base[keys[0]] + a.inputs[0][1],)
+        else:
+            rseqs = tuple(recv_base[k] + rel for k, (_, rel) in zip(keys, a.inputs))
+        seqs.append((rseqs, send_base[a.send_key] + a.send_seq if a.send_key is not None else -1))
     on_ready: Dict[Tuple[int, int, int], int] = {}  # (src, channel, seq) -> action waiting for it
     on_free: Dict[Tuple[int, int, int], list] = {}  # (dst, channel, seq) -> actions waiting for it
     next_send = dict(send_base)  # (dst, channel) -> the seq whose turn it is on that queue
     on_turn: Dict[Tuple[int, int, int], int] = {}  # (dst, channel, seq) -> action waiting for its turn
     runnable: list = []
 
-    def blocked_on_release(i: int):
-        """The first transfer action ``i`` must see released before it may run, or None."""
-        a = actions[i]
+    def blocked_on_release(a, sseq: int):
+        """The first transfer action ``a`` must see released before it may run, or None."""
         for j in a.releases:
             b = actions[j]
             if holds[b.send_to]:
                 key = (b.send_to, b.channel, seqs[j][1])
-                if not state.is_freed(key[:2], key[2]):
+                if not is_freed(b.send_key, key[2]):
                     return key
-        sseq = seqs[i][1]
-        if sseq >= 0:
-            window = windows[(a.send_to, a.channel)]
-            if window is not None and sseq >= window and not state.is_freed((a.send_to, a.channel), sseq - window):
+        if sseq >= 0 and windowed:
+            window = windows[a.send_key]
+            if window is not None and sseq >= window and not is_freed(a.send_key, sseq - window):
                 return a.send_to, a.channel, sseq - window
         return None
 
     def advance(i: int) -> None:
         """Dependencies of ``i`` are issued: park it on the first event it lacks, or run it."""
         a = actions[i]
-        for (src, _), rseq in zip(a.inputs, seqs[i][0]):
-            if rseq not in state.ready[(src, a.channel)]:
-                on_ready[(src, a.channel, rseq)] = i
+        rseqs, sseq = seqs[i]
+        for key, rseq in zip(a.in_keys, rseqs):
+            if rseq not in ready[key]:
+                on_ready[key + (rseq,)] = i
                 return
-        sseq = seqs[i][1]
-        if sseq >= 0 and sseq != next_send[(a.send_to, a.channel)]:
-            on_turn[(a.send_to, a.channel, sseq)] = i  # a queue's transfers leave in FIFO order
+        if sseq >= 0 and sseq != next_send[a.send_key]:
+            on_turn[a.send_key + (sseq,)] = i  # a queue's transfers leave in FIFO order
             return
-        key = blocked_on_release(i)
+        key = blocked_on_release(a, sseq) if a.releases or windowed else None
         if key is not None:
             on_free.setdefault(key, []).append(i)
         else:
             heapq.heappush(runnable, i)
 
     def receive(event) -> None:
-        state.note(event)
-        kind, peer, channel, seq, _ = event
+        kind, peer, channel, seq, payload = event
         if kind == READY:
+            ready[(peer, channel)][seq] = payload
             parked = on_ready.pop((peer, channel, seq), None)
             if parked is not None:
                 advance(parked)
         else:
+            state.note(event)  # a FREE (or an unknown event, which it refuses)
             for parked in on_free.pop((peer, channel, seq), ()):
                 advance(parked)
 
@@ -149,12 +167,15 @@ def run_program(program: RankProgram, transport: Transport, state: SequenceState
             i = heapq.heappop(runnable)
             a = actions[i]
             rseqs, sseq = seqs[i]
-            payloads = tuple(state.ready[(src, a.channel)].pop(rseq) for (src, _), rseq in zip(a.inputs, rseqs))
-            window = windows[(a.send_to, a.channel)] if sseq >= 0 else None
-            transport.issue(a, rseqs, sseq, window is not None and sseq >= window, payloads)
+            if not rseqs:
+                payloads = ()
+            else:
+                payloads = tuple(ready[key].pop(rseq) for key, rseq in zip(a.in_keys, rseqs))
+            wait_free = sseq >= 0 and windowed and windows[a.send_key] is not None and sseq >= windows[a.send_key]
+            transport.issue(a, rseqs, sseq, wait_free, payloads)
             remaining -= 1
             if sseq >= 0:
-                queue = (a.send_to, a.channel)
+                queue = a.send_key
                 next_send[queue] = sseq + 1
                 waiting = on_turn.pop(queue + (sseq + 1,), None)
                 if waiting is not None:
@@ -178,16 +199,40 @@ def run_program(program: RankProgram, transport: Transport, state: SequenceState
         state.sent[key] += n
     for key, n in program.recvs.items():
         state.received[key] += n
-    for key in program.sends:
-        last = state.sent[key]
-        seq = send_base[key]
+    if defer is None:
+        _released(state, transport, {key: state.sent[key] for key in program.sends})
+    elif program.sends:
+        state.unsettled.append((defer, {key: state.sent[key] for key in program.sends}))
+    transport.flush()
+
+
+def settle(state: SequenceState, transport: Transport, tag: Any = None) -> None:
+    """Wait for the releases of the deferred calls up to the last one tagged ``tag`` (every
+    deferred call when ``tag`` is None); calls after it stay deferred."""
+    upto = len(state.unsettled) if tag is None else \
+        max((i + 1 for i, (t, _) in enumerate(state.unsettled) if t == tag), default=0)
+    if not upto:
+        return
+    ends: Dict[Tuple[int, int], int] = {}
+    for _, sent in state.unsettled[:upto]:
+        ends.update(sent)  # a later call's end seq is higher
+    del state.unsettled[:upto]
+    _released(state, transport, ends)
+
+
+def _released(state: SequenceState, transport: Transport, ends: Dict[Tuple[int, int], int]) -> None:
+    """Wait until every transfer below ``ends[key]`` on each (dst, channel) was released. It
+    starts at what is known released, so an earlier deferred call on the same queue is waited
+    for too (``released_below`` may only cover what was released)."""
+    for key, last in ends.items():
+        seq = state.released_below[key]
         while seq < last:
             if state.is_freed(key, seq):
                 seq += 1
                 continue
             for event in transport.wait():
                 state.note(event)
-        # Releases of this call are implied from now on; keep the set small.
-        state.released_below[key] = last
-        state.freed[key] = {s for s in state.freed[key] if s >= last}
-    transport.flush()
+        if last > state.released_below[key]:
+            # Releases below ``last`` are implied from now on; keep the set small.
+            state.released_below[key] = last
+            state.freed[key] = {s for s in state.freed[key] if s >= last}

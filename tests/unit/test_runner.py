@@ -23,7 +23,7 @@ from blinkflow.errors import ScheduleError
 from blinkflow.schedule.builder import ScheduleBuilder
 from blinkflow.schedule.ir import Schedule, Step
 from blinkflow.schedule.program import _overlap, _ranges, compile_program
-from blinkflow.schedule.runner import SequenceState, run_program
+from blinkflow.schedule.runner import SequenceState, run_program, settle
 from blinkflow.schedule.shapes import (chain_allreduce_schedule as chain_allreduce, chain_broadcast_schedule,
                                        direct_allgather_schedule, direct_reducescatter_schedule)
 from blinkflow.schedule.transport import FREE, READY, Transport
@@ -181,6 +181,84 @@ def run_ranks(schedules_per_call, inputs, nslots=2, op="sum", link="push", fuse=
     return results
 
 
+class SlotPullTransport(PullTransport):
+    """Pull over two buffers per rank used in turn (the CPU backend's shared slots): a READY says
+    which slot, and what is still read is tracked per (rank, slot)."""
+
+    def __init__(self, rank, slots, boxes, log, held, slot, delay):
+        super().__init__(rank, None, boxes, COMBINE["sum"], log, held, delay)
+        self.slot_bufs, self.slot = slots, slot
+        self.bufs = {rank: slots[rank][slot]}
+
+    def _writes(self, lo, hi):
+        for key, (s, a, b) in list(self.held[self.rank].items()):
+            assert s != self.slot or not (lo < b and a < hi), f"rank {self.rank} overwrote slot {s} [{a}, {b})"
+
+    def issue(self, a, recv_seqs, send_seq, wait_free, payloads):
+        buf = self.bufs[self.rank]
+        if a.inputs:
+            time.sleep(self.delay)
+            self._writes(a.offset, a.offset + a.count)
+        incoming = [self.slot_bufs[src][s][lo:hi].copy() for (src, _), (s, lo, hi) in zip(a.inputs, payloads)]
+        self._combine_into(a, incoming)
+        for (src, _), seq in zip(a.inputs, recv_seqs):
+            self.post(src, FREE, a.channel, seq)
+        if send_seq >= 0:
+            span = (self.slot, a.offset, a.offset + a.count)
+            self.held[self.rank][(a.channel, send_seq, a.send_to)] = span
+            self.post(a.send_to, READY, a.channel, send_seq, span)
+
+
+@pytest.mark.parametrize("settled", [True, False])
+def test_deferred_releases_are_waited_for_before_a_slot_is_written_again(settled):
+    """``run_program(defer=slot)`` returns while a slow peer may still read the slot; ``settle``
+    before the slot is written again waits for that peer (the CPU backend's alternating shared
+    slots). Without the settle the next write lands on a range still being read. (A broadcast:
+    its root hears nothing from the others, so nothing else holds it back; in an all-reduce
+    every rank waits for data that each peer sends only after it finished the call before.)"""
+    sched = chain_broadcast_schedule([0, 1, 2], 0, 12, 4)
+    n, calls = 3, 5
+    boxes = [queue.Queue() for _ in range(n)]
+    slots = [[np.zeros(12), np.zeros(12)] for _ in range(n)]
+    held = [dict() for _ in range(n)]
+    results, errors = {}, []
+
+    def rank_main(r):
+        try:
+            state = SequenceState()
+            prog = compile_program(sched, r, {d: d for d in range(n)})
+            for call in range(calls):
+                slot = call % 2
+                transport = SlotPullTransport(r, slots, boxes, [], held, slot, 0.05 if r == 2 else 0.0)
+                if settled:
+                    settle(state, transport, slot)
+                transport._writes(0, 12)  # the input is about to be written: nobody may read it
+                if r == 0:
+                    slots[r][slot][:] = 1 + 10 * call
+                run_program(prog, transport, state, defer=slot)
+                results[(r, call)] = slots[r][slot].copy()
+            settle(state, transport)
+            assert not state.unsettled and not held[r]
+        except BaseException as e:  # surfaced by the main thread
+            errors.append((r, e))
+            for box in boxes:
+                box.put(("stop", r, 0, 0, None))  # an event no runner knows: the others stop too
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert all(not t.is_alive() for t in threads), "a rank hung"
+    if not settled:
+        assert any("overwrote" in str(e) for _, e in errors), errors
+        return
+    assert not errors, errors
+    for call in range(calls):
+        for r in range(n):
+            assert results[(r, call)].tolist() == [1.0 + 10 * call] * 12
+
+
 LINKS = [("push", 1), ("push", 2), ("push", 4), ("pull", None)]
 
 
@@ -306,6 +384,62 @@ def test_hazards_match_the_quadratic_definition():
         assert set(a.releases) == released, i
         later = [j for j in range(i + 1, len(steps)) if _overlap(ri + wi, _ranges(steps[j])[0] + _ranges(steps[j])[1])]
         assert a.final == (steps[i].op in ("recv", "recv_reduce") and steps[i].count > 0 and not later), i
+
+
+def test_copy_out_is_the_last_touch_of_each_leftover_element():
+    """Every element of ``leftover`` is copied out exactly once: by the action after which no step
+    touches it (``copy_out``; only an action none of whose elements is touched later qualifies,
+    so fusing cannot move the copy before a later reader), or else at the end (``untouched``).
+    Brute force on random steps, fused and not."""
+    rng = np.random.default_rng(5)
+    for trial in range(20):
+        steps, theirs = [], {1: [], 2: []}
+        for _ in range(40):
+            off, cnt, peer = int(rng.integers(0, 60)), int(rng.integers(0, 10)), int(rng.integers(1, 3))
+            kind = rng.choice(["send", "recv", "recv_reduce", "recv_reduce", "copy"])
+            if kind == "copy":
+                steps.append(Step("copy", off, cnt, src_offset=int(rng.integers(0, 70 - cnt))))
+            elif kind == "send":
+                steps.append(Step("send", off, cnt, peer=peer, round=1))
+            else:
+                steps.append(Step(str(kind), off, cnt, peer=peer, round=1))
+                theirs[peer].append(Step("send", off, cnt, peer=0))
+        sched = Schedule("allreduce", (0, 1, 2), 70, 5,
+                         programs=((0, tuple(steps)), (1, tuple(theirs[1])), (2, tuple(theirs[2]))))
+        for fuse in (1, 4):
+            prog = compile_program(sched, 0, {0: 0, 1: 1, 2: 2}, fuse_inputs=fuse)
+            left = {e for lo, hi in prog.leftover for e in range(lo, hi)}
+            copied = [e for a in prog.actions for lo, hi in a.copy_out for e in range(lo, hi)]
+            copied += [e for lo, hi in prog.untouched for e in range(lo, hi)]
+            assert sorted(copied) == sorted(left), (trial, fuse)  # each once, nothing else
+            touched_after = {}
+            for a in prog.actions:
+                for lo, hi in a.copy_out:
+                    last = max(a.steps)
+                    for j in range(last + 1, len(steps)):
+                        reads, writes = _ranges(steps[j])
+                        assert not _overlap(reads + writes, [(lo, hi)]), (trial, fuse, a.index, j)
+                    # ...and nothing after the action touches any of its elements at all
+                    mine = [span for i in a.steps for span in _ranges(steps[i])[0] + _ranges(steps[i])[1]]
+                    touched_after[a.index] = any(_overlap(mine, _ranges(steps[j])[0] + _ranges(steps[j])[1])
+                                                 for j in range(last + 1, len(steps)))
+            assert not any(touched_after.values())
+
+
+def test_a_star_root_copies_its_shard_out_right_after_sending_it():
+    """The cpu-host plan at two ranks: each root sends its reduced shard and copies it out at
+    once (the copy overlaps the wait for the other shard); nothing is left for the end."""
+    from blinkflow.planner import Plan, Tree
+    from blinkflow.schedule.lower import lower
+
+    plan = Plan("allreduce", "t", (0, 1), (Tree(0, 0.5, ((0, 1),)), Tree(1, 0.5, ((1, 0),))), 1.0, 1.0)
+    sched = lower(plan, 10, chunk_elems=10)
+    for d in (0, 1):
+        prog = compile_program(sched, d, {0: 0, 1: 1}, fuse_inputs=8)
+        assert prog.untouched == ()
+        copying = [a for a in prog.actions if a.copy_out]
+        assert len(copying) == 1 and copying[0].op == "send" and copying[0].send_to == 1 - d
+        assert copying[0].copy_out == ((copying[0].offset, copying[0].offset + copying[0].count),)
 
 
 @pytest.mark.parametrize("link,nslots", LINKS)

@@ -23,7 +23,7 @@ import numpy as np
 from ...errors import BackendError
 from ...ops import ReduceOp
 from ...schedule.cache import Programs
-from ...schedule.runner import SequenceState, run_program
+from ...schedule.runner import SequenceState, run_program, settle
 from .. import teardown
 from ..base import Backend, BackendContext
 from ..wire import MpiWire
@@ -101,10 +101,14 @@ class CpuBackend(Backend):
     def buffer(self, nelems: int, dtype):
         """A slot of this rank's shared window (peers read it in place). Collective over the
         host's ranks when the window grows, so every local rank asks for the same sizes (the
-        runtime's fused batches agree). Nobody reads it once the collective that used it
-        returned: the runner waits for every receiver's release before returning."""
+        runtime's fused batches agree). Nobody reads it any more: a collective on a slot returns
+        without waiting for its receivers' releases (a wait on the critical path of every call,
+        for peers that are still copying), and they are waited for here, before the slot is
+        handed out again, by when they have arrived."""
         dtype = np.dtype(dtype)
-        return self.arena.user_slot(int(nelems) * dtype.itemsize).view(dtype)
+        nbytes = int(nelems) * dtype.itemsize
+        settle(self.state, self.transport, self.arena.next_user_slot(nbytes))  # None: a new window
+        return self.arena.user_slot(nbytes).view(dtype)
 
     def _shared(self, arr: np.ndarray) -> np.ndarray:
         """``arr`` if it sits in a shared window, else a copy in :meth:`buffer` (every rank passes
@@ -122,7 +126,11 @@ class CpuBackend(Backend):
         self.transport.trace = self.trace
         self.transport.prepare(buf, ufunc, out, scale, kernels.chunk_elems(self.chunk_bytes, buf.dtype.itemsize))
         self._mark("start", "RUN_SCHEDULE")
-        run_program(program, self.transport, self.state)
+        # On a slot of :meth:`buffer`, with peers on this host only, the releases are waited for
+        # when the slot is next handed out. (An ``Isend`` to another host must complete before
+        # the call returns: MPI reads the slot, and nobody could wait for it at teardown.)
+        local = self.transport.local_only(program)
+        run_program(program, self.transport, self.state, defer=self.arena.user_slot_of(buf) if local else None)
         self._mark("end", "RUN_SCHEDULE")
 
     def _mark(self, what: str, phase: str) -> None:

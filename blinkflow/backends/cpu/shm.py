@@ -10,10 +10,11 @@ geometrically, so a job allocates a handful of times in its life, never per call
 Two windows serve two purposes:
 
 * the *user* window backs :meth:`CpuBackend.buffer`: the runtime packs its fusion buffer
-  straight into it (zero copy) and peers read it in place while a schedule runs (the runner
-  returns only after every peer released what it read, so nobody reads it afterwards). It has
-  two slots handed out in turn, so a collective that stages its argument in a slot never writes
-  over that argument when it is itself the previous slot. On growth the previous window stays
+  straight into it (zero copy) and peers read it in place while a schedule runs. It has two
+  slots handed out in turn, so a collective that stages its argument in a slot never writes
+  over that argument when it is itself the previous slot, and a call returns while peers may
+  still read its slot: the backend waits for their releases before it hands that slot out
+  again, a call later (:func:`blinkflow.schedule.runner.settle`). On growth the previous window stays
   alive (a view into it stays usable for one more growth, more than ``Backend.buffer``
   promises); older ones are freed, collectively, so memory stays below three times the largest
   buffer.
@@ -99,6 +100,23 @@ class SharedArena:
         self._user_slot ^= 1
         start = self._user_slot * half
         return self._user.mine[start:start + nbytes]
+
+    def next_user_slot(self, nbytes: int) -> Optional[int]:
+        """The slot :meth:`user_slot` (``nbytes``) will hand out, or None when it will make a new
+        window (and free the one before the current)."""
+        if self._user is None or self._user.nbytes < 2 * _round_up(nbytes):
+            return None
+        return self._user_slot ^ 1
+
+    def user_slot_of(self, arr: np.ndarray) -> Optional[int]:
+        """Which slot of the current user window ``arr`` lies in, or None (elsewhere)."""
+        if self._user is None:
+            return None
+        offset = self._user.offset_of(arr)
+        if offset is None:
+            return None
+        half = self._user.nbytes // 2
+        return offset // half if (offset % half) + arr.nbytes <= half else None
 
     def control(self, nbytes: int) -> _Window:
         """A small window where each rank publishes where its tensors are (see cma.py); made

@@ -11,8 +11,10 @@ sender's ``Isend`` its FREE.
 
 Out-of-place results: when the caller gives ``out`` (the runtime's private result), a receive
 that is the last word on its range writes straight into ``out``, scaled on the way, and the
-ranges no such receive writes are copied out at the end; one pass over the data fewer than
-reducing in place and copying the whole buffer out.
+ranges no such receive writes are copied out as soon as nothing touches them any more (right
+after the action that touched them last: the copy overlaps the waits for peers that follow),
+the rest at the end; one pass over the data fewer than reducing in place and copying the whole
+buffer out.
 
 ``trace``, when a list, gets one ``(op, peer, channel, seq, offset, count)`` per transfer as it runs
 ("send", "recv" or "recv_reduce"): the test that what runs is the lowered schedule reads it.
@@ -69,6 +71,8 @@ class CpuTransport(Transport):
         self._local_rank = layout.local_rank_of
         self.buf: Optional[np.ndarray] = None
         self.out: Optional[np.ndarray] = None
+        # The wire's own methods: the runner polls many times per call, one call layer fewer.
+        self.poll, self.wait = wire.poll, wire.wait
 
     def prepare(self, buf: np.ndarray, ufunc=None, out: Optional[np.ndarray] = None, scale: float = 1.0,
                 chunk: int = 1 << 18) -> None:
@@ -84,13 +88,22 @@ class CpuTransport(Transport):
     def window(self, peer: int) -> Optional[int]:
         return None  # no receive slots: peers read our buffer, or MPI buffers the message
 
+    def local_only(self, program) -> bool:
+        """Whether ``program`` sends only to ranks of this host (its releases are messages)."""
+        return all(self._local[dst] for dst, _ in program.sends)
+
     def holds(self, peer: int) -> bool:
         return True  # a peer reads our range in place, or an Isend still reads it
 
     def begin(self, program, recv_seqs: Sequence[Tuple[int, ...]]) -> None:
         self.wire.begin()
-        remote = [(a, src, seq) for a, seqs in zip(program.actions, recv_seqs)
-                  for (src, _), seq in zip(a.inputs, seqs) if not self._local[src]]
+        if self._where[0] < 0 and any(self._local[dst] for dst, _ in program.sends):
+            raise BackendError("a buffer peers read in place must sit in a shared window (Backend.buffer)")
+        if all(self._local[src] for src, _ in program.recvs):
+            remote = ()  # inside a host every chunk is read in place: nothing to post
+        else:
+            remote = [(a, src, seq) for a, seqs in zip(program.actions, recv_seqs)
+                      for (src, _), seq in zip(a.inputs, seqs) if not self._local[src]]
         if not remote:
             return
         space = self.inbox.get(sum(a.count for a, _, _ in remote), self.buf.dtype)
@@ -100,8 +113,6 @@ class CpuTransport(Transport):
             at += a.count
             self._landed[(src, a.channel, seq)] = landing
             self.wire.irecv(src, a.channel, seq, landing.view(np.uint8))
-        if self._where[0] < 0 and any(self._local[a.send_to] for a in program.actions if a.send_to is not None):
-            raise BackendError("a buffer peers read in place must sit in a shared window (Backend.buffer)")
 
     def issue(self, a, recv_seqs, send_seq: int, wait_free: bool, payloads) -> None:
         buf = self.buf
@@ -131,6 +142,10 @@ class CpuTransport(Transport):
                 self.wire.isend(dst, a.channel, send_seq, buf[lo:hi].view(np.uint8))
             if self.trace is not None:
                 self.trace.append(("send", dst, a.channel, send_seq, lo, a.count))
+        if a.copy_out and self.out is not None:
+            # After the send: a peer waiting for it starts while we copy (the value is final).
+            for c_lo, c_hi in a.copy_out:
+                scaled_copy(buf[c_lo:c_hi], self.out[c_lo:c_hi], self.scale)
 
     def _incoming(self, src: int, a, seq: int, payload) -> np.ndarray:
         if not self._local[src]:
@@ -141,7 +156,7 @@ class CpuTransport(Transport):
 
     def end(self, program) -> None:
         if self.out is not None:
-            for lo, hi in program.leftover:
+            for lo, hi in program.untouched:
                 scaled_copy(self.buf[lo:hi], self.out[lo:hi], self.scale)
 
     def poll(self) -> List[Event]:
