@@ -213,7 +213,7 @@ def compile_program(schedule: Schedule, device: int, rank_of: Mapping[int, int],
                 cross[d] = True
     slot = max((s.count for _, prog in schedule.programs for s in prog if s.destination is not None), default=0)
     written = sorted((a.offset, a.offset + a.count) for a in actions if a.final)
-    leftover = _complement(written, schedule.nelems)
+    leftover = _complement(written, 0, schedule.nelems)
     early = _copy_out(actions, groups, footprints, later, leftover)
     actions = [dataclasses.replace(a, copy_out=tuple(early[a.index])) if early[a.index] else a for a in actions]
     copied = sorted(span for spans in early for span in spans)
@@ -221,7 +221,7 @@ def compile_program(schedule: Schedule, device: int, rank_of: Mapping[int, int],
                        sends=send_seq, recvs=recv_seq, slot_elems=slot, cross_stream_deps=tuple(cross),
                        dependents=tuple(tuple(x) for x in dependents),
                        leftover=tuple(leftover),
-                       untouched=tuple(span for lo, hi in leftover for span in _complement_within(copied, lo, hi)),
+                       untouched=tuple(span for lo, hi in leftover for span in _complement(copied, lo, hi)),
                        schedule=schedule)
 
 
@@ -258,8 +258,9 @@ def _merge(spans: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
     return out
 
 
-def _complement_within(spans: List[Tuple[int, int]], lo: int, hi: int) -> List[Tuple[int, int]]:
-    """The parts of ``[lo, hi)`` no span (sorted, disjoint) covers."""
+def _complement(spans: List[Tuple[int, int]], lo: int, hi: int) -> List[Tuple[int, int]]:
+    """The parts of ``[lo, hi)`` no span (sorted, disjoint: final actions' ranges never
+    overlap, nor do ``copy_out`` ranges) covers."""
     out, at = [], lo
     for a, b in spans[max(0, bisect.bisect_right(spans, (lo, lo)) - 1):]:
         if a >= hi:
@@ -343,13 +344,3 @@ def _fuse(steps, deps, later, fuse_inputs: int, sent_rounds: List[int]) -> List[
     return groups
 
 
-def _complement(spans: List[Tuple[int, int]], n: int) -> List[Tuple[int, int]]:
-    """The parts of ``[0, n)`` no span (sorted, possibly overlapping) covers."""
-    out, at = [], 0
-    for lo, hi in spans:
-        if lo > at:
-            out.append((at, lo))
-        at = max(at, hi)
-    if at < n:
-        out.append((at, n))
-    return out
