@@ -71,8 +71,6 @@ class CpuTransport(Transport):
         self._local_rank = layout.local_rank_of
         self.buf: Optional[np.ndarray] = None
         self.out: Optional[np.ndarray] = None
-        # The wire's own methods: the runner polls many times per call, one call layer fewer.
-        self.poll, self.wait = wire.poll, wire.wait
 
     def prepare(self, buf: np.ndarray, ufunc=None, out: Optional[np.ndarray] = None, scale: float = 1.0,
                 chunk: int = 1 << 18) -> None:
