@@ -121,11 +121,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def buffer(self, nelems: int, dtype) -> Any:
         """A working buffer of ``nelems`` elements of ``dtype`` on which the collectives below run
-        fastest (a shared-memory window, device memory). Valid until the next ``buffer`` call with
-        a larger size; the runtime packs the fusion buffer into it to avoid an extra copy. The
-        runtime writes it only before a collective on it (packing, prescale); afterwards it only
-        reads it (copy-out; the postscale runs on the copy), so peers may still read a rank's
-        buffer after that rank's collective returned."""
+        fastest (a shared-memory window, device memory); the runtime packs the fusion buffer into
+        it to avoid an extra copy. Peers may still read a rank's buffer after that rank's
+        collective returned, so a caller writes it only between getting it from ``buffer`` and
+        the collective on it (packing, prescale) and afterwards only reads it (copy-out; the
+        postscale runs on the copy): to write again, it asks ``buffer`` again, which hands out
+        memory no peer reads any more. Readable until the next ``buffer`` call with a larger size."""
 
     @abc.abstractmethod
     def allreduce(self, buf, op: ReduceOp, out=None, scale: float = 1.0) -> None:

@@ -89,6 +89,10 @@ class _Blinkflow:
             self.backend = CpuBackend(standalone_context(comm))
 
     def array(self, nelems: int) -> np.ndarray:
+        """The array the calls run on, written before each. ``--via backend``: one shared buffer
+        for every call; written again without asking ``buffer`` again, which is safe here only
+        because every timed call ends in a collective over all ranks (``_timed``): no peer still
+        reads it when the next call's input is written."""
         if self.via == "api":
             return np.ones(nelems, np.float32)
         return self.backend.buffer(nelems, np.float32)

@@ -208,6 +208,25 @@ def run_growth(be):
     cases += 1
 
 
+def run_slot_reuse(be):
+    """Calls on one slot without asking buffer() again in between (allowed while the caller does
+    not write it): the runs on a slot settle each other's releases, so the deferred bookkeeping
+    stays bounded, and every result is right. Then buffer() hands out memory nobody reads."""
+    global cases
+    n = 5000
+    buf = be.buffer(n, np.float32)
+    buf[...] = RANK + 1
+    for i in range(20):
+        be.allreduce(buf, ReduceOp.MAX)  # in place: every run writes the slot it reads
+        assert (buf == SIZE).all(), f"slot reuse, call {i}"
+        assert len(be.state.unsettled) <= 2, be.state.unsettled
+    fresh = be.buffer(n, np.float32)
+    fresh[...] = RANK
+    be.allreduce(fresh, ReduceOp.SUM)
+    assert (fresh == SIZE * (SIZE - 1) // 2).all(), "a fresh slot after reuse"
+    cases += 21
+
+
 def run_deep_trees(config):
     """A plan of deeper trees (Blink's single-root shape: a chain and a binary tree, both rooted at
     rank 0, plus a chain rooted at the last rank), chunk-pipelined by the runner: forwarding
@@ -304,6 +323,7 @@ def main():
     run_reducescatter_in_place_at_the_front(be)
     run_alltoall(be)
     run_growth(be)
+    run_slot_reuse(be)
     run_deep_trees(config)
     if SIZE > 1:
         run_single_copy_helping(be)

@@ -104,7 +104,8 @@ class CpuBackend(Backend):
         runtime's fused batches agree). Nobody reads it any more: a collective on a slot returns
         without waiting for its receivers' releases (a wait on the critical path of every call,
         for peers that are still copying), and they are waited for here, before the slot is
-        handed out again, by when they have arrived."""
+        handed out again, by when they have arrived. So a caller that writes a slot again must
+        first get it again from here (``Backend.buffer``'s contract)."""
         dtype = np.dtype(dtype)
         nbytes = int(nelems) * dtype.itemsize
         settle(self.state, self.transport, self.arena.next_user_slot(nbytes))  # None: a new window
@@ -129,8 +130,13 @@ class CpuBackend(Backend):
         # On a slot of :meth:`buffer`, with peers on this host only, the releases are waited for
         # when the slot is next handed out. (An ``Isend`` to another host must complete before
         # the call returns: MPI reads the slot, and nobody could wait for it at teardown.)
-        local = self.transport.local_only(program)
-        run_program(program, self.transport, self.state, defer=self.arena.user_slot_of(buf) if local else None)
+        slot = self.arena.user_slot_of(buf) if self.transport.local_only(program) else None
+        if slot is not None:
+            # A caller running on the same slot again without asking buffer() (allowed while it
+            # does not write it in between): settle the run before, so at most one run per slot
+            # stays unsettled and the release bookkeeping cannot grow call after call.
+            settle(self.state, self.transport, slot)
+        run_program(program, self.transport, self.state, defer=slot)
         self._mark("end", "RUN_SCHEDULE")
 
     def _mark(self, what: str, phase: str) -> None:
