@@ -729,8 +729,6 @@ def get_process_set_ids_and_ranks() -> Dict[int, List[int]]:
 def comm_process_set_id(comm) -> int:
     """The id of the registered process set whose ranks are ``comm``'s processes."""
     engine = _running("blinkflow.comm_process_set_id")
-    from .process_sets import ranks_of_entry
-
     ranks = ranks_of_entry(ProcessSet(comm), engine.job.comm)
     for set_id, known in engine.sets.ranks_of.items():
         if known == ranks:

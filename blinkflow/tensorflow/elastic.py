@@ -37,12 +37,12 @@ class State(Unsupported):
 
 
 class ObjectState(State):
-    pass
+    """Horovod's elastic state of an object's attributes: constructing one raises (see the module)."""
 
 
 class TensorFlowState(State):
-    pass
+    """Horovod's elastic state of TensorFlow variables: constructing one raises (see the module)."""
 
 
 class TensorFlowKerasState(State):
-    pass
+    """Horovod's elastic state of a Keras model and optimizer: constructing one raises (see the module)."""

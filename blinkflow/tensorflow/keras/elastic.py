@@ -7,16 +7,16 @@ from ..elastic import Unsupported
 
 
 class KerasState(TensorFlowKerasState):
-    pass
+    """Horovod's Keras elastic state: constructing one raises (see :mod:`blinkflow.tensorflow.elastic`)."""
 
 
 class CommitStateCallback(Unsupported):
-    pass
+    """Horovod's elastic Keras callback: constructing one raises (see :mod:`blinkflow.tensorflow.elastic`)."""
 
 
 class UpdateBatchStateCallback(Unsupported):
-    pass
+    """Horovod's elastic Keras callback: constructing one raises (see :mod:`blinkflow.tensorflow.elastic`)."""
 
 
 class UpdateEpochStateCallback(Unsupported):
-    pass
+    """Horovod's elastic Keras callback: constructing one raises (see :mod:`blinkflow.tensorflow.elastic`)."""
