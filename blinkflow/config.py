@@ -21,9 +21,10 @@ ENV_PREFIX = "BLINKFLOW_"
 #: Settings that must be equal on every rank (checked at init): ranks that disagree would fuse,
 #: cache, plan or choose data paths differently and wait for each other. The topology is one:
 #: rank 0 alone reads it, so one set on another rank only would be silently ignored.
-AGREED_FIELDS = ("fusion_threshold", "cache_capacity", "backend", "chunk_bytes", "cpu_single_copy", "split_hosts",
-                 "topology", "bucket_bytes")
+AGREED_FIELDS = ("fusion_threshold", "cache_capacity", "backend", "chunk_bytes", "cpu_single_copy", "cpu_control",
+                 "split_hosts", "topology", "bucket_bytes")
 BACKENDS = ("auto", "cpu", "cuda")
+CPU_CONTROLS = ("auto", "shm", "mpi")
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 _DAY_S = 86400.0
 
@@ -64,6 +65,10 @@ class Config:
     """1: on a host where ranks may read each other's memory (Linux cross-memory attach), large
     all-reduces read peers' tensors in place instead of first copying them into shared memory;
     0: always copy through shared memory."""
+    cpu_control: str = "auto"
+    """How the cpu backend's ranks of one host tell each other that a chunk is ready or free:
+    shm (rings in shared memory, :mod:`blinkflow.backends.cpu.mailbox`), mpi (MPI messages), or
+    auto: shm on CPUs with total store order (x86-64), which the rings need, mpi elsewhere."""
     bucket_bytes: int = 25 * 1024 * 1024
     """Bytes of gradients per bucket: DistributedOptimizer and DistributedGradientTape submit each
     bucket as soon as backprop has produced it, last layer first, so its all-reduce overlaps the
@@ -85,6 +90,9 @@ class Config:
             raise ConfigError(f"{ENV_PREFIX}LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if self.cpu_single_copy not in (0, 1):
             raise ConfigError(f"{ENV_PREFIX}CPU_SINGLE_COPY must be 0 or 1, got {self.cpu_single_copy}")
+        if self.cpu_control not in CPU_CONTROLS:
+            raise ConfigError(f"{ENV_PREFIX}CPU_CONTROL must be one of {', '.join(CPU_CONTROLS)}, "
+                              f"got {self.cpu_control!r}")
 
     def agreed(self) -> tuple:
         """The settings every rank of a job must share, as ((field, value), ...): ranks that

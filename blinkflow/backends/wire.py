@@ -9,6 +9,10 @@ READY / FREE events of those transfers.
 Everything goes over one communicator the backend duplicated for its transport, so it can never
 match another layer's messages; data travels with tag ``DATA_TAG + channel`` so MPI's
 non-overtaking rule per (source, tag) gives the schedule IR's FIFO matching per (peer, channel).
+Given a *mailbox* (the CPU backend's :mod:`.cpu.mailbox`, rings in shared memory), control
+messages to the ranks it reaches go through it instead, and no MPI control receive is posted:
+every control message then goes to a rank of this host (the transports' rule), in per-sender
+order as over MPI.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from typing import Any, List, Tuple
 
 import numpy as np
 
+from ..errors import BackendError
 from ..schedule.transport import FREE, READY, Event
 from . import quiet_wait, teardown
 
@@ -28,16 +33,20 @@ ENGAGED_SPIN_S = 2e-3
 class MpiWire:
     """Events of one backend's transfers, in the runner's vocabulary (``schedule.transport``)."""
 
-    def __init__(self, comm):
+    def __init__(self, comm, mailbox=None):
         from mpi4py import MPI
 
         self.MPI = MPI
         self.comm = comm  # a Dup() owned by the backend
+        self.mailbox = mailbox
         self._sent: List[Tuple[Any, np.ndarray]] = []  # control Isends and their buffers
         self._inbox = np.empty(6, dtype=np.int64)
         self.rank = comm.Get_rank()
-        self._control = self.comm.Irecv(self._inbox, source=MPI.ANY_SOURCE, tag=CONTROL_TAG)
-        self._requests: List[Any] = [self._control]  # [0] is always the control receive
+        if mailbox is None:
+            self._control = self.comm.Irecv(self._inbox, source=MPI.ANY_SOURCE, tag=CONTROL_TAG)
+        else:
+            self._control = MPI.REQUEST_NULL  # never completes: Testsome skips it
+        self._requests: List[Any] = [self._control]  # [0] is always the control receive (or null)
         self._meaning: List[Event] = [None]  # the event each data request's completion is
         self._buffers: List[Any] = [None]  # kept alive until the request completes
         self._heard = False
@@ -49,7 +58,14 @@ class MpiWire:
 
     # ---- sending -----------------------------------------------------------------------------
     def post(self, dst: int, kind: int, channel: int, seq: int, payload: Tuple[int, int] = (0, 0)) -> None:
-        """Send a control message (READY or FREE) to rank ``dst`` without blocking."""
+        """Send a control message (READY or FREE) to rank ``dst``. Over MPI it never blocks;
+        through the mailbox it waits only while the ring to ``dst`` is full."""
+        if self.mailbox is not None:
+            if not self.mailbox.reaches(dst):
+                raise BackendError(f"a control message to rank {dst}, which the shared-memory mailbox of rank "
+                                   f"{self.rank} does not reach (control messages go to ranks of this host)")
+            self.mailbox.post(dst, (kind, self.rank, channel, seq, payload[0], payload[1]))
+            return
         msg = np.array([kind, self.rank, channel, seq, payload[0], payload[1]], dtype=np.int64)
         self._sent.append((self.comm.Isend(msg, dest=dst, tag=CONTROL_TAG), msg))
         if len(self._sent) > 256:  # reap completed sends so the list stays short
@@ -74,7 +90,14 @@ class MpiWire:
 
     # ---- events ------------------------------------------------------------------------------
     def poll(self) -> List[Event]:
-        return self._collect(self.MPI.Request.Testsome(self._requests, statuses=None))
+        if self.mailbox is None:
+            return self._collect(self.MPI.Request.Testsome(self._requests, statuses=None))
+        events = [(kind, src, channel, seq, (a, b)) for kind, src, channel, seq, a, b in self.mailbox.poll()]
+        if len(self._requests) > 1:  # data transfers with other hosts in flight
+            events += self._collect(self.MPI.Request.Testsome(self._requests, statuses=None))
+        if events:
+            self._heard = True
+        return events
 
     def wait(self) -> List[Event]:
         """The next events. Until a peer's first event of the program has come, waited for
@@ -122,5 +145,7 @@ class MpiWire:
             self._sent = []
 
     def close(self) -> None:
-        """Cancel the pending control receive. Data requests are complete when programs end."""
-        teardown.cancel(self._control)
+        """Cancel the pending control receive. Data requests are complete when programs end.
+        (The mailbox belongs to the backend, which frees it.)"""
+        if self.mailbox is None:
+            teardown.cancel(self._control)

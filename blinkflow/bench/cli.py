@@ -15,6 +15,7 @@ SUITES = {
     "tf-peers": "blinkflow.bench.tf_peers",
     "overlap-timeline": "blinkflow.bench.overlap_timeline",
     "scale": "blinkflow.bench.scale",
+    "control": "blinkflow.bench.control",
 }
 
 

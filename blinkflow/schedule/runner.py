@@ -209,8 +209,11 @@ def run_program(program: RankProgram, transport: Transport, state: SequenceState
 def settle(state: SequenceState, transport: Transport, tag: Any = None) -> None:
     """Wait for the releases of the deferred calls up to the last one tagged ``tag`` (every
     deferred call when ``tag`` is None); calls after it stay deferred."""
-    upto = len(state.unsettled) if tag is None else \
-        max((i + 1 for i, (t, _) in enumerate(state.unsettled) if t == tag), default=0)
+    unsettled = state.unsettled
+    upto = len(unsettled)
+    if tag is not None:  # the last call tagged ``tag`` (usually the last or the one before)
+        while upto and unsettled[upto - 1][0] != tag:
+            upto -= 1
     if not upto:
         return
     ends: Dict[Tuple[int, int], int] = {}

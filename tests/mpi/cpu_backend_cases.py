@@ -4,6 +4,7 @@ Each rank rebuilds every peer's input from a seed, so it checks its own result a
 (or exact integer) reference, and the ranks compare hashes of their results to prove they are
 bitwise identical. Prints ``CASES <n> OK`` on rank 0 when everything passed.
 """
+import dataclasses
 import faulthandler
 import hashlib
 import sys
@@ -264,7 +265,7 @@ def run_deep_trees(config):
                 check_same_everywhere(out, f"deep trees into out n={n}")
                 cases += 2
     ops = set().union(*comm.allgather({a.op for a in be.programs.get("allreduce", 50001,
-                                                                   be._chunk_elems(np.float32)).actions}))
+                                                                   be._chunk_elems(np.dtype(np.float32))).actions}))
     if SIZE > 2:  # somebody forwarded
         assert {"recv_send", "recv_reduce_send"} <= ops, ops
     be.close()
@@ -309,11 +310,55 @@ def run_single_copy_helping(be):
         single_copy_path.MIN_SHARD_BYTES, single_copy_path.MIN_PIECE_BYTES = thresholds
 
 
+def run_mailbox_rings():
+    """The shared-memory control rings (mailbox.py) with 4 slots each. First every rank posts 13
+    messages to every peer of its host before it reads any, so each ring fills and wraps while
+    its receiver is itself stuck posting (a sender waiting for room must read its own boxes, or
+    two ranks wait for each other forever). Then 3000 per peer, posts and reads interleaved at
+    random, so counts are read while they are written (a count written in two steps, e.g. zeroed
+    first, read as 0 let a sender overwrite unread messages). Every sender's messages arrive
+    whole and in order."""
+    global cases
+    import random
+
+    from blinkflow.backends.cpu.mailbox import Mailbox, shared_memory_ordered
+
+    if not shared_memory_ordered():
+        return
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    ranks = local.allgather(RANK)
+    box = Mailbox(local, ranks, slots=4)
+    peers = [r for r in ranks if r != RANK]
+    assert not box.reaches(RANK) and all(box.reaches(r) for r in peers)
+    rng = random.Random(RANK)
+    for count, mixed in ((13, False), (3000, True)):
+        got = {r: [] for r in peers}
+        sent = {r: 0 for r in peers}
+        deadline = time.monotonic() + 60
+        while sum(map(len, got.values())) < count * len(peers) or min(sent.values(), default=count) < count:
+            assert time.monotonic() < deadline, f"mailbox: sent {sent}, got {[len(m) for m in got.values()]}"
+            unsent = [r for r in peers if sent[r] < count]
+            if unsent and (not mixed or rng.random() < 0.6):
+                peer = rng.choice(unsent)
+                box.post(peer, (1, RANK, 2, sent[peer], peer, -sent[peer]))
+                sent[peer] += 1
+                continue
+            for message in box.poll():
+                got[message[1]].append(message)
+        for src, messages in got.items():
+            bad = [(k, m) for k, m in enumerate(messages) if m != (1, src, 2, k, RANK, -k)]
+            assert not bad, f"from rank {src}: first wrong message {bad[0]}"
+        local.Barrier()
+        cases += 1
+    box.close()
+    local.Free()
+
+
 def main():
     faulthandler.dump_traceback_later(90, exit=True)  # a hang shows where every rank waits
     config = Config.from_env()
     if len(sys.argv) > 1:
-        config = Config(split_hosts=config.split_hosts, chunk_bytes=int(sys.argv[1]))
+        config = dataclasses.replace(config, chunk_bytes=int(sys.argv[1]))
     be = CpuBackend(standalone_context(MPI.COMM_WORLD, config))
     run_allreduce(be, [0, 1, 2, 7, SIZE + 1, 1001, 20011])
     run_allreduce(be, [300007]) if config.chunk_bytes == 0 else None
@@ -324,6 +369,7 @@ def main():
     run_alltoall(be)
     run_growth(be)
     run_slot_reuse(be)
+    run_mailbox_rings()
     run_deep_trees(config)
     if SIZE > 1:
         run_single_copy_helping(be)

@@ -43,3 +43,15 @@ def test_bench_separate_times_each_side_in_its_own_job(tmp_path):
     for row in report["cases"].values():
         assert set(row) == {"a", "b", "MPI"} and all(v["median_s"] > 0 for v in row.values())
         assert row["a"]["vs_mpi"] == pytest.approx(row["MPI"]["median_s"] / row["a"]["median_s"])
+
+
+@pytest.mark.mpi
+def test_bench_control_times_both_paths():
+    """``python -m blinkflow.bench control``: a control message's round trip through the mailbox
+    and through MPI, both measured (x86-64: both paths exist)."""
+    import re
+
+    out = run_mpi(2, ["python", "-m", "blinkflow.bench", "control", "--trips", "50", "--blocks", "2"], timeout=120).stdout
+    times = dict(re.findall(r"^  (mpi|shm): ([0-9.]+) us", out, flags=re.M))
+    assert set(times) == {"mpi", "shm"}, out
+    assert all(float(t) > 0 for t in times.values())

@@ -30,6 +30,7 @@ def test_reads_every_field_from_env():
     ({"BLINKFLOW_STALL_CHECK_TIME_SECONDS": "inf"}, "not a finite number"),
     ({"BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS": "-nan"}, "not a finite number"),
     ({"BLINKFLOW_CPU_SINGLE_COPY": "2"}, "CPU_SINGLE_COPY must be 0 or 1"),
+    ({"BLINKFLOW_CPU_CONTROL": "doorbell"}, "CPU_CONTROL must be one of auto, shm, mpi"),
     ({"BLINKFLOW_BUCKET_BYTES": "-1"}, "BUCKET_BYTES must be >= 0"),
 ])
 def test_bad_values_raise_config_error(env, msg):

@@ -16,6 +16,7 @@ runtime's contract).
 """
 from __future__ import annotations
 
+import platform
 from typing import Optional, Sequence
 
 import numpy as np
@@ -28,6 +29,7 @@ from .. import teardown
 from ..base import Backend, BackendContext
 from ..wire import MpiWire
 from . import cma, kernels
+from .mailbox import Mailbox, shared_memory_ordered
 from .shm import SharedArena
 from .single_copy_path import SingleCopyAllreduce
 from .transport import CpuTransport, scaled_copy
@@ -65,7 +67,8 @@ class CpuBackend(Backend):
         self.chunk_bytes = config.chunk_bytes if config is not None else 0
         self.arena = SharedArena(self.local)
         self._wire_comm = self.comm.Dup()  # the transport's messages never meet another layer's
-        self.wire = MpiWire(self._wire_comm)
+        self.mailbox = self._open_mailbox(config)
+        self.wire = MpiWire(self._wire_comm, self.mailbox)
         self.transport = CpuTransport(self.wire, layout, self.arena)
         self.state = SequenceState()
         self.programs = Programs(ctx.plan_for, layout.devices, layout.rank, fuse_inputs=FUSE_INPUTS)
@@ -75,6 +78,18 @@ class CpuBackend(Backend):
         """All-reduces of pieces by path, and chunks done for a slower neighbour (tests, debugging)."""
         self.single_copy: Optional[SingleCopyAllreduce] = self._probe_single_copy(config)
         self._closed = False
+
+    def _open_mailbox(self, config) -> Optional[Mailbox]:
+        """The shared-memory rings of the host's control messages (:mod:`.mailbox`), or None for
+        MPI messages. The choice is the same on every rank (an agreed setting, and the CPU)."""
+        choice = config.cpu_control if config is not None else "auto"
+        ordered = shared_memory_ordered()
+        if choice == "shm" and not ordered:
+            raise BackendError(f"BLINKFLOW_CPU_CONTROL=shm needs a CPU with total store order (x86-64); this one "
+                               f"is {platform.machine()!r}: set it to auto or mpi")
+        if self.layout.local_size == 1 or choice == "mpi" or not ordered:
+            return None
+        return Mailbox(self.local, self.layout.local_ranks)
 
     def _probe_single_copy(self, config) -> Optional[SingleCopyAllreduce]:
         """The single-copy path, where every local rank can read the others' memory. Across
@@ -120,17 +135,17 @@ class CpuBackend(Backend):
         np.copyto(work, arr)
         return work
 
-    def _chunk_elems(self, dtype) -> int:
-        return max(1, (self.chunk_bytes or DEFAULT_CHUNK_BYTES) // np.dtype(dtype).itemsize)
+    def _chunk_elems(self, dtype: np.dtype) -> int:
+        return max(1, (self.chunk_bytes or DEFAULT_CHUNK_BYTES) // dtype.itemsize)
 
     def _run(self, program, buf: np.ndarray, ufunc=None, out: Optional[np.ndarray] = None, scale: float = 1.0) -> None:
         self.transport.trace = self.trace
-        self.transport.prepare(buf, ufunc, out, scale, kernels.chunk_elems(self.chunk_bytes, buf.dtype.itemsize))
+        where = self.transport.prepare(buf, ufunc, out, scale, kernels.chunk_elems(self.chunk_bytes, buf.itemsize))
         self._mark("start", "RUN_SCHEDULE")
         # On a slot of :meth:`buffer`, with peers on this host only, the releases are waited for
         # when the slot is next handed out. (An ``Isend`` to another host must complete before
         # the call returns: MPI reads the slot, and nobody could wait for it at teardown.)
-        slot = self.arena.user_slot_of(buf) if self.transport.local_only(program) else None
+        slot = self.arena.user_slot_of(buf, where) if self.transport.local_only(program) else None
         if slot is not None:
             # A caller running on the same slot again without asking buffer() (allowed while it
             # does not write it in between): settle the run before, so at most one run per slot
@@ -170,20 +185,25 @@ class CpuBackend(Backend):
         by the runner."""
         result = _flat(out)
         n = result.shape[0]
-        if self.size > 1 and n and self.single_copy is not None:
-            program = self.programs.get("allreduce", n, self._chunk_elems(result.dtype))
-            if self.single_copy.suits(program, pieces, result.nbytes):
-                self.stats["single_copy"] += 1
-                before = self.single_copy.helped_chunks
-                self.single_copy.run(program, [_flat(p) for p in pieces], kernels.combiner(op), result, scale)
-                self.stats["helped_chunks"] += self.single_copy.helped_chunks - before
-                return
+        if self.size == 1 or n == 0:
+            if n:
+                np.concatenate(pieces, out=result)
+                if scale != 1.0:
+                    scaled_copy(result, result, scale)
+            return
+        program = self.programs.get("allreduce", n, self._chunk_elems(result.dtype))
+        if self.single_copy is not None and self.single_copy.suits(program, pieces, result.nbytes):
+            self.stats["single_copy"] += 1
+            before = self.single_copy.helped_chunks
+            self.single_copy.run(program, [_flat(p) for p in pieces], kernels.combiner(op), result, scale)
+            self.stats["helped_chunks"] += self.single_copy.helped_chunks - before
+            return
         self.stats["packed"] += 1
         self._mark("start", "COPY_IN")
         buf = self.buffer(n, result.dtype)
         np.concatenate(pieces, out=buf)  # (flat and contiguous: Backend.allreduce_pieces' contract)
         self._mark("end", "COPY_IN")
-        self.allreduce(buf, op, out=result, scale=scale)
+        self._run(program, buf, kernels.combiner(op), out=result, scale=scale)
 
     def broadcast(self, buf, root: int) -> None:
         buf = _flat(buf)
@@ -254,6 +274,8 @@ class CpuBackend(Backend):
                 self.single_copy.close()
                 cma.disallow_peers()
             self.wire.close()
+            if self.mailbox is not None:
+                self.mailbox.close()
             self.arena.close()
             teardown.free(self._wire_comm)
 

@@ -35,10 +35,7 @@ _GRANULE = 2 * 1024 * 1024
 
 def _round_up(nbytes: int) -> int:
     """Next power of two of at least one granule: growth stays rare (log2 of the largest size)."""
-    size = _GRANULE
-    while size < nbytes:
-        size *= 2
-    return size
+    return _GRANULE if nbytes <= _GRANULE else 1 << (nbytes - 1).bit_length()
 
 
 class _Window:
@@ -61,8 +58,11 @@ class _Window:
 
     def offset_of(self, arr: np.ndarray) -> Optional[int]:
         """Byte offset of ``arr`` inside this rank's segment, or None when it lives elsewhere."""
-        ptr = arr.__array_interface__["data"][0]
-        if self.base <= ptr and ptr + arr.nbytes <= self.base + self.nbytes:
+        return self.offset_at(arr.__array_interface__["data"][0], arr.nbytes)
+
+    def offset_at(self, ptr: int, nbytes: int) -> Optional[int]:
+        """Byte offset of the ``nbytes`` at address ``ptr`` inside this rank's segment, or None."""
+        if self.base <= ptr and ptr + nbytes <= self.base + self.nbytes:
             return ptr - self.base
         return None
 
@@ -108,11 +108,15 @@ class SharedArena:
             return None
         return self._user_slot ^ 1
 
-    def user_slot_of(self, arr: np.ndarray) -> Optional[int]:
-        """Which slot of the current user window ``arr`` lies in, or None (elsewhere)."""
+    def user_slot_of(self, arr: np.ndarray, where: Optional[Tuple[int, int]] = None) -> Optional[int]:
+        """Which slot of the current user window ``arr`` lies in, or None (elsewhere); ``where``:
+        its :meth:`locate`, when the caller has it already."""
         if self._user is None:
             return None
-        offset = self._user.offset_of(arr)
+        if where is None:
+            offset = self._user.offset_of(arr)
+        else:
+            offset = where[1] if where[0] >= 0 and self.windows[where[0]] is self._user else None
         if offset is None:
             return None
         half = self._user.nbytes // 2
@@ -135,10 +139,11 @@ class SharedArena:
     def locate(self, arr: np.ndarray) -> Tuple[int, int]:
         """(window index, byte offset) of ``arr`` if it lies in a shared segment, else (-1, -1)."""
         if arr.flags.c_contiguous:
+            ptr, nbytes = arr.__array_interface__["data"][0], arr.nbytes
             for index in range(len(self.windows) - 1, -1, -1):
                 win = self.windows[index]
                 if win is not None:
-                    off = win.offset_of(arr)
+                    off = win.offset_at(ptr, nbytes)
                     if off is not None:
                         return index, off
         return -1, -1

@@ -73,14 +73,14 @@ class CpuTransport(Transport):
         self.out: Optional[np.ndarray] = None
 
     def prepare(self, buf: np.ndarray, ufunc=None, out: Optional[np.ndarray] = None, scale: float = 1.0,
-                chunk: int = 1 << 18) -> None:
+                chunk: int = 1 << 18) -> Tuple[int, int]:
         """The next program runs on ``buf`` (combining with ``ufunc``); with ``out`` its result
-        lands there, times ``scale``."""
+        lands there, times ``scale``. Returns where ``buf`` lies (``SharedArena.locate``)."""
         self.buf, self.ufunc, self.out, self.scale, self.chunk = buf, ufunc, out, scale, chunk
         self.itemsize = buf.dtype.itemsize
-        window, offset = self.arena.locate(buf)
-        self._where = (window, offset)
+        self._where = self.arena.locate(buf)
         self._landed: dict = {}
+        return self._where
 
     # ---- the runner's questions ----------------------------------------------------------------
     def window(self, peer: int) -> Optional[int]:
