@@ -5,8 +5,10 @@ Each side runs in processes of its own (:mod:`.tf_step`): blinkflow through blin
 strategy as ``--np`` localhost workers that find each other through ``TF_CONFIG`` (RING
 collectives over gRPC). A round launches both, in an order that alternates from round to round
 so that both see the same load; the report gives each side's total images/sec per round and
-the median over rounds, their ratio, and blinkflow's communication efficiency (its step time
-without / with the all-reduce, alternated inside its own job).
+the median over rounds, their ratio, blinkflow's communication efficiency (its step time
+without / with the all-reduce, alternated inside its own job) and its ceiling, the efficiency
+of the same step with the ranks meeting once per step but no gradient all-reduced
+(:mod:`.tf_step`).
 """
 from __future__ import annotations
 
@@ -103,6 +105,8 @@ def command(np_, rounds, model, img_size, batch_size, num_iters, num_batches_per
     efficiencies = [res["communication_efficiency"] for res in runs["blinkflow"]]
     report["blinkflow_communication_efficiency"] = {"per_round": efficiencies,
                                                     "median": statistics.median(efficiencies)}
+    ceilings = [res["sync_efficiency"] for res in runs["blinkflow"]]
+    report["sync_efficiency"] = {"per_round": ceilings, "median": statistics.median(ceilings)}
     report["speedup"] = report["sides"]["blinkflow"]["median"] / report["sides"]["mwms"]["median"]
     if as_json:
         click.echo(json.dumps(report, indent=2))
@@ -116,3 +120,6 @@ def command(np_, rounds, model, img_size, batch_size, num_iters, num_batches_per
     click.echo("blinkflow communication efficiency (step without / with the all-reduce): median "
                f"{100 * report['blinkflow_communication_efficiency']['median']:.1f}%  ("
                + "  ".join(f"{100 * e:.1f}%" for e in efficiencies) + ")")
+    click.echo("the ranks meeting once per step without the all-reduce (the ceiling): median "
+               f"{100 * report['sync_efficiency']['median']:.1f}%  ("
+               + "  ".join(f"{100 * e:.1f}%" for e in ceilings) + ")")

@@ -3,8 +3,14 @@
 gradients averaged over workers in a ``tf.function``), timed in one job.
 
 ``--side blinkflow`` runs under blinkrun/mpirun and averages with ``DistributedGradientTape``;
-with ``--local-baseline`` it also times the same step without the all-reduce, alternating with
-the real one in the same job (communication efficiency = local / distributed step time).
+with ``--local-baseline`` it also times, alternating with the real step in the same job, the
+same step without the all-reduce (communication efficiency = local / distributed step time)
+and the same step with the gradients left alone but the ranks made to meet once per step, after
+backprop, in an all-reduce of one number (sync efficiency = local / synchronised step time).
+The synchronised step moves no gradient: what it loses is the ranks' step-to-step skew (every
+step waits for the slowest rank's backprop) plus one small collective's latency, so its
+efficiency is the ceiling of any synchronous data-parallel step on the machine, and the gap
+between the two efficiencies is what the gradients' all-reduce itself costs.
 ``--side mwms`` runs as one worker of TensorFlow's ``MultiWorkerMirroredStrategy`` (``TF_CONFIG``
 names the localhost workers; RING collectives over gRPC): the model and optimizer live in the
 strategy's scope and Keras's optimizer sums the gradients across workers inside ``strategy.run``.
@@ -117,7 +123,9 @@ def run_blinkflow(args, tf, keras):
     model, optimizer, loss_fn, data, target = build(args, tf, keras, hvd.rank())
     marks = StepMarks(tf) if args.marks else None
 
-    def make_step(distributed):
+    def make_step(distributed, meet=False):
+        """The training step: gradients averaged (``distributed``), or left local; ``meet``: the
+        ranks still meet once after backprop, in an all-reduce of one number the update waits for."""
         @tf.function
         def step():
             with tf.GradientTape() as tape:
@@ -130,10 +138,14 @@ def run_blinkflow(args, tf, keras):
             gradients = tape.gradient(loss, model.trainable_variables)
             if marks and distributed:  # the update begins once the wait returned every gradient
                 gradients = marks.update(gradients)
+            if meet:
+                with tf.control_dependencies(gradients):  # after backprop, as the gradients' wait
+                    met = hvd.allreduce(tf.zeros([1], gradients[0].dtype), name="bench.meet")
+                gradients = [gradients[0] + met[0]] + list(gradients[1:])  # adds 0: the update needs it
             optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         return step
 
-    step, local_step = make_step(True), make_step(False)
+    step, local_step, met_step = make_step(True), make_step(False), make_step(False, meet=True)
     step()
     hvd.broadcast_variables(model.variables, root_rank=0)
     hvd.broadcast_variables(optimizer.variables, root_rank=0)
@@ -141,15 +153,18 @@ def run_blinkflow(args, tf, keras):
     result = {"side": "blinkflow", "workers": hvd.size(),
               "img_sec": [float(v) for v in hvd.allgather(np.array([mine]), name="bench.img_sec")]}
     if args.local_baseline:
-        local_step()
-        seconds = {"local": 0.0, "distributed": 0.0}
-        for _ in range(args.num_iters):  # alternated, so both see the same load
-            hvd.barrier()  # every rank starts each block together (ranks drift during local steps)
-            seconds["local"] += timeit.timeit(local_step, number=args.num_batches_per_iter)
-            hvd.barrier()
-            seconds["distributed"] += timeit.timeit(step, number=args.num_batches_per_iter)
-        ratio = hvd.allreduce(np.array([seconds["local"] / seconds["distributed"]]), name="bench.efficiency")
-        result["communication_efficiency"] = float(ratio[0])
+        steps = {"local": local_step, "synchronised": met_step, "distributed": step}
+        for each in steps.values():
+            each()  # traced before timing
+        seconds = dict.fromkeys(steps, 0.0)
+        for _ in range(args.num_iters):  # alternated, so all see the same load
+            for kind, each in steps.items():
+                hvd.barrier()  # every rank starts each block together (ranks drift during local steps)
+                seconds[kind] += timeit.timeit(each, number=args.num_batches_per_iter)
+        ratios = hvd.allreduce(np.array([seconds["local"] / seconds["distributed"],
+                                         seconds["local"] / seconds["synchronised"]]), name="bench.efficiency")
+        result["communication_efficiency"] = float(ratios[0])
+        result["sync_efficiency"] = float(ratios[1])
     if marks:
         with open(f"{args.marks}.rank{hvd.rank()}.json", "w") as f:
             json.dump(marks.events, f)
