@@ -10,9 +10,11 @@ Everything goes over one communicator the backend duplicated for its transport, 
 match another layer's messages; data travels with tag ``DATA_TAG + channel`` so MPI's
 non-overtaking rule per (source, tag) gives the schedule IR's FIFO matching per (peer, channel).
 Given a *mailbox* (the CPU backend's :mod:`.cpu.mailbox`, rings in shared memory), control
-messages to the ranks it reaches go through it instead, and no MPI control receive is posted:
-every control message then goes to a rank of this host (the transports' rule), in per-sender
-order as over MPI.
+messages go through it instead (every control message goes to a rank of this host: the
+transports' rule), except one whose ring is full: that one goes over MPI as before, so posting
+never waits for the receiver, and the control receive is tested only while the mailbox says
+such messages are due. The runner needs no order among control messages (a READY is filed under
+its sequence number, a FREE in a set), so the two paths may interleave.
 """
 from __future__ import annotations
 
@@ -20,7 +22,6 @@ from typing import Any, List, Tuple
 
 import numpy as np
 
-from ..errors import BackendError
 from ..schedule.transport import FREE, READY, Event
 from . import quiet_wait, teardown
 
@@ -42,11 +43,10 @@ class MpiWire:
         self._sent: List[Tuple[Any, np.ndarray]] = []  # control Isends and their buffers
         self._inbox = np.empty(6, dtype=np.int64)
         self.rank = comm.Get_rank()
-        if mailbox is None:
-            self._control = self.comm.Irecv(self._inbox, source=MPI.ANY_SOURCE, tag=CONTROL_TAG)
-        else:
-            self._control = MPI.REQUEST_NULL  # never completes: Testsome skips it
-        self._requests: List[Any] = [self._control]  # [0] is always the control receive (or null)
+        # Posted with a mailbox too: the messages its full rings spill come this way.
+        self._control = self.comm.Irecv(self._inbox, source=MPI.ANY_SOURCE, tag=CONTROL_TAG)
+        self._requests: List[Any] = [self._control]  # [0] is always the control receive
+        self._control_received = 0  # control messages that came over MPI (with a mailbox: spilled ones)
         self._meaning: List[Event] = [None]  # the event each data request's completion is
         self._buffers: List[Any] = [None]  # kept alive until the request completes
         self._heard = False
@@ -58,14 +58,18 @@ class MpiWire:
 
     # ---- sending -----------------------------------------------------------------------------
     def post(self, dst: int, kind: int, channel: int, seq: int, payload: Tuple[int, int] = (0, 0)) -> None:
-        """Send a control message (READY or FREE) to rank ``dst``. Over MPI it never blocks;
-        through the mailbox it waits only while the ring to ``dst`` is full."""
-        if self.mailbox is not None:
-            if not self.mailbox.reaches(dst):
-                raise BackendError(f"a control message to rank {dst}, which the shared-memory mailbox of rank "
-                                   f"{self.rank} does not reach (control messages go to ranks of this host)")
-            self.mailbox.post(dst, (kind, self.rank, channel, seq, payload[0], payload[1]))
+        """Send a control message (READY or FREE) to rank ``dst``; never blocks. Through the
+        mailbox when there is one and its ring to ``dst`` has room, else over MPI."""
+        mailbox = self.mailbox
+        if mailbox is not None:
+            if mailbox.post(dst, (kind, self.rank, channel, seq, payload[0], payload[1])):
+                return
+            self._isend_control(dst, kind, channel, seq, payload)
+            mailbox.spilled(dst)  # after the send: the receiver looks for it from now on
             return
+        self._isend_control(dst, kind, channel, seq, payload)
+
+    def _isend_control(self, dst: int, kind: int, channel: int, seq: int, payload: Tuple[int, int]) -> None:
         msg = np.array([kind, self.rank, channel, seq, payload[0], payload[1]], dtype=np.int64)
         self._sent.append((self.comm.Isend(msg, dest=dst, tag=CONTROL_TAG), msg))
         if len(self._sent) > 256:  # reap completed sends so the list stays short
@@ -92,8 +96,10 @@ class MpiWire:
     def poll(self) -> List[Event]:
         if self.mailbox is None:
             return self._collect(self.MPI.Request.Testsome(self._requests, statuses=None))
-        events = [(kind, src, channel, seq, (a, b)) for kind, src, channel, seq, a, b in self.mailbox.poll()]
-        if len(self._requests) > 1:  # data transfers with other hosts in flight
+        mailbox = self.mailbox
+        events = [(kind, src, channel, seq, (a, b)) for kind, src, channel, seq, a, b in mailbox.poll()]
+        # Data transfers with other hosts in flight, or control messages spilled over MPI due.
+        if len(self._requests) > 1 or mailbox.spilled_to_me > self._control_received:
             events += self._collect(self.MPI.Request.Testsome(self._requests, statuses=None))
         if events:
             self._heard = True
@@ -134,6 +140,7 @@ class MpiWire:
     def _message(self) -> Event:
         """The control message that completed, then the receive for the next one."""
         kind, src, channel, seq, a, b = self._inbox.tolist()
+        self._control_received += 1
         self._control = self.comm.Irecv(self._inbox, source=self.MPI.ANY_SOURCE, tag=CONTROL_TAG)
         self._requests[0] = self._control
         return kind, src, channel, seq, (a, b)
@@ -147,5 +154,4 @@ class MpiWire:
     def close(self) -> None:
         """Cancel the pending control receive. Data requests are complete when programs end.
         (The mailbox belongs to the backend, which frees it.)"""
-        if self.mailbox is None:
-            teardown.cancel(self._control)
+        teardown.cancel(self._control)

@@ -311,17 +311,18 @@ def run_single_copy_helping(be):
 
 
 def run_mailbox_rings():
-    """The shared-memory control rings (mailbox.py) with 4 slots each. First every rank posts 13
-    messages to every peer of its host before it reads any, so each ring fills and wraps while
-    its receiver is itself stuck posting (a sender waiting for room must read its own boxes, or
-    two ranks wait for each other forever). Then 3000 per peer, posts and reads interleaved at
-    random, so counts are read while they are written (a count written in two steps, e.g. zeroed
-    first, read as 0 let a sender overwrite unread messages). Every sender's messages arrive
-    whole and in order."""
+    """The shared-memory control rings (mailbox.py) with 4 slots each. A full ring refuses a
+    message rather than wait (its receiver may be outside the runner): every rank posts to every
+    peer of its host until refused, exactly 4 get in and arrive in order, and room comes back once
+    they were read. Then 3000 per peer, posts and reads interleaved at random, a refused message
+    retried later, so counts are read while they are written (a count written in two steps, e.g.
+    zeroed first, read as 0 let a sender overwrite unread messages). Every sender's messages
+    arrive whole and in order; a message to this rank itself is refused with BackendError."""
     global cases
     import random
 
     from blinkflow.backends.cpu.mailbox import Mailbox, shared_memory_ordered
+    from blinkflow.errors import BackendError
 
     if not shared_memory_ordered():
         return
@@ -329,29 +330,89 @@ def run_mailbox_rings():
     ranks = local.allgather(RANK)
     box = Mailbox(local, ranks, slots=4)
     peers = [r for r in ranks if r != RANK]
-    assert not box.reaches(RANK) and all(box.reaches(r) for r in peers)
+    try:
+        box.post(RANK, (1, RANK, 2, 0, 0, 0))
+        raise AssertionError("a message to this rank itself was taken")
+    except BackendError:
+        pass
+    for peer in peers:
+        taken = 0
+        while box.post(peer, (1, RANK, 2, taken, peer, -taken)):
+            taken += 1
+        assert taken == 4, f"a ring of 4 slots took {taken} messages"
+    local.Barrier()
+    got = {r: [] for r in peers}
+    for message in box.poll():
+        got[message[1]].append(message)
+    assert all(m == [(1, s, 2, k, RANK, -k) for k in range(4)] for s, m in got.items()), got
+    local.Barrier()  # every ring was read: each takes 4 more
+    for peer in peers:
+        assert all(box.post(peer, (1, RANK, 2, 4 + k, peer, -4 - k)) for k in range(4))
+    local.Barrier()
+    assert sorted(m[3] for m in box.poll()) == sorted(list(range(4, 8)) * len(peers))
+    local.Barrier()
+    cases += 1
     rng = random.Random(RANK)
-    for count, mixed in ((13, False), (3000, True)):
-        got = {r: [] for r in peers}
-        sent = {r: 0 for r in peers}
-        deadline = time.monotonic() + 60
-        while sum(map(len, got.values())) < count * len(peers) or min(sent.values(), default=count) < count:
-            assert time.monotonic() < deadline, f"mailbox: sent {sent}, got {[len(m) for m in got.values()]}"
-            unsent = [r for r in peers if sent[r] < count]
-            if unsent and (not mixed or rng.random() < 0.6):
-                peer = rng.choice(unsent)
-                box.post(peer, (1, RANK, 2, sent[peer], peer, -sent[peer]))
+    count = 3000
+    got = {r: [] for r in peers}
+    sent = {r: 0 for r in peers}
+    deadline = time.monotonic() + 60
+    while sum(map(len, got.values())) < count * len(peers) or min(sent.values(), default=count) < count:
+        assert time.monotonic() < deadline, f"mailbox: sent {sent}, got {[len(m) for m in got.values()]}"
+        unsent = [r for r in peers if sent[r] < count]
+        if unsent and rng.random() < 0.6:
+            peer = rng.choice(unsent)
+            if box.post(peer, (1, RANK, 2, sent[peer], peer, -sent[peer])):
                 sent[peer] += 1
-                continue
-            for message in box.poll():
-                got[message[1]].append(message)
-        for src, messages in got.items():
-            bad = [(k, m) for k, m in enumerate(messages) if m != (1, src, 2, k, RANK, -k)]
-            assert not bad, f"from rank {src}: first wrong message {bad[0]}"
-        local.Barrier()
-        cases += 1
+            continue
+        for message in box.poll():
+            got[message[1]].append(message)
+    for src, messages in got.items():
+        bad = [(k, m) for k, m in enumerate(messages) if m != (1, src, 2, k, RANK, -k)]
+        assert not bad, f"from rank {src}: first wrong message {bad[0]}"
+    local.Barrier()
+    cases += 1
     box.close()
     local.Free()
+
+
+def run_spilled_control(config):
+    """A call on buffer()'s slot returns before its readers' FREEs (deferred releases), so a rank
+    may sit in a blocking collective while a peer still owes it one FREE per chunk. With rings of
+    16 slots and broadcasts and all-reduces of ~40 chunks, followed at once by an MPI collective
+    (alltoall), the FREEs overflow the ring: they must go over MPI instead of waiting for room
+    (waiting hung the job: the owed rank waits in the collective for the rank that waits for
+    room). Results stay exact, and the overflow did happen."""
+    global cases
+    from blinkflow.backends.cpu import mailbox
+
+    if not mailbox.shared_memory_ordered() or SIZE == 1:
+        return
+    slots = mailbox.MAX_SLOTS
+    mailbox.MAX_SLOTS = 16
+    try:
+        be = CpuBackend(standalone_context(MPI.COMM_WORLD, dataclasses.replace(config, chunk_bytes=4096)))
+    finally:
+        mailbox.MAX_SLOTS = slots
+    assert be.mailbox is None or be.mailbox.slots == 16  # None: alone on its (split) host
+    n = 40 * 1024  # float32: 40 chunks of 4 KiB
+    counts = [1] * SIZE
+    sends, recvs = np.arange(SIZE, dtype=np.int64) + 100 * RANK, np.empty(SIZE, np.int64)
+    for root in range(SIZE):
+        buf = np.full(n, RANK + 1, np.float32)
+        be.broadcast(buf, root)
+        assert (buf == root + 1).all(), f"broadcast from {root}"
+        be.alltoall(sends, counts, recvs, counts)  # blocking MPI while the root's FREEs are owed
+        assert list(recvs) == [RANK + 100 * r for r in range(SIZE)]
+        summed = np.full(n, RANK + 1, np.float32)
+        be.allreduce(summed, ReduceOp.SUM)
+        assert (summed == SIZE * (SIZE + 1) / 2).all(), "allreduce"
+        be.alltoall(sends, counts, recvs, counts)
+    spilled = comm.allgather(None if be.mailbox is None else sum(be.mailbox._spilled))
+    assert all(s is None for s in spilled) or sum(s or 0 for s in spilled) > 0, \
+        f"no control message overflowed its ring ({spilled}): the case tests nothing"
+    be.close()
+    cases += 1
 
 
 def main():
@@ -370,6 +431,7 @@ def main():
     run_growth(be)
     run_slot_reuse(be)
     run_mailbox_rings()
+    run_spilled_control(config)
     run_deep_trees(config)
     if SIZE > 1:
         run_single_copy_helping(be)

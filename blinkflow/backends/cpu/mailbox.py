@@ -10,11 +10,21 @@ both sides map (its LL / simple protocols' head and tail counters).
 
 Layout: every local rank owns one segment of a shared window (:mod:`.shm`); in it, one *box*
 per sender. A box is a header and a ring of ``slots`` messages, one cache line each. Word 0 of
-the header counts the messages the sender has written (only it writes it), word 8 (its own
-cache line) those the receiver has read (only it writes it); message ``k`` sits in slot
-``k % slots``. So each word has one writer, and a sender never overwrites a message the receiver
-has not read: when its ring is full it waits for the read count to move, reading its own boxes
-meanwhile (two ranks with full rings towards each other would otherwise wait for each other).
+the header counts the messages the sender has written and word 1 those it *spilled* (only the
+sender writes either), word 8 (its own cache line) those the receiver has read (only it writes
+it); message ``k`` sits in slot ``k % slots``. So each word has one writer, and a sender never
+overwrites a message the receiver has not read.
+
+A full ring never makes the sender wait. The receiver reads its boxes only inside the runner,
+and it may be elsewhere for long: a rank that left a deferred call (``run_program(defer=...)``)
+goes on to the next negotiation or collective while a peer still reads its chunks and owes it a
+FREE per chunk; a sender waiting for room there would wait for a rank that waits for it (a
+broadcast of more chunks than slots, then any blocking collective, hung so). Instead
+:meth:`Mailbox.post` refuses, the caller (:class:`~blinkflow.backends.wire.MpiWire`) sends that
+message over MPI, which never waits for the receiver, and counts it in the spill word; the
+receiver tests its MPI control receive only while the spill words say messages went that way.
+Per sender, a spilled message may arrive after later ones from the ring: the runner needs no
+order (a READY is filed under its sequence number, a FREE in a set).
 
 Ordering. A READY says "the chunk is in my segment": a receiver that sees the message must see
 the chunk. The sender writes the chunk, then the message, then the count; the receiver reads
@@ -32,15 +42,17 @@ import platform
 import struct
 from typing import List, Sequence, Tuple
 
-from .. import quiet_wait
+from ...errors import BackendError
 from .shm import _Window
 
 #: CPUs whose stores other cores see in program order (total store order), the mailbox's need.
 TSO_MACHINES = ("x86_64", "amd64", "i386", "i686", "x86")
 #: int64 words per message slot: one 64-byte cache line (six used).
 SLOT_WORDS = 8
-#: Header words of a box: the write count's cache line, then the read count's.
+#: Header words of a box: the sender's cache line (write count, spill count), then the receiver's
+#: (read count).
 HEADER_WORDS = 16
+SPILL_WORD = 1
 READ_WORD = 8
 #: Ring slots per box: at most this many, fewer on hosts of many ranks (each rank's segment holds
 #: one box per local rank, so its size grows with the square of the host's ranks).
@@ -90,48 +102,51 @@ class Mailbox:
         self._box, self._box_words = box_bytes, box_bytes // 8
         self._local_of = {int(g): i for i, g in enumerate(local_ranks)}
         self._written = [0] * size  # messages this rank wrote into d's box
+        self._spilled = [0] * size  # messages to d that went by MPI instead (its box was full)
         self._room = [self.slots] * size  # messages it may still write there before rereading d's count
         self._read = [0] * size  # messages this rank read from s's box
         self._peers = [s for s in range(size) if s != self.me]
-        self._held: List[Message] = []  # read while waiting for room, not yet handed to poll()
+        self.spilled_to_me = 0
+        """What the peers' spill words said at the last :meth:`poll`: messages they sent this rank by
+        MPI, in total."""
 
-    def reaches(self, rank: int) -> bool:
-        """Whether global ``rank`` is on this host (and not this rank)."""
-        local = self._local_of.get(rank)
-        return local is not None and local != self.me
-
-    def post(self, rank: int, message: Message) -> None:
-        """Write ``message`` into global ``rank``'s box from this rank (waiting while it is full)."""
-        d = self._local_of[rank]
+    def post(self, rank: int, message: Message) -> bool:
+        """Write ``message`` into global ``rank``'s box from this rank; False, writing nothing, when
+        that box is full (the caller sends it another way and calls :meth:`spilled`). Never waits."""
+        d = self._local_of.get(rank, self.me)
+        if d == self.me:
+            raise BackendError(f"a control message to rank {rank}, which the shared-memory mailbox of local rank "
+                               f"{self.me} does not reach (control messages go to the other ranks of this host)")
         if not self._room[d]:
             self._room[d] = self._free_slots(d)
             if not self._room[d]:
-                self._room[d] = quiet_wait.until(lambda: self._hold_while_full(d), spin_s=quiet_wait.SPIN_S)
+                return False
         k = self._written[d]
         _MESSAGE.pack_into(self._out[d], self.me * self._box + HEADER_BYTES + (k % self.slots) * SLOT_BYTES, *message)
         self._written[d] = k + 1
         self._room[d] -= 1
         self._out_counts[d][self.me * self._box_words] = k + 1  # after the message: it is read after the count
+        return True
+
+    def spilled(self, rank: int) -> None:
+        """One message to global ``rank`` went another way (its box was full): say so in the spill
+        word, after sending it (the receiver looks for it from then on until it came)."""
+        d = self._local_of[rank]
+        self._spilled[d] += 1
+        self._out_counts[d][self.me * self._box_words + SPILL_WORD] = self._spilled[d]
 
     def _free_slots(self, d: int) -> int:
         return self.slots - (self._written[d] - self._out_counts[d][self.me * self._box_words + READ_WORD])
 
-    def _hold_while_full(self, d: int) -> int:
-        self._held.extend(self._take())  # our peers may be waiting for room in our boxes
-        return self._free_slots(d)
-
     def poll(self) -> List[Message]:
-        """Every message that arrived since the last call, each sender's in the order it wrote them."""
-        if self._held:
-            held, self._held = self._held, []
-            return held + self._take()
-        return self._take()
-
-    def _take(self) -> List[Message]:
+        """Every message that arrived in the boxes since the last call, each sender's in the order
+        it wrote them; also updates :attr:`spilled_to_me`."""
         messages: List[Message] = []
         inbox, counts, slots = self._in, self._in_counts, self.slots
+        spilled = 0
         for s in self._peers:
             word = s * self._box_words
+            spilled += counts[word + SPILL_WORD]
             written = counts[word]
             read = self._read[s]
             if written == read:
@@ -141,6 +156,7 @@ class Mailbox:
                 messages.append(_MESSAGE.unpack_from(inbox, base + (k % slots) * SLOT_BYTES))
             self._read[s] = written
             counts[word + READ_WORD] = written  # after reading them: those slots may be reused
+        self.spilled_to_me = spilled
         return messages
 
     def close(self) -> None:
