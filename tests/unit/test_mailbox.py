@@ -11,7 +11,7 @@ from blinkflow.config import Config
 from blinkflow.errors import BackendError
 
 
-@pytest.mark.parametrize("machine, ordered", [("x86_64", True), ("AMD64", True), ("aarch64", False),
+@pytest.mark.parametrize("machine, ordered", [("x86_64", True), ("AMD64", True), ("i686", False), ("aarch64", False),
                                               ("arm64", False), ("ppc64le", False), ("riscv64", False)])
 def test_only_total_store_order_cpus_use_the_rings(machine, ordered):
     assert shared_memory_ordered(machine) is ordered

@@ -46,7 +46,9 @@ from ...errors import BackendError
 from .shm import _Window
 
 #: CPUs whose stores other cores see in program order (total store order), the mailbox's need.
-TSO_MACHINES = ("x86_64", "amd64", "i386", "i686", "x86")
+#: 64-bit only: a 32-bit x86 writes a count's 8 bytes as two stores, which a reader could see
+#: half done.
+TSO_MACHINES = ("x86_64", "amd64")
 #: int64 words per message slot: one 64-byte cache line (six used).
 SLOT_WORDS = 8
 #: Header words of a box: the sender's cache line (write count, spill count), then the receiver's

@@ -56,10 +56,6 @@ class _Window:
         self.mine = self.segments[local_comm.Get_rank()]
         self.base = self.mine.__array_interface__["data"][0]
 
-    def offset_of(self, arr: np.ndarray) -> Optional[int]:
-        """Byte offset of ``arr`` inside this rank's segment, or None when it lives elsewhere."""
-        return self.offset_at(arr.__array_interface__["data"][0], arr.nbytes)
-
     def offset_at(self, ptr: int, nbytes: int) -> Optional[int]:
         """Byte offset of the ``nbytes`` at address ``ptr`` inside this rank's segment, or None."""
         if self.base <= ptr and ptr + nbytes <= self.base + self.nbytes:
@@ -108,16 +104,11 @@ class SharedArena:
             return None
         return self._user_slot ^ 1
 
-    def user_slot_of(self, arr: np.ndarray, where: Optional[Tuple[int, int]] = None) -> Optional[int]:
-        """Which slot of the current user window ``arr`` lies in, or None (elsewhere); ``where``:
-        its :meth:`locate`, when the caller has it already."""
-        if self._user is None:
-            return None
-        if where is None:
-            offset = self._user.offset_of(arr)
-        else:
-            offset = where[1] if where[0] >= 0 and self.windows[where[0]] is self._user else None
-        if offset is None:
+    def user_slot_of(self, arr: np.ndarray, where: Tuple[int, int]) -> Optional[int]:
+        """Which slot of the current user window ``arr`` lies in, or None (elsewhere); ``where``
+        is its :meth:`locate`."""
+        window, offset = where
+        if self._user is None or window < 0 or self.windows[window] is not self._user:
             return None
         half = self._user.nbytes // 2
         return offset // half if (offset % half) + arr.nbytes <= half else None
