@@ -60,6 +60,11 @@ def reduce_into(out: np.ndarray, inputs: Sequence[np.ndarray], ufunc: np.ufunc, 
             np.copyto(out, inputs[0], casting="no")  # one streaming memcpy; chunking adds nothing
         return
     first, second, rest = inputs[0], inputs[1], inputs[2:]
+    if n <= chunk:  # one chunk (most calls of a small all-reduce): no slices to make
+        ufunc(first, second, out=out)
+        for x in rest:
+            ufunc(out, x, out=out)
+        return
     for lo in range(0, n, chunk):
         hi = min(n, lo + chunk)
         o = out[lo:hi]

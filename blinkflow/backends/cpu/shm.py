@@ -78,7 +78,10 @@ class SharedArena:
         self._user: Optional[_Window] = None
         self._previous_user: Optional[_Window] = None
         self._user_slot = 0
+        self._user_index = -1  # of the user window in ``windows``
         self._control: Optional[_Window] = None
+        self.last_user_slot: Tuple[int, int] = (-1, -1)
+        """:meth:`locate` of the slot :meth:`user_slot` handed out last."""
 
     # ---- allocation (collective) ------------------------------------------------------------
     def _new(self, nbytes: int) -> _Window:
@@ -92,9 +95,11 @@ class SharedArena:
         if self._user is None or self._user.nbytes < 2 * slot:
             self._retire(self._previous_user)
             self._previous_user, self._user = self._user, self._new(2 * slot)
+            self._user_index = len(self.windows) - 1
         half = self._user.nbytes // 2
         self._user_slot ^= 1
         start = self._user_slot * half
+        self.last_user_slot = (self._user_index, start)
         return self._user.mine[start:start + nbytes]
 
     def next_user_slot(self, nbytes: int) -> Optional[int]:

@@ -71,15 +71,18 @@ class CpuTransport(Transport):
         self._local_rank = layout.local_rank_of
         self.buf: Optional[np.ndarray] = None
         self.out: Optional[np.ndarray] = None
+        self._reach_of: dict = {}  # id(program) -> _reach(program)
 
     def prepare(self, buf: np.ndarray, ufunc=None, out: Optional[np.ndarray] = None, scale: float = 1.0,
-                chunk: int = 1 << 18) -> Tuple[int, int]:
+                chunk: int = 1 << 18, where: Optional[Tuple[int, int]] = None) -> Tuple[int, int]:
         """The next program runs on ``buf`` (combining with ``ufunc``); with ``out`` its result
-        lands there, times ``scale``. Returns where ``buf`` lies (``SharedArena.locate``)."""
+        lands there, times ``scale``. Returns where ``buf`` lies (``SharedArena.locate``; the
+        caller may say, when it knows)."""
         self.buf, self.ufunc, self.out, self.scale, self.chunk = buf, ufunc, out, scale, chunk
         self.itemsize = buf.dtype.itemsize
-        self._where = self.arena.locate(buf)
+        self._where = where if where is not None else self.arena.locate(buf)
         self._landed: dict = {}
+        self._peers: dict = {}  # rank -> (READY payload, that peer's buffer there, typed): see _incoming
         return self._where
 
     # ---- the runner's questions ----------------------------------------------------------------
@@ -88,20 +91,34 @@ class CpuTransport(Transport):
 
     def local_only(self, program) -> bool:
         """Whether ``program`` sends only to ranks of this host (its releases are messages)."""
-        return all(self._local[dst] for dst, _ in program.sends)
+        return self._reach(program)[1]
+
+    def _reach(self, program) -> Tuple[object, bool, bool, bool]:
+        """(``program``, whether it sends only inside this host, whether it sends to some rank of
+        this host, whether it receives only from this host), worked out once per program (the
+        backend's program cache keeps the few a job runs)."""
+        facts = self._reach_of.get(id(program))
+        if facts is None or facts[0] is not program:
+            facts = (program, all(self._local[dst] for dst, _ in program.sends),
+                     any(self._local[dst] for dst, _ in program.sends), all(self._local[src] for src, _ in program.recvs))
+            if len(self._reach_of) >= 64:
+                self._reach_of.clear()
+            self._reach_of[id(program)] = facts
+        return facts
 
     def holds(self, peer: int) -> bool:
         return True  # a peer reads our range in place, or an Isend still reads it
 
     def begin(self, program, recv_seqs: Sequence[Tuple[int, ...]]) -> None:
         self.wire.begin()
-        if self._where[0] < 0 and any(self._local[dst] for dst, _ in program.sends):
+        self._nelems = program.nelems
+        _, _, sends_here, receives_here_only = self._reach(program)
+        if self._where[0] < 0 and sends_here:
             raise BackendError("a buffer peers read in place must sit in a shared window (Backend.buffer)")
-        if all(self._local[src] for src, _ in program.recvs):
-            remote = ()  # inside a host every chunk is read in place: nothing to post
-        else:
-            remote = [(a, src, seq) for a, seqs in zip(program.actions, recv_seqs)
-                      for (src, _), seq in zip(a.inputs, seqs) if not self._local[src]]
+        if receives_here_only:
+            return  # inside a host every chunk is read in place: nothing to post
+        remote = [(a, src, seq) for a, seqs in zip(program.actions, recv_seqs)
+                  for (src, _), seq in zip(a.inputs, seqs) if not self._local[src]]
         if not remote:
             return
         space = self.inbox.get(sum(a.count for a, _, _ in remote), self.buf.dtype)
@@ -148,9 +165,14 @@ class CpuTransport(Transport):
     def _incoming(self, src: int, a, seq: int, payload) -> np.ndarray:
         if not self._local[src]:
             return self._landed.pop((src, a.channel, seq))
-        window, base = payload
-        return self.arena.peer_view(window, self._local_rank[src], base + a.offset * self.itemsize, a.count,
-                                    self.buf.dtype)
+        # A program reads each peer's buffer at one place (its READYs all carry the same payload):
+        # the typed view of it is made once per call, and each chunk is one slice of it.
+        theirs = self._peers.get(src)
+        if theirs is None or theirs[0] != payload:
+            window, base = payload
+            theirs = self._peers[src] = (payload, self.arena.peer_view(window, self._local_rank[src], base,
+                                                                       self._nelems, self.buf.dtype))
+        return theirs[1][a.offset:a.offset + a.count]
 
     def end(self, program) -> None:
         if self.out is not None:
