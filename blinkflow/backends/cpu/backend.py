@@ -28,7 +28,7 @@ from ...schedule.runner import SequenceState, run_program, settle
 from .. import teardown
 from ..base import Backend, BackendContext
 from ..wire import MpiWire
-from . import cma, kernels
+from . import cma, kernels, single_copy
 from .mailbox import Mailbox, shared_memory_ordered
 from .shm import SharedArena
 from .single_copy_path import SingleCopyAllreduce
@@ -111,8 +111,9 @@ class CpuBackend(Backend):
                 cma.disallow_peers()
         if memory is None:
             return None
+        chunk = self.chunk_bytes or single_copy.chunk_bytes_for(single_copy.l2_bytes())
         return SingleCopyAllreduce(layout, self.local, self.comm, self.arena, memory, pids, self.transport,
-                                   self.state, self.chunk_bytes or kernels.DEFAULT_CHUNK_BYTES, self._mark)
+                                   self.state, chunk, self._mark)
 
     # ---- plumbing ----------------------------------------------------------------------------
     def buffer(self, nelems: int, dtype):
