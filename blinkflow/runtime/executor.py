@@ -286,8 +286,10 @@ class Executor:
             average(backend, private, self.size, first.postscale)
         else:
             backend.scale(private, scale)
-        slices, shapes = batch.views  # hundreds of gradients: C-level maps over slices made once
-        results = list(map(type(private).reshape, map(private.__getitem__, slices), shapes))
+        slices, shaped = batch.views  # hundreds of gradients: a C-level map over slices made once
+        results = list(map(private.__getitem__, slices))
+        for i, shape in shaped:
+            results[i] = results[i].reshape(shape)
         self._mark(names, "E", "COPY_OUT")
         return results
 

@@ -59,10 +59,13 @@ class Batch:
         return first if self.kind is Kind.ALLREDUCE and len(self.pieces) == self.members and in_order else None
 
     @functools.cached_property
-    def views(self) -> Tuple[List[slice], List[Tuple[int, ...]]]:
-        """Where each piece's result lies in the batch's flat result, and its shape."""
+    def views(self) -> Tuple[List[slice], List[Tuple[int, Tuple[int, ...]]]]:
+        """Where each piece's result lies in the batch's flat result, and (index, shape) of the
+        pieces whose shape is not that slice's own (not one-dimensional): only they need a
+        reshape (a reshape costs as much as the slice; biases and norms are one-dimensional)."""
         starts = offsets([p.size for p in self.pieces])
-        return [slice(start, start + p.size) for start, p in zip(starts, self.pieces)], [p.shape for p in self.pieces]
+        return ([slice(start, start + p.size) for start, p in zip(starts, self.pieces)],
+                [(i, p.shape) for i, p in enumerate(self.pieces) if len(p.shape) != 1])
 
     @functools.cached_property
     def total(self) -> int:
