@@ -26,6 +26,7 @@ whose ranks share one saturated memory system: while one waits, the other runs f
 """
 from __future__ import annotations
 
+import os
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -63,8 +64,6 @@ def l2_bytes(cache_dir: str = _CACHE_DIR) -> Optional[int]:
     """The L2 (data or unified) cache of CPU 0 in bytes, from sysfs; None where it cannot be read.
     CPU 0's on every rank, so the ranks of a host agree (the owner and its helper must cut a shard
     into the same chunks) even on CPUs whose cores differ."""
-    import os
-
     try:
         for entry in sorted(os.listdir(cache_dir)):
             base = os.path.join(cache_dir, entry)

@@ -71,7 +71,7 @@ class CpuTransport(Transport):
         self._local_rank = layout.local_rank_of
         self.buf: Optional[np.ndarray] = None
         self.out: Optional[np.ndarray] = None
-        self._reach_of: dict = {}  # id(program) -> _reach(program)
+        self._reach_of: dict = {}  # id(program) -> (program, _reach(program))
 
     def prepare(self, buf: np.ndarray, ufunc=None, out: Optional[np.ndarray] = None, scale: float = 1.0,
                 chunk: int = 1 << 18, where: Optional[Tuple[int, int]] = None) -> Tuple[int, int]:
@@ -91,19 +91,20 @@ class CpuTransport(Transport):
 
     def local_only(self, program) -> bool:
         """Whether ``program`` sends only to ranks of this host (its releases are messages)."""
-        return self._reach(program)[1]
+        return self._reach(program)[0]
 
-    def _reach(self, program) -> Tuple[object, bool, bool, bool]:
-        """(``program``, whether it sends only inside this host, whether it sends to some rank of
-        this host, whether it receives only from this host), worked out once per program (the
+    def _reach(self, program) -> Tuple[bool, bool, bool]:
+        """(whether ``program`` sends only inside this host, whether it sends to some rank of this
+        host, whether it receives only from this host), worked out once per program (the
         backend's program cache keeps the few a job runs)."""
-        facts = self._reach_of.get(id(program))
-        if facts is None or facts[0] is not program:
-            facts = (program, all(self._local[dst] for dst, _ in program.sends),
-                     any(self._local[dst] for dst, _ in program.sends), all(self._local[src] for src, _ in program.recvs))
-            if len(self._reach_of) >= 64:
-                self._reach_of.clear()
-            self._reach_of[id(program)] = facts
+        known = self._reach_of.get(id(program))
+        if known is not None and known[0] is program:  # (an id can be reused once a program is gone)
+            return known[1]
+        facts = (all(self._local[dst] for dst, _ in program.sends), any(self._local[dst] for dst, _ in program.sends),
+                 all(self._local[src] for src, _ in program.recvs))
+        if len(self._reach_of) >= 64:
+            self._reach_of.clear()
+        self._reach_of[id(program)] = (program, facts)
         return facts
 
     def holds(self, peer: int) -> bool:
@@ -112,7 +113,7 @@ class CpuTransport(Transport):
     def begin(self, program, recv_seqs: Sequence[Tuple[int, ...]]) -> None:
         self.wire.begin()
         self._nelems = program.nelems
-        _, _, sends_here, receives_here_only = self._reach(program)
+        _, sends_here, receives_here_only = self._reach(program)
         if self._where[0] < 0 and sends_here:
             raise BackendError("a buffer peers read in place must sit in a shared window (Backend.buffer)")
         if receives_here_only:
