@@ -283,6 +283,7 @@ class CpuBackend(Backend):
             self.wire.close()
             if self.mailbox is not None:
                 self.mailbox.close()
+            self._handed = (None, (-1, -1))  # a view of a window the arena frees now
             self.arena.close()
             teardown.free(self._wire_comm)
 
