@@ -26,6 +26,8 @@ from ..schedule.transport import FREE, READY, Event
 from . import quiet_wait, teardown
 
 CONTROL_TAG = 0xB1
+#: Pending control sends at which the wire first tests them all (see :meth:`MpiWire._reap`).
+REAP_AT = 256
 DATA_TAG = 0x100
 #: How long a wait inside a running program tests before it sleeps (see :meth:`MpiWire.wait`).
 ENGAGED_SPIN_S = 2e-3
@@ -41,6 +43,7 @@ class MpiWire:
         self.comm = comm  # a Dup() owned by the backend
         self.mailbox = mailbox
         self._sent: List[Tuple[Any, np.ndarray]] = []  # control Isends and their buffers
+        self._reap_at = REAP_AT
         self._inbox = np.empty(6, dtype=np.int64)
         self.rank = comm.Get_rank()
         # Posted with a mailbox too: the messages its full rings spill come this way.
@@ -72,8 +75,19 @@ class MpiWire:
     def _isend_control(self, dst: int, kind: int, channel: int, seq: int, payload: Tuple[int, int]) -> None:
         msg = np.array([kind, self.rank, channel, seq, payload[0], payload[1]], dtype=np.int64)
         self._sent.append((self.comm.Isend(msg, dest=dst, tag=CONTROL_TAG), msg))
-        if len(self._sent) > 256:  # reap completed sends so the list stays short
-            self._sent = [(r, m) for r, m in self._sent if not r.Test()]
+        if len(self._sent) >= self._reap_at:
+            self._reap()
+
+    def _reap(self) -> None:
+        """Drop the control sends that completed; testing them also moves the others on. The
+        next reap comes when the list has doubled, so a receiver that reads nothing for a while
+        (thousands of sends pending) costs amortised constant time per send, not a test of every
+        pending one."""
+        done = self.MPI.Request.Testsome([r for r, _ in self._sent], statuses=None) or ()
+        if done:
+            finished = set(done)
+            self._sent = [s for i, s in enumerate(self._sent) if i not in finished]
+        self._reap_at = max(REAP_AT, 2 * len(self._sent))
 
     def isend(self, dst: int, channel: int, seq: int, data: np.ndarray) -> None:
         """Send ``data`` (contiguous, host memory, or device memory under CUDA-aware MPI);
@@ -101,6 +115,12 @@ class MpiWire:
         # Data transfers with other hosts in flight, or control messages spilled over MPI due.
         if len(self._requests) > 1 or mailbox.spilled_to_me > self._control_received:
             events += self._collect(self.MPI.Request.Testsome(self._requests, statuses=None))
+        elif self._sent:
+            # Our own spilled messages still in MPI's hands: an MPI moves a send on only while its
+            # sender calls into it (Open MPI's shared-memory queue to a peer fills up and the rest
+            # waits in the sender), and a rank waiting here makes no other MPI call. Without this
+            # the peer never got them and both waited for ever (three ranks, 4 KiB chunks, 40 MiB).
+            self._reap()
         if events:
             self._heard = True
         return events
@@ -150,6 +170,7 @@ class MpiWire:
         if self._sent:
             self.MPI.Request.Waitall([r for r, _ in self._sent])
             self._sent = []
+            self._reap_at = REAP_AT
 
     def close(self) -> None:
         """Cancel the pending control receive. Data requests are complete when programs end.

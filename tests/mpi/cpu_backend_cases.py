@@ -13,6 +13,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from blinkflow.backends import teardown
 from blinkflow.backends.cpu import CpuBackend
 from blinkflow.runtime.standalone import standalone_context
 from blinkflow.config import Config
@@ -416,6 +417,60 @@ def run_spilled_control(config):
     cases += 1
 
 
+def run_spilled_sends_progress():
+    """Control messages that overflowed their ring go over MPI, and an MPI moves a send on only
+    while its sender calls into it: with thousands in flight, Open MPI's shared-memory queue to
+    the peer fills and the rest wait in the sender. Rank 0 posts 20000 READYs to rank 1 through a
+    4-slot ring (rank 1 starts reading late, so nearly all spill) and then only waits in the wire
+    for rank 1's answer, which comes once rank 1 got every READY. The wire must keep its spilled
+    sends moving while it waits: without that both ranks waited for ever (seen as a 3-rank hang
+    of 4 KiB-chunk all-reduces of 40 MiB)."""
+    global cases
+    from blinkflow.backends.cpu.mailbox import Mailbox, shared_memory_ordered
+    from blinkflow.backends.wire import MpiWire
+    from blinkflow.schedule.transport import FREE, READY
+
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    ranks = local.allgather(RANK)
+    if not shared_memory_ordered() or len(ranks) < 2:
+        local.Free()
+        return
+    box = Mailbox(local, ranks, slots=4)
+    wire = MpiWire(comm.Dup(), box)  # as the backend has it: global ranks, the host's in the box
+    # A flag in shared memory, not an MPI call: an MPI call would move the spilled sends on.
+    flag_window = MPI.Win.Allocate_shared(8 if local.Get_rank() == 0 else 0, 8, comm=local)
+    flag = np.frombuffer(flag_window.Shared_query(0)[0], np.int64, 1)
+    flag[0] = 0
+    local.Barrier()
+    n = 20000
+    first, second = ranks[0], ranks[1]
+    if RANK == first:
+        for seq in range(n):
+            wire.post(second, READY, 0, seq)
+        flag[0] = 1
+        answer = []
+        while not answer:
+            answer = [e for e in wire.wait() if e[0] == FREE]
+        assert answer[0][3] == n and sum(box._spilled) == n - 4, (answer, box._spilled)
+    elif RANK == second:
+        while not flag[0]:  # the first posts them all before anything is read: 4 fit in the ring
+            time.sleep(0.001)
+        seen = set()
+        while len(seen) < n:
+            seen.update(e[3] for e in wire.wait() if e[0] == READY)
+        assert seen == set(range(n))
+        wire.post(first, FREE, 0, n)
+    wire.flush()
+    comm.Barrier()
+    wire.close()
+    teardown.free(wire.comm)
+    box.close()
+    del flag
+    flag_window.Free()
+    local.Free()
+    cases += 1
+
+
 def main():
     faulthandler.dump_traceback_later(90, exit=True)  # a hang shows where every rank waits
     config = Config.from_env()
@@ -433,6 +488,7 @@ def main():
     run_slot_reuse(be)
     run_mailbox_rings()
     run_spilled_control(config)
+    run_spilled_sends_progress()
     run_deep_trees(config)
     if SIZE > 1:
         run_single_copy_helping(be)
