@@ -18,7 +18,8 @@ its sequence number, a FREE in a set), so the two paths may interleave.
 """
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+import collections
+from typing import Any, Deque, List, Tuple
 
 import numpy as np
 
@@ -42,7 +43,7 @@ class MpiWire:
         self.MPI = MPI
         self.comm = comm  # a Dup() owned by the backend
         self.mailbox = mailbox
-        self._sent: List[Tuple[Any, np.ndarray]] = []  # control Isends and their buffers
+        self._sent: Deque[Tuple[Any, np.ndarray]] = collections.deque()  # control Isends and their buffers, oldest first
         self._reap_at = REAP_AT
         self._inbox = np.empty(6, dtype=np.int64)
         self.rank = comm.Get_rank()
@@ -79,14 +80,14 @@ class MpiWire:
             self._reap()
 
     def _reap(self) -> None:
-        """Drop the control sends that completed; testing them also moves the others on. The
+        """Drop the control sends that completed (testing them also moves the others on). The
         next reap comes when the list has doubled, so a receiver that reads nothing for a while
         (thousands of sends pending) costs amortised constant time per send, not a test of every
-        pending one."""
+        pending one per send."""
         done = self.MPI.Request.Testsome([r for r, _ in self._sent], statuses=None) or ()
         if done:
             finished = set(done)
-            self._sent = [s for i, s in enumerate(self._sent) if i not in finished]
+            self._sent = collections.deque(s for i, s in enumerate(self._sent) if i not in finished)
         self._reap_at = max(REAP_AT, 2 * len(self._sent))
 
     def isend(self, dst: int, channel: int, seq: int, data: np.ndarray) -> None:
@@ -115,12 +116,15 @@ class MpiWire:
         # Data transfers with other hosts in flight, or control messages spilled over MPI due.
         if len(self._requests) > 1 or mailbox.spilled_to_me > self._control_received:
             events += self._collect(self.MPI.Request.Testsome(self._requests, statuses=None))
-        elif self._sent:
+        else:
             # Our own spilled messages still in MPI's hands: an MPI moves a send on only while its
             # sender calls into it (Open MPI's shared-memory queue to a peer fills up and the rest
             # waits in the sender), and a rank waiting here makes no other MPI call. Without this
             # the peer never got them and both waited for ever (three ranks, 4 KiB chunks, 40 MiB).
-            self._reap()
+            # Testing the oldest moves them all on; one test per poll, however many are pending.
+            sent = self._sent
+            while sent and sent[0][0].Test():
+                sent.popleft()
         if events:
             self._heard = True
         return events
@@ -169,7 +173,7 @@ class MpiWire:
         """Complete outstanding control sends (every transport calls it at the end of a program)."""
         if self._sent:
             self.MPI.Request.Waitall([r for r, _ in self._sent])
-            self._sent = []
+            self._sent.clear()
             self._reap_at = REAP_AT
 
     def close(self) -> None:

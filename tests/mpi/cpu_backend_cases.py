@@ -432,11 +432,14 @@ def run_spilled_sends_progress():
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     ranks = local.allgather(RANK)
+    wire_comm = comm.Dup()  # every rank of the job: a host with one rank still takes part
     if not shared_memory_ordered() or len(ranks) < 2:
+        comm.Barrier()
+        teardown.free(wire_comm)
         local.Free()
         return
     box = Mailbox(local, ranks, slots=4)
-    wire = MpiWire(comm.Dup(), box)  # as the backend has it: global ranks, the host's in the box
+    wire = MpiWire(wire_comm, box)  # as the backend has it: global ranks, the host's in the box
     # A flag in shared memory, not an MPI call: an MPI call would move the spilled sends on.
     flag_window = MPI.Win.Allocate_shared(8 if local.Get_rank() == 0 else 0, 8, comm=local)
     flag = np.frombuffer(flag_window.Shared_query(0)[0], np.int64, 1)
