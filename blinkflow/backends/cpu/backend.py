@@ -17,7 +17,7 @@ runtime's contract).
 from __future__ import annotations
 
 import platform
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -74,8 +74,6 @@ class CpuBackend(Backend):
         self.programs = Programs(ctx.plan_for, layout.devices, layout.rank, fuse_inputs=FUSE_INPUTS)
         self.trace: Optional[list] = None
         """Set to a list to record every transfer the runner makes (tests)."""
-        self._handed: Tuple[Optional[np.ndarray], Tuple[int, int]] = (None, (-1, -1))
-        """The array :meth:`buffer` returned last, and where it lies in the shared windows."""
         self.stats = {"single_copy": 0, "packed": 0, "helped_chunks": 0}
         """All-reduces of pieces by path, and chunks done for a slower neighbour (tests, debugging)."""
         self.single_copy: Optional[SingleCopyAllreduce] = self._probe_single_copy(config)
@@ -127,9 +125,7 @@ class CpuBackend(Backend):
         dtype = np.dtype(dtype)
         nbytes = int(nelems) * dtype.itemsize
         settle(self.state, self.transport, self.arena.next_user_slot(nbytes))  # None: a new window
-        slot = self.arena.user_slot(nbytes).view(dtype)
-        self._handed = (slot, self.arena.last_user_slot)  # where it lies, for _run, without a search
-        return slot
+        return self.arena.user_slot(nbytes, dtype)
 
     def _shared(self, arr: np.ndarray) -> np.ndarray:
         """``arr`` if it sits in a shared window, else a copy in :meth:`buffer` (every rank passes
@@ -145,9 +141,7 @@ class CpuBackend(Backend):
 
     def _run(self, program, buf: np.ndarray, ufunc=None, out: Optional[np.ndarray] = None, scale: float = 1.0) -> None:
         self.transport.trace = self.trace
-        handed, where = self._handed
-        where = self.transport.prepare(buf, ufunc, out, scale, kernels.chunk_elems(self.chunk_bytes, buf.itemsize),
-                                       where if handed is buf else None)
+        where = self.transport.prepare(buf, ufunc, out, scale, kernels.chunk_elems(self.chunk_bytes, buf.itemsize))
         self._mark("start", "RUN_SCHEDULE")
         # On a slot of :meth:`buffer`, with peers on this host only, the releases are waited for
         # when the slot is next handed out. (An ``Isend`` to another host must complete before
@@ -283,7 +277,6 @@ class CpuBackend(Backend):
             self.wire.close()
             if self.mailbox is not None:
                 self.mailbox.close()
-            self._handed = (None, (-1, -1))  # a view of a window the arena frees now
             self.arena.close()
             teardown.free(self._wire_comm)
 

@@ -80,8 +80,9 @@ class SharedArena:
         self._user_slot = 0
         self._user_index = -1  # of the user window in ``windows``
         self._control: Optional[_Window] = None
-        self.last_user_slot: Tuple[int, int] = (-1, -1)
-        """:meth:`locate` of the slot :meth:`user_slot` handed out last."""
+        self._handed: Tuple[Optional[np.ndarray], Tuple[int, int]] = (None, (-1, -1))
+        """The slot :meth:`user_slot` handed out last and its :meth:`locate`: the buffer almost
+        every collective then runs on, found without a search."""
 
     # ---- allocation (collective) ------------------------------------------------------------
     def _new(self, nbytes: int) -> _Window:
@@ -89,8 +90,8 @@ class SharedArena:
         self.windows.append(win)
         return win
 
-    def user_slot(self, nbytes: int) -> np.ndarray:
-        """``nbytes`` of this rank's next user slot (alternating between two)."""
+    def user_slot(self, nbytes: int, dtype=np.uint8) -> np.ndarray:
+        """``nbytes`` of this rank's next user slot (alternating between two), as ``dtype``."""
         slot = _round_up(nbytes)
         if self._user is None or self._user.nbytes < 2 * slot:
             self._retire(self._previous_user)
@@ -99,8 +100,9 @@ class SharedArena:
         half = self._user.nbytes // 2
         self._user_slot ^= 1
         start = self._user_slot * half
-        self.last_user_slot = (self._user_index, start)
-        return self._user.mine[start:start + nbytes]
+        slot = self._user.mine[start:start + nbytes].view(dtype)
+        self._handed = (slot, (self._user_index, start))
+        return slot
 
     def next_user_slot(self, nbytes: int) -> Optional[int]:
         """The slot :meth:`user_slot` (``nbytes``) will hand out, or None when it will make a new
@@ -134,6 +136,8 @@ class SharedArena:
     # ---- addressing -------------------------------------------------------------------------
     def locate(self, arr: np.ndarray) -> Tuple[int, int]:
         """(window index, byte offset) of ``arr`` if it lies in a shared segment, else (-1, -1)."""
+        if arr is self._handed[0]:
+            return self._handed[1]
         if arr.flags.c_contiguous:
             ptr, nbytes = arr.__array_interface__["data"][0], arr.nbytes
             for index in range(len(self.windows) - 1, -1, -1):
@@ -156,3 +160,4 @@ class SharedArena:
                 win.free()
         self.windows = []
         self._user = self._previous_user = self._control = None
+        self._handed = (None, (-1, -1))

@@ -74,13 +74,12 @@ class CpuTransport(Transport):
         self._reach_of: dict = {}  # id(program) -> (program, _reach(program))
 
     def prepare(self, buf: np.ndarray, ufunc=None, out: Optional[np.ndarray] = None, scale: float = 1.0,
-                chunk: int = 1 << 18, where: Optional[Tuple[int, int]] = None) -> Tuple[int, int]:
+                chunk: int = 1 << 18) -> Tuple[int, int]:
         """The next program runs on ``buf`` (combining with ``ufunc``); with ``out`` its result
-        lands there, times ``scale``. Returns where ``buf`` lies (``SharedArena.locate``; the
-        caller may say, when it knows)."""
+        lands there, times ``scale``. Returns where ``buf`` lies (``SharedArena.locate``)."""
         self.buf, self.ufunc, self.out, self.scale, self.chunk = buf, ufunc, out, scale, chunk
         self.itemsize = buf.dtype.itemsize
-        self._where = where if where is not None else self.arena.locate(buf)
+        self._where = self.arena.locate(buf)
         self._landed: dict = {}
         self._peers: dict = {}  # rank -> (READY payload, that peer's buffer there, typed): see _incoming
         return self._where
