@@ -138,8 +138,9 @@ def _gpu_job(probes: Sequence[RankProbe], hosts: List[str]) -> JobTopology:
                 raise TopologyError(f"rank {p.rank} on {host} was given GPU {p.gpu}, which that host does not "
                                     f"have (GPUs {_fmt(full[host].gpu_ids)}); check CUDA_VISIBLE_DEVICES", WHERE)
             if p.gpu in used:
-                raise TopologyError(f"ranks {used[p.gpu]} and {p.rank} on {host} both use GPU {p.gpu}; "
-                                    "launch one rank per GPU", WHERE)
+                raise TopologyError(f"ranks {used[p.gpu]} and {p.rank} on {host} both use GPU {p.gpu}; launch one "
+                                    f"rank per GPU (this host has {len(full[host].gpu_ids)}), or set "
+                                    "BLINKFLOW_BACKEND=cpu (blinkrun --backend cpu) to run on the CPUs", WHERE)
             used[p.gpu] = p.rank
     if len(hosts) == 1:
         devices = tuple(p.gpu for p in probes)

@@ -71,7 +71,7 @@ def test_gpu_two_hosts_renumber_with_stride(dgx1_text):
 
 @pytest.mark.parametrize("probes, says", [
     (lambda t: [RankProbe(0, "h", "h", 0, 0, t), RankProbe(1, "h", "h", 1)], "ranks 0 have a GPU but ranks 1"),
-    (lambda t: [RankProbe(0, "h", "h", 0, 2, t), RankProbe(1, "h", "h", 1, 2)], "ranks 0 and 1 on h both use GPU 2"),
+    (lambda t: [RankProbe(0, "h", "h", 0, 2, t), RankProbe(1, "h", "h", 1, 2)], "ranks 0 and 1 on h both use GPU 2; launch one rank per GPU .this host has 8., or set BLINKFLOW_BACKEND=cpu"),
     (lambda t: [RankProbe(0, "h", "h", 0, 9, t)], "was given GPU 9"),
     (lambda t: [RankProbe(0, "h", "h", 0, 1)], "no rank on host h sent"),
     (lambda t: [RankProbe(0, "h", "h", 0), RankProbe(1, "h", "h", 1, error="boom")], "rank 1 on h: boom"),
