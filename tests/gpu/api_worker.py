@@ -68,6 +68,15 @@ for dtype in ("float32", "float16", "int32"):
             close(f"allreduce average {dtype} {nelems}",
                   bf.allreduce(mine, op=bf.Average, name=f"avg.{dtype}.{nelems}"), want / n, dtype)
 
+# A buffer large enough for bigger automatic chunks (64 MiB: 4 MiB chunks; the receive slots grow
+# between calls on every rank alike), then a small one again in the grown slots.
+for nelems in ((16 << 20) + 5, 1000):
+    salt += 1
+    mine = cupy.asarray(inputs(r, nelems, "float32", salt))
+    want = sum(inputs(q, nelems, "float32", salt).astype(np.float64) for q in range(n))
+    close(f"allreduce sum float32 {nelems} after growth", bf.allreduce(mine, op=bf.Sum, name=f"big.{nelems}"),
+          want, "float32")
+
 # A fused group: several shapes in one call, and a pre/post-scaled one.
 salt += 1
 shapes = [(3, 5), (1000,), (7, 11, 13), (1,)]

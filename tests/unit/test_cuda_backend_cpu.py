@@ -67,3 +67,32 @@ def test_host_factor_matches_numpy_rounding():
     bf = host_factor("bfloat16", 1 / 3)
     assert np.float32(bf).view(np.uint32) & 0xFFFF == 0  # a bfloat16 value
     assert abs(bf - 1 / 3) < 2 ** -9
+
+
+def test_automatic_chunks_grow_with_the_buffer():
+    from blinkflow.backends.cuda.backend import auto_chunk_bytes
+
+    mib = 1 << 20
+    assert [auto_chunk_bytes(n) for n in (0, 4096, 4 * mib, 16 * mib, 31 * mib, 32 * mib, 64 * mib, 256 * mib,
+                                          4096 * mib)] == [mib, mib, mib, mib, mib, 2 * mib, 4 * mib, 16 * mib, 16 * mib]
+
+
+def test_chunk_is_configured_or_automatic_and_fits_the_arena():
+    from types import SimpleNamespace
+
+    from blinkflow.backends.cuda.backend import CudaBackend
+
+    mib = 1 << 20
+
+    def backend(chunk_bytes, hosts, channels):
+        return SimpleNamespace(layout=SimpleNamespace(host_ranks=hosts), arena_bytes=256 * mib, nslots=4,
+                               _max_channels=channels, ctx=SimpleNamespace(config=SimpleNamespace(chunk_bytes=chunk_bytes)))
+
+    chunk = CudaBackend._chunk_elems
+    two = [(0, 1)]
+    assert chunk(backend(0, two, 2), 4, 256 * mib) == 16 * mib // 4  # automatic, within 256 MiB / (1 * 2 * 4)
+    assert chunk(backend(0, two, 2), 4, 4 * mib) == mib // 4
+    assert chunk(backend(4096, two, 2), 4, 256 * mib) == 1024  # configured wins
+    # Eight local senders and six trees: slots of 256 MiB / (8 * 6 * 4) cap every chunk, on every host alike.
+    eight_and_four = [tuple(range(8)), tuple(range(8, 12))]
+    assert chunk(backend(0, eight_and_four, 6), 2, 256 * mib) == (256 * mib // 192) // 256 * 256 // 2

@@ -32,8 +32,25 @@ from .launch import dtype_name, scale as scale_kernel
 from .transport import CudaTransport, StreamSet
 
 DEFAULT_CHUNK_BYTES = 1 << 20
-"""Pipeline chunk when ``BLINKFLOW_CHUNK_BYTES`` is 0: large enough to run copies near link
-bandwidth, small enough that an 8-GPU tree fills its pipeline on a 64 MiB fusion buffer."""
+"""The smallest automatic pipeline chunk (``BLINKFLOW_CHUNK_BYTES`` 0): large enough to run
+copies near link bandwidth, small enough that a buffer of a few MiB still pipelines."""
+MAX_CHUNK_BYTES = 16 << 20
+"""The largest automatic chunk."""
+CHUNKS_PER_BUFFER = 16
+"""Automatic chunks cut a buffer into about this many. Every chunk costs the host a round of
+READY/FREE messages and launches (tens of microseconds of Python), while the GPU moves a MiB in a
+few: on one H100 shared by 2 and 4 ranks, fixed 1 MiB chunks held a 256 MiB all-reduce to 18 and
+10 GB/s bus bandwidth where 16 MiB chunks gave 51 and 28, and 4 MiB ones at 64 MiB 21 and 19
+against 16 and 5; below 16 MiB 1 MiB chunks were the fastest (docs/benchmarks.md, "GPU")."""
+
+
+def auto_chunk_bytes(nbytes: int) -> int:
+    """The automatic chunk for a buffer of ``nbytes``: the power of two nearest below a
+    :data:`CHUNKS_PER_BUFFER`-th of it, within [:data:`DEFAULT_CHUNK_BYTES`,
+    :data:`MAX_CHUNK_BYTES`]. It depends on the buffer's size alone, which every rank of a
+    collective shares, so every rank lowers the same schedule."""
+    want = max(1, nbytes // CHUNKS_PER_BUFFER)
+    return min(MAX_CHUNK_BYTES, max(DEFAULT_CHUNK_BYTES, 1 << (want.bit_length() - 1)))
 DEFAULT_SLOTS = 4
 """Receive slots per (peer, tree): chunks a sender may run ahead of its receiver."""
 DEFAULT_ARENA_BYTES = 256 << 20
@@ -190,14 +207,16 @@ class CudaBackend(Backend):
             raise BackendError(f"the cuda backend reduces {', '.join(kernels.CTYPES)}; got {name}")
         return name
 
-    def _chunk_elems(self, itemsize: int) -> int:
-        """Pipeline chunk: the configured size, capped so that a slot for every (local sender,
-        tree, slot) fits ``arena_bytes`` on the largest host. The same on every rank (the
-        schedule is everyone's: hosts of 8 and 4 GPUs sized it by their own host and lowered
-        different chunks, whose transfers between hosts then did not match)."""
+    def _chunk_elems(self, itemsize: int, nbytes: int = 0) -> int:
+        """Pipeline chunk for a buffer of ``nbytes``: the configured size, else
+        :func:`auto_chunk_bytes`; capped so that a slot for every (local sender, tree, slot) fits
+        ``arena_bytes`` on the largest host. The same on every rank (the schedule is everyone's:
+        hosts of 8 and 4 GPUs sized it by their own host and lowered different chunks, whose
+        transfers between hosts then did not match)."""
         senders = max(len(ranks) for ranks in self.layout.host_ranks)
         per_slot = self.arena_bytes // (senders * self._max_channels * self.nslots)
-        chunk_bytes = min(self.ctx.config.chunk_bytes or DEFAULT_CHUNK_BYTES, max(256, per_slot // 256 * 256))
+        wanted = self.ctx.config.chunk_bytes or auto_chunk_bytes(nbytes)
+        chunk_bytes = min(wanted, max(256, per_slot // 256 * 256))
         return max(1, chunk_bytes // itemsize)
 
     def _program(self, collective: str, nelems: int, itemsize: int, root=None, counts=None):
@@ -205,13 +224,15 @@ class CudaBackend(Backend):
         more trees than any before shrinks the chunk, so it is made once more (on every rank:
         they all see the same schedules in the same order)."""
         while True:
-            program = self.programs.get(collective, nelems, self._chunk_elems(itemsize), root=root, counts=counts)
+            chunk = self._chunk_elems(itemsize, nelems * itemsize)
+            program = self.programs.get(collective, nelems, chunk, root=root, counts=counts)
             if program.nchannels <= self._max_channels:
                 return program
             self._max_channels = program.nchannels
 
     def _ensure_arena(self, slot_bytes: int) -> None:
-        """Receive slots for ``_max_channels`` trees (rebuilt, smaller, when that grows)."""
+        """Receive slots for ``_max_channels`` trees (rebuilt, smaller, when that grows; larger
+        when a program's chunk outgrows them)."""
         arena = self._arena
         if arena is not None and arena.nchannels == self._max_channels and slot_bytes <= arena.slot_bytes:
             return
@@ -222,7 +243,7 @@ class CudaBackend(Backend):
             arena.close()
             self._arena = None
             self.state.reset()
-        per_slot = self._chunk_elems(1)  # bytes: the cap every chunk of every dtype respects
+        per_slot = self._chunk_elems(1)  # bytes: the smallest automatic chunk (or the configured one), capped
         self._arena = IpcArena(self.local_comm, self._max_channels, self.nslots, max(slot_bytes, per_slot))
 
     def _run(self, collective: str, buf, dtype: Optional[str], op: Optional[ReduceOp], root=None, counts=None) -> None:
