@@ -76,6 +76,13 @@ for nelems in ((16 << 20) + 5, 1000):
     want = sum(inputs(q, nelems, "float32", salt).astype(np.float64) for q in range(n))
     close(f"allreduce sum float32 {nelems} after growth", bf.allreduce(mine, op=bf.Sum, name=f"big.{nelems}"),
           want, "float32")
+    if n > 1 and nelems > 1000:  # the case covers what it says: larger chunks ran, in grown slots
+        from blinkflow.runtime import api as rt
+
+        be = rt._engine._backends["cuda"]
+        chunk = be._chunk_elems(1, 4 * nelems)
+        check("a 64 MiB buffer gets larger chunks than a small one", chunk > be._chunk_elems(1, 4000), chunk)
+        check("the receive slots grew to them", be._arena.slot_bytes >= chunk, (be._arena.slot_bytes, chunk))
 
 # A fused group: several shapes in one call, and a pre/post-scaled one.
 salt += 1

@@ -9,8 +9,10 @@
 #   3. a first-time user's 2-rank job with no topology given (what discovery makes of this machine),
 #   4. python -m blinkflow.bench separate (CPU backend, out of place against MPI) at 2 and 4 ranks.
 # Skip steps with SKIP="bench-cpu user-default" (names, space-separated).
-# Every step has its own time limit and log; a failed step does not stop the next. The logs come
-# back as one archive, $OUT/gpu-logs.tar.gz (the device tool returns at most 8 files).
+# Every step has its own time limit and log; a failed step does not stop the next (a failed set-up
+# stops the run). The logs are packed into $OUT/gpu-logs.tar.gz after every step (the device tool
+# returns at most 8 files, and whatever is under $OUT when a run is cut off). On one H100 machine
+# the whole run took 255 s; the per-step limits are safety nets, not a budget.
 # Usage (repository root): bash tests/gpu/run_on_gpu_machine.sh [WHEEL_DIR]
 # The wheels, fetched where pip works, for the GPU machine's Python (3.12 on the workplace's):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -20,6 +22,7 @@ set -u
 OUT=${OUT:-/tmp/gpu-out}
 WHEELS=${1:-.whl}
 LOGS=/tmp/gpu-logs
+rm -rf "$LOGS"
 mkdir -p "$OUT" "$LOGS"
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2 OMPI_MCA_osc=^ucx
 BASE=$(command -v python3)
@@ -35,6 +38,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $LOGS/NAME.lo
   timeout -k 10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
   rc=$?
   tail -n "${TAIL:-25}" "$LOGS/$name.log"
+  tar -czf "$OUT/gpu-logs.tar.gz" -C "$LOGS" .
   SUMMARY+=("$(printf '%-22s rc=%-3s %4ss' "$name" "$rc" "$(( $(date +%s) - t0 ))")")
 }
 
@@ -42,8 +46,9 @@ setup() {
   "$BASE" -m venv --without-pip "$VENV" || return 1
   local site
   site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  # The machine's packages (cupy, numpy, pandas, ...) after the venv's own.
-  "$BASE" -c 'import site, sys; print("import site; site.addsitedir(%r)" % site.getsitepackages()[0])' \
+  # The machine's packages (cupy, numpy, pandas, ...) after the venv's own. Not
+  # --system-site-packages: the machine's python3 may itself be a venv, whose packages that skips.
+  "$BASE" -c 'import site; print("import site; " + "; ".join("site.addsitedir(%r)" % p for p in site.getsitepackages()))' \
     >"$site/zz_machine_site.pth" || return 1
   "$VENV/bin/python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --ignore-installed "$WHEELS"/*.whl || return 1
   "$VENV/bin/python" -m pip install -q --no-index --no-deps --no-build-isolation -e . || return 1
@@ -57,17 +62,18 @@ PY
 }
 
 echo "=== machine"; nvidia-smi -L; nvidia-smi topo -m 2>&1 | head -5; nproc; lscpu | grep -E "Model name|^L2|^L3"
-t0=$(date +%s); echo "=== setup"; setup >"$LOGS/setup.log" 2>&1; rc=$?; cat "$LOGS/setup.log"
-SUMMARY+=("$(printf '%-22s rc=%-3s %4ss' setup "$rc" "$(( $(date +%s) - t0 ))")")
+echo "=== setup"; setup >"$LOGS/setup.log" 2>&1; rc=$?; cat "$LOGS/setup.log"
+tar -czf "$OUT/gpu-logs.tar.gz" -C "$LOGS" .
+if [ "$rc" != 0 ]; then echo "set-up failed (status $rc): nothing else runs"; exit "$rc"; fi
 source "$VENV/bin/activate"
 MPIRUN=("$VENV/bin/mpirun" --allow-run-as-root --oversubscribe --bind-to none -x OMPI_MCA_osc -x PYTHONUNBUFFERED)
 
 step gpu-tests 240 env BLINKFLOW_EXPECT_GPU=1 python -m pytest -q -p no:cacheprovider -rs tests/gpu
 step train-np4 120 env BLINKFLOW_TOPOLOGY=hgx-h100 "${MPIRUN[@]}" -x BLINKFLOW_TOPOLOGY -np 4 python tests/gpu/train_worker.py
 for spec in "1 chain" "2 chain" "2 plan" "4 plan"; do
-  set -- $spec
-  step "bench-gpu-np$1-$2" 120 "${MPIRUN[@]}" -np "$1" python -m blinkflow.bench gpu --schedule "$2" --iters 20 \
-    --sizes 256KB,1MB,4MB,16MB,64MB,256MB
+  read -r ranks schedule <<<"$spec"
+  step "bench-gpu-np$ranks-$schedule" 120 "${MPIRUN[@]}" -np "$ranks" python -m blinkflow.bench gpu \
+    --schedule "$schedule" --iters 20 --sizes 256KB,1MB,4MB,16MB,64MB,256MB
 done
 step user-default-np2 60 "${MPIRUN[@]}" -np 2 python -c '
 import blinkflow as bf, cupy
@@ -78,7 +84,6 @@ for np_ in 2 4; do
   step "bench-cpu-np$np_" 200 env BLINKFLOW_BACKEND=cpu python -m blinkflow.bench separate --np "$np_" --rounds 8 --sizes 16MB,64MB
 done
 
-tar -czf "$OUT/gpu-logs.tar.gz" -C "$LOGS" .
 echo "=== summary"
 printf '%s\n' "${SUMMARY[@]}"
 for f in "$LOGS"/bench-*.log; do echo "--- $(basename "$f" .log)"; grep -v '^\s*$' "$f" | tail -n 14; done

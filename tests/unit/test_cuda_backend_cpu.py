@@ -89,10 +89,13 @@ def test_chunk_is_configured_or_automatic_and_fits_the_arena():
                                _max_channels=channels, ctx=SimpleNamespace(config=SimpleNamespace(chunk_bytes=chunk_bytes)))
 
     chunk = CudaBackend._chunk_elems
-    two = [(0, 1)]
-    assert chunk(backend(0, two, 2), 4, 256 * mib) == 16 * mib // 4  # automatic, within 256 MiB / (1 * 2 * 4)
-    assert chunk(backend(0, two, 2), 4, 4 * mib) == mib // 4
-    assert chunk(backend(4096, two, 2), 4, 256 * mib) == 1024  # configured wins
-    # Eight local senders and six trees: slots of 256 MiB / (8 * 6 * 4) cap every chunk, on every host alike.
+    one_each = [(0,), (1,)]  # two hosts of one rank: slots of 256 MiB / (1 * 2 * 4) = 32 MiB
+    assert chunk(backend(0, one_each, 2), 4, 256 * mib) == 16 * mib // 4  # automatic, at its largest
+    assert chunk(backend(0, one_each, 2), 4, 64 * mib) == 4 * mib // 4
+    assert chunk(backend(0, one_each, 2), 4, 4 * mib) == mib // 4
+    assert chunk(backend(4096, one_each, 2), 4, 256 * mib) == 1024  # configured wins
+    # Two local senders and three trees: slots of 256 MiB / (2 * 3 * 4), under 16 MiB, cap the chunk.
+    assert chunk(backend(0, [(0, 1)], 3), 4, 256 * mib) == (256 * mib // 24) // 256 * 256 // 4
+    # Eight local senders (a host of 8 beside one of 4) and six trees: the largest host caps it, everywhere.
     eight_and_four = [tuple(range(8)), tuple(range(8, 12))]
     assert chunk(backend(0, eight_and_four, 6), 2, 256 * mib) == (256 * mib // 192) // 256 * 256 // 2

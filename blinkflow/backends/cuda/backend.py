@@ -39,9 +39,10 @@ MAX_CHUNK_BYTES = 16 << 20
 CHUNKS_PER_BUFFER = 16
 """Automatic chunks cut a buffer into about this many. Every chunk costs the host a round of
 READY/FREE messages and launches (tens of microseconds of Python), while the GPU moves a MiB in a
-few: on one H100 shared by 2 and 4 ranks, fixed 1 MiB chunks held a 256 MiB all-reduce to 18 and
-10 GB/s bus bandwidth where 16 MiB chunks gave 51 and 28, and 4 MiB ones at 64 MiB 21 and 19
-against 16 and 5; below 16 MiB 1 MiB chunks were the fastest (docs/benchmarks.md, "GPU")."""
+few: on one H100 shared by 2 ranks, fixed 1 MiB chunks held a 256 MiB all-reduce to 11-18 GB/s bus
+bandwidth where 4 and 16 MiB chunks gave 61 and 51; at 4 ranks (where the arena caps chunks at
+4 MiB) 4 MiB chunks gave 18-28 against 8-14; at 16 MiB and below 1 MiB chunks were the fastest at
+2 ranks (docs/benchmarks.md, "GPU")."""
 
 
 def auto_chunk_bytes(nbytes: int) -> int:
@@ -207,7 +208,7 @@ class CudaBackend(Backend):
             raise BackendError(f"the cuda backend reduces {', '.join(kernels.CTYPES)}; got {name}")
         return name
 
-    def _chunk_elems(self, itemsize: int, nbytes: int = 0) -> int:
+    def _chunk_elems(self, itemsize: int, nbytes: int) -> int:
         """Pipeline chunk for a buffer of ``nbytes``: the configured size, else
         :func:`auto_chunk_bytes`; capped so that a slot for every (local sender, tree, slot) fits
         ``arena_bytes`` on the largest host. The same on every rank (the schedule is everyone's:
@@ -243,7 +244,10 @@ class CudaBackend(Backend):
             arena.close()
             self._arena = None
             self.state.reset()
-        per_slot = self._chunk_elems(1)  # bytes: the smallest automatic chunk (or the configured one), capped
+        # Bytes: at least the smallest automatic chunk (or the configured one), capped, so that
+        # small programs share one arena; a larger buffer's chunk grows it (above), the same call
+        # on every local rank.
+        per_slot = self._chunk_elems(1, 0)
         self._arena = IpcArena(self.local_comm, self._max_channels, self.nslots, max(slot_bytes, per_slot))
 
     def _run(self, collective: str, buf, dtype: Optional[str], op: Optional[ReduceOp], root=None, counts=None) -> None:
