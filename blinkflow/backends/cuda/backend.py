@@ -43,21 +43,21 @@ few: on one H100 shared by 2 ranks, fixed 1 MiB chunks held a 256 MiB all-reduce
 bandwidth where 4 and 16 MiB chunks gave 61 and 51; at 4 ranks (where the arena caps chunks at
 4 MiB) 4 MiB chunks gave 18-28 against 8-14; at 16 MiB and below 1 MiB chunks were the fastest at
 2 ranks (docs/benchmarks.md, "GPU")."""
-
-
-def auto_chunk_bytes(nbytes: int) -> int:
-    """The automatic chunk for a buffer of ``nbytes``: the power of two nearest below a
-    :data:`CHUNKS_PER_BUFFER`-th of it, within [:data:`DEFAULT_CHUNK_BYTES`,
-    :data:`MAX_CHUNK_BYTES`]. It depends on the buffer's size alone, which every rank of a
-    collective shares, so every rank lowers the same schedule."""
-    want = max(1, nbytes // CHUNKS_PER_BUFFER)
-    return min(MAX_CHUNK_BYTES, max(DEFAULT_CHUNK_BYTES, 1 << (want.bit_length() - 1)))
 DEFAULT_SLOTS = 4
 """Receive slots per (peer, tree): chunks a sender may run ahead of its receiver."""
 DEFAULT_ARENA_BYTES = 256 << 20
 """Receive-slot memory per rank. Slots exist for every (local sender, tree, slot), so plans with
 many trees (28 on a full DGX-1) get smaller chunks rather than more memory."""
 CLOSE_BARRIER_SECONDS = 10.0
+
+
+def auto_chunk_bytes(nbytes: int) -> int:
+    """The automatic chunk for a buffer of ``nbytes``: the largest power of two not above a
+    :data:`CHUNKS_PER_BUFFER`-th of it, within [:data:`DEFAULT_CHUNK_BYTES`,
+    :data:`MAX_CHUNK_BYTES`]. It depends on the buffer's size alone, which every rank of a
+    collective shares, so every rank lowers the same schedule."""
+    want = max(1, nbytes // CHUNKS_PER_BUFFER)
+    return min(MAX_CHUNK_BYTES, max(DEFAULT_CHUNK_BYTES, 1 << (want.bit_length() - 1)))
 
 
 class CudaBackend(Backend):
