@@ -26,7 +26,10 @@ digests = []
 
 # Odd sizes on purpose: shards and chunks that do not divide evenly; 1<<20 + 3 spans chunks.
 SIZES = (1, 1000, (1 << 20) + 3)
-TOLERANCE = {"float32": 1e-5, "float16": 2e-2, "int32": 0.0}
+EPS = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "int32": 0.0}
+"""Machine epsilon: a reduction rounds each of its at most ``n`` partial results (and a scaled
+result once more) to the dtype, each time by at most eps/2 of a value no larger than the sum of
+the inputs' magnitudes."""
 
 
 def inputs(rank: int, nelems: int, dtype: str, salt: int) -> np.ndarray:
@@ -41,14 +44,21 @@ def agree(label: str, got) -> None:
     digests.append((label, hashlib.sha1(cupy.asnumpy(got).tobytes()).hexdigest()))
 
 
-def close(label: str, got, want: np.ndarray, dtype: str) -> None:
+def summed(parts):
+    """The exact sum of ``parts`` (float64) and the sum of their magnitudes, element by element."""
+    parts = [np.asarray(p, dtype=np.float64) for p in parts]
+    return sum(parts), sum(np.abs(p) for p in parts)
+
+
+def close(label: str, got, want: np.ndarray, dtype: str, magnitude=0.0) -> None:
+    """``got`` equals ``want`` within the rounding a reduction of inputs of total ``magnitude``
+    may do (0: exactly, as a copy must)."""
     check(f"{label} is a cupy array", isinstance(got, cupy.ndarray), type(got))
     host = cupy.asnumpy(got)
     ok = host.shape == want.shape and host.dtype == np.dtype(dtype)
     if ok:
         err = np.abs(host.astype(np.float64) - want)
-        scale = np.maximum(np.abs(want), 1.0)
-        ok = bool(np.all(err <= TOLERANCE[dtype] * scale * n))
+        ok = bool(np.all(err <= EPS[dtype] * (n + 1) * magnitude))
     check(label, ok, f"shape {host.shape} dtype {host.dtype}, max error "
           f"{np.max(np.abs(host.astype(np.float64) - want)) if host.shape == want.shape else 'n/a'}")
     agree(label, got)
@@ -59,23 +69,23 @@ for dtype in ("float32", "float16", "int32"):
     for nelems in SIZES:
         salt += 1
         mine = cupy.asarray(inputs(r, nelems, dtype, salt))
-        want = sum(inputs(q, nelems, dtype, salt).astype(np.float64) for q in range(n))
+        want, magnitude = summed(inputs(q, nelems, dtype, salt) for q in range(n))
         close(f"allreduce sum {dtype} {nelems}", bf.allreduce(mine, op=bf.Sum, name=f"sum.{dtype}.{nelems}"),
-              want, dtype)
+              want, dtype, magnitude)
         check(f"allreduce {dtype} {nelems} leaves its input alone",
               np.array_equal(cupy.asnumpy(mine), inputs(r, nelems, dtype, salt)))
         if dtype != "int32":
             close(f"allreduce average {dtype} {nelems}",
-                  bf.allreduce(mine, op=bf.Average, name=f"avg.{dtype}.{nelems}"), want / n, dtype)
+                  bf.allreduce(mine, op=bf.Average, name=f"avg.{dtype}.{nelems}"), want / n, dtype, magnitude)
 
 # A buffer large enough for bigger automatic chunks (64 MiB: 4 MiB chunks; the receive slots grow
 # between calls on every rank alike), then a small one again in the grown slots.
 for nelems in ((16 << 20) + 5, 1000):
     salt += 1
     mine = cupy.asarray(inputs(r, nelems, "float32", salt))
-    want = sum(inputs(q, nelems, "float32", salt).astype(np.float64) for q in range(n))
+    want, magnitude = summed(inputs(q, nelems, "float32", salt) for q in range(n))
     close(f"allreduce sum float32 {nelems} after growth", bf.allreduce(mine, op=bf.Sum, name=f"big.{nelems}"),
-          want, "float32")
+          want, "float32", magnitude)
     if n > 1 and nelems > 1000:  # the case covers what it says: larger chunks ran, in grown slots
         from blinkflow.runtime import api as rt
 
@@ -90,11 +100,11 @@ shapes = [(3, 5), (1000,), (7, 11, 13), (1,)]
 mine = [cupy.asarray(inputs(r, int(np.prod(s)), "float32", salt + i).reshape(s)) for i, s in enumerate(shapes)]
 outs = bf.grouped_allreduce(mine, op=bf.Sum, name="group")
 for i, (s, out) in enumerate(zip(shapes, outs)):
-    want = sum(inputs(q, int(np.prod(s)), "float32", salt + i).astype(np.float64) for q in range(n)).reshape(s)
-    close(f"grouped_allreduce tensor {i} {s}", out, want, "float32")
+    want, magnitude = summed(inputs(q, int(np.prod(s)), "float32", salt + i).reshape(s) for q in range(n))
+    close(f"grouped_allreduce tensor {i} {s}", out, want, "float32", magnitude)
 scaled = bf.allreduce(mine[1], op=bf.Sum, prescale_factor=0.5, postscale_factor=3.0, name="scaled")
-close("allreduce prescale/postscale", scaled,
-      1.5 * sum(inputs(q, 1000, "float32", salt + 1).astype(np.float64) for q in range(n)), "float32")
+want, magnitude = summed(inputs(q, 1000, "float32", salt + 1) for q in range(n))
+close("allreduce prescale/postscale", scaled, 1.5 * want, "float32", 1.5 * magnitude)
 
 # Broadcast from the last rank, allgather with a first dimension that differs per rank.
 salt += 10
