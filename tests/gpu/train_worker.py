@@ -5,9 +5,10 @@ averaged with ``bf.grouped_allreduce``, the same SGD step everywhere.
 Averaging equal-sized shards' mean gradients is the mean gradient of the whole batch, so every
 rank also trains the same model on the whole batch alone (float64 numpy on the host) and the two
 must agree (float32 rounding only); the distributed model's loss on a held-out batch must fall,
-and its parameters must be bitwise identical on every rank. Runs on a real GPU (tests/gpu/test_api_gpu.py) and under the fake CuPy
-on every CI run (tests/mpi/test_api_fake_cupy.py). The model's arithmetic uses numpy ufuncs,
-which CuPy arrays dispatch to the GPU. Prints ``TRAIN OK <ranks> ranks``; exits 1 otherwise.
+and its parameters must be bitwise identical on every rank. Runs on a real GPU
+(tests/gpu/test_api_gpu.py) and under the fake CuPy on every CI run
+(tests/mpi/test_api_fake_cupy.py). The model's arithmetic uses numpy ufuncs, which CuPy arrays
+dispatch to the GPU. Prints ``TRAIN OK <ranks> ranks``; exits 1 otherwise.
 """
 import hashlib
 import sys
