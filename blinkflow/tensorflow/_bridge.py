@@ -6,8 +6,8 @@ and waits for the result. A whole list of tensors crosses in ONE call, so the ru
 gradient of a step at once and fuses them. Two routes:
 
 * **device**: GPU tensors cross into CuPy by DLPack, without a copy (:mod:`..backends.cuda.dlpack`),
-  are reduced by the cuda backend's tree schedule, and come back the same way. Taken when a
-  tensor lives on a GPU, or for every tensor when ``BLINKFLOW_BACKEND=cuda`` (a tensor TF keeps
+  are reduced by the cuda backend's tree schedule, and come back the same way (placed on, and
+  synchronised on, the GPU the backend drives for this rank). Taken when a tensor lives on a GPU, or for every tensor when ``BLINKFLOW_BACKEND=cuda`` (a tensor TF keeps
   on the host is first placed on the GPU by TF). bfloat16, which CuPy lacks, is reduced in
   float32 on the device.
 * **host**: CPU tensors become numpy arrays (``.numpy()``, a view where TF allows) for the cpu
@@ -104,12 +104,28 @@ def _to_arrays(tensors) -> list:
     return [t.numpy() for t in tensors]
 
 
+def _rank_device() -> int:
+    """The CUDA ordinal the cuda backend drives for this rank (asked once per job)."""
+    layout = runtime()._running("a collective on GPU tensors").job.layout
+    known = _route_cache.get("device")
+    if known is None or known[0] is not layout:
+        from ..backends.cuda.device import rank_device
+
+        known = _route_cache["device"] = (layout, rank_device(layout))
+    return known[1]
+
+
 def _device_arrays(tensors) -> list:
-    from ..backends.cuda.dlpack import tf_to_cupy
+    from ..backends.cuda.dlpack import tf_label, tf_to_cupy
 
     arrays = []
+    if "tf_gpus" not in _route_cache:
+        _route_cache["tf_gpus"] = bool(tf.config.get_visible_devices("GPU"))
+    # Where TensorFlow has no GPU (a CPU build, or the CPU suite's fake CuPy playing one) there is
+    # nothing to place on: the tensors cross as they are.
+    where = f"/GPU:{tf_label(_rank_device())}" if _route_cache["tf_gpus"] else None
     try:
-        with tf.device("/GPU:0"):
+        with tf.device(where):
             # bfloat16, which CuPy lacks, is reduced in float32 (and cast back in _to_tensors)
             placed = [tf.cast(t, tf.float32) if t.dtype == tf.bfloat16 else (t if _on_gpu(t) else tf.identity(t))
                       for t in tensors]
@@ -130,7 +146,10 @@ def _to_tensors(outs, out_dtypes) -> List[tf.Tensor]:
     if not any(_is_cupy(o) for o in outs):
         return [tf.convert_to_tensor(np.asarray(o, dtype=d.as_numpy_dtype)) for o, d in zip(outs, out_dtypes)]
     # aligned: a slice of a fused result may not be, and TensorFlow takes only aligned memory
-    aligned = [o.copy() if _is_cupy(o) and o.size and o.data.ptr % _TF_ALIGN else o for o in outs]
+    import cupy
+
+    with cupy.cuda.Device(_rank_device()):  # a copy runs on the thread's device: make it the results'
+        aligned = [o.copy() if _is_cupy(o) and o.size and o.data.ptr % _TF_ALIGN else o for o in outs]
     # One device sync before TensorFlow sees anything, also when every output is empty: our
     # kernels ran on our streams and still read the inputs (TF may reuse their memory once this
     # returns) and write the outputs (TF reads them on its own streams).
@@ -142,7 +161,7 @@ def _to_tensors(outs, out_dtypes) -> List[tf.Tensor]:
 def _synchronize() -> None:
     import cupy
 
-    cupy.cuda.Device().synchronize()
+    cupy.cuda.Device(_rank_device()).synchronize()  # the GPU our work ran on, not this thread's
 
 
 def _to_tf(array, dtype: tf.DType):

@@ -26,7 +26,7 @@ from .. import teardown
 from ..base import Backend, BackendContext
 from ..wire import MpiWire
 from . import kernels
-from .device import choose_device, cuda_aware_mpi, require_cupy
+from .device import cuda_aware_mpi, rank_device, require_cupy
 from .ipc import IpcArena, local_links
 from .launch import dtype_name, scale as scale_kernel
 from .peers import PeerRoutes
@@ -83,7 +83,7 @@ class CudaBackend(Backend):
         if len(set(self.local_devices)) != len(self.local_devices):
             raise BackendError(f"ranks {layout.local_ranks} on one host drive topology devices {self.local_devices}; "
                                "each rank needs its own device id (give shared GPUs distinct virtual ids)")
-        self.device = choose_device(layout.local_rank, self.local_devices, cupy.cuda.runtime.getDeviceCount())
+        self.device = rank_device(layout)
         self._dev = cupy.cuda.Device(self.device)
         with self._dev:
             self._routes = PeerRoutes(cupy.cuda.runtime, self.device)

@@ -53,6 +53,13 @@ def choose_device(local_rank: int, local_devices: Sequence[int], device_count: i
     return local_rank % device_count
 
 
+def rank_device(layout) -> int:
+    """The CUDA ordinal this rank drives (the cuda backend's, and the bridge's for TF tensors)."""
+    import cupy
+
+    return choose_device(layout.local_rank, layout.local_devices, cupy.cuda.runtime.getDeviceCount())
+
+
 @functools.lru_cache(maxsize=None)
 def multiprocessor_count(device: int) -> int:
     import cupy
