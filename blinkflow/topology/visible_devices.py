@@ -164,7 +164,7 @@ def pin_for_local_rank(local_rank: int, local_size: int, visible: Optional[str],
         if local_rank >= len(entries):
             return Pin(None, None, None, f"no MIG instance left for local rank {local_rank} "
                                          f"({len(entries)} listed); the rank's init() will refuse")
-        return Pin(entries[local_rank], 0, None, f"MIG instance {entries[local_rank]} (one per process)")
+        return Pin(entries[local_rank], 0, None, "one MIG instance per process")
     if cuda_devices is None:
         return Pin(None, None, None, "GPUs not pinned: CUDA cannot be asked here (no CuPy)")
     count = len(cuda_devices)
@@ -178,7 +178,7 @@ def pin_for_local_rank(local_rank: int, local_size: int, visible: Optional[str],
     if not all(d.uuid for d in cuda_devices[:local_size]):
         pinned = None  # a device without a uuid cannot be named: leave the user's numbering
     device = cuda_devices[local_rank]
-    return Pin(pinned, local_rank, device, f"CUDA device {local_rank} of {local_size}")
+    return Pin(pinned, local_rank, device, f"local rank {local_rank} of {local_size}")
 
 
 def describe(device: Optional[GpuIdentity]) -> str:
