@@ -42,7 +42,7 @@ def _mpi() -> Tuple[bool, str]:
 
 def _cupy() -> Tuple[bool, str]:
     if importlib.util.find_spec("cupy") is None:
-        return False, "not installed (pip install cupy-cuda12x)"
+        return False, "not installed (pip install 'blinkflow[gpu-cuda12]', or [gpu-cuda13] on CUDA 13)"
     import cupy
     return True, cupy.__version__
 
