@@ -48,9 +48,6 @@ class Tree:
             out.setdefault(parent, []).append(child)
         return out
 
-    def parent_of(self) -> Dict[int, int]:
-        return {child: parent for parent, child in self.edges}
-
     def to_dict(self) -> dict:
         out = {"root": self.root, "fraction": self.fraction, "edges": [list(e) for e in self.edges]}
         if self.channel != "main":

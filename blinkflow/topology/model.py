@@ -214,10 +214,6 @@ class Topology:
     def links_of_kind(self, *kinds: str) -> Tuple[Link, ...]:
         return tuple(link for link in self.links if link.kind in kinds)
 
-    def with_links(self, links: Iterable[Link], name: Optional[str] = None) -> "Topology":
-        """The same nodes with another set of links (e.g. only NVLink), validated."""
-        return Topology.build(name or self.name, self.nodes, links)
-
     # ---- subsetting -------------------------------------------------------------------------
     def subset(self, devices: Sequence[int], where: str = "--gpus") -> "Topology":
         """Keep only the listed compute devices (every non-compute node stays if still linked).

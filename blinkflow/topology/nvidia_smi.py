@@ -76,10 +76,6 @@ class SmiMatrix:
     def gpu_labels(self) -> List[str]:
         return [c for c in self.columns if _GPU.fullmatch(c)]
 
-    @property
-    def nic_labels(self) -> List[str]:
-        return [c for c in self.columns if not _GPU.fullmatch(c)]
-
 
 def load_nvidia_smi(path: str, **options) -> Topology:
     """Read a file holding ``nvidia-smi topo -m`` output; see :func:`topology_from_nvidia_smi`."""
