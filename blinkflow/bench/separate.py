@@ -9,8 +9,8 @@ through mpirun, each printing the median of its repetitions (:mod:`.timing_worke
 gives per case the median over rounds, the spread, and the ratios.
 
 ``--tree NAME=PATH`` (repeatable) times the blinkflow found at ``PATH`` (put first on
-PYTHONPATH) under ``NAME``: e.g. ``--tree now=. --tree c4fcb5a=/tmp/old`` compares this checkout
-with an older one (a ``git worktree``) in one session. Without it, the installed blinkflow.
+PYTHONPATH) under ``NAME``: e.g. ``--tree new=. --tree old=/tmp/old`` compares this checkout
+with an older one (a ``git worktree``) in one run. Without it, the installed blinkflow.
 """
 from __future__ import annotations
 

@@ -250,7 +250,8 @@ class Topology:
 
     # ---- serialisation ----------------------------------------------------------------------
     def to_dict(self) -> dict:
-        """The JSON shape of DESIGN §3.2 (plus optional ``detail`` and ``latency_us``)."""
+        """The JSON shape of ``blinkrun topo --json`` (README.md, "Topology"; plus optional
+        ``detail`` and ``latency_us``)."""
         nodes = []
         for n in self.nodes:
             entry = {"id": n.id, "kind": n.kind, "host": n.host}
