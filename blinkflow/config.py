@@ -2,7 +2,7 @@
 
 Precedence is written down once: a ``blinkrun`` flag sets the variable for every rank, so
 CLI > environment > the defaults below. No other module reads ``os.environ`` for blinkflow
-settings (STYLE habit 9); they receive a :class:`Config`.
+settings; they receive a :class:`Config`.
 
 The environment name of a field is ``BLINKFLOW_`` + the field name upper-cased, following
 mpi4py's ``Rc``.

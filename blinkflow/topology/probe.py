@@ -3,7 +3,7 @@
 Both sources produce the text of ``nvidia-smi topo -m`` (NVML's answers are written in that
 table's vocabulary), so a single parser (:mod:`.nvidia_smi`) interprets them and a probe can be
 replayed offline from its text. Nothing here parses; nothing elsewhere runs ``nvidia-smi``
-(STYLE habit 2).
+(so every parse is tested on captured output).
 
 NVML calls used (NVML API reference, "Device Queries" and "NvLink Methods"):
 ``nvmlDeviceGetCount``, ``nvmlDeviceGetHandleByIndex``, ``nvmlDeviceGetPciInfo``,

@@ -76,7 +76,7 @@ step torch 150 env BLINKFLOW_EXPECT_GPU=1 python -m pytest -q -p no:cacheprovide
 for spec in "1 chain" "2 chain" "2 plan" "4 plan"; do
   read -r ranks schedule <<<"$spec"
   step "bench-gpu-np$ranks-$schedule" 120 "${MPIRUN[@]}" -np "$ranks" python -m blinkflow.bench gpu \
-    --schedule "$schedule" --iters 20 --sizes 256KB,1MB,4MB,16MB,64MB,256MB
+    --schedule "$schedule" --iters 20 --sizes 256KiB,1MiB,4MiB,16MiB,64MiB,256MiB
 done
 step user-default-np2 60 "${MPIRUN[@]}" -np 2 python -c '
 import blinkflow as bf, cupy
@@ -84,7 +84,7 @@ bf.init()
 x = bf.allreduce(cupy.full(1 << 20, bf.rank() + 1.0, cupy.float32), op=bf.Sum)
 print("rank", bf.rank(), "of", bf.size(), type(x).__name__, float(x[0]), float(x[-1]))'
 for np_ in 2 4; do
-  step "bench-cpu-np$np_" 200 env BLINKFLOW_BACKEND=cpu python -m blinkflow.bench separate --np "$np_" --rounds 8 --sizes 16MB,64MB
+  step "bench-cpu-np$np_" 200 env BLINKFLOW_BACKEND=cpu python -m blinkflow.bench separate --np "$np_" --rounds 8 --sizes 16MiB,64MiB
 done
 
 echo "=== summary"
