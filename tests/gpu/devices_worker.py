@@ -20,10 +20,7 @@ from script_checks import Checks  # noqa: E402  (tests/tf/script_checks.py: no T
 
 bf.init()
 n, r = bf.size(), bf.rank()
-# The GPU each local rank drives: its local rank, or the topology's ids when the job names a
-# subset of a machine's GPUs (WORKER_GPUS=0,1,4,5 beside a topology file of those).
-gpus = [int(g) for g in os.environ.get("WORKER_GPUS", "").split(",") if g]
-mine = gpus[bf.local_rank()] if gpus else bf.local_rank() % cupy.cuda.runtime.getDeviceCount()
+mine = bf.local_rank() % cupy.cuda.runtime.getDeviceCount()
 cupy.cuda.Device(mine).use()
 checks = Checks(r)
 

@@ -50,6 +50,6 @@ def test_pairs_the_schedule_does_not_use_are_never_opened(tmp_path):
 
     topology = tmp_path / "dgx1_0145.json"
     save_topology(dgx1("v100").subset([0, 1, 4, 5]), str(topology))
-    routes = _run(4, FAKE_CUPY_DEVICES="8", BLINKFLOW_TOPOLOGY=str(topology), WORKER_GPUS="0,1,4,5",
+    routes = _run(4, FAKE_CUPY_DEVICES="8", BLINKFLOW_TOPOLOGY=str(topology), CUDA_VISIBLE_DEVICES="0,1,4,5",
                   FAKE_CUPY_NO_PEER="0-5,1-4")
     assert routes == {0: ("1, 2", ""), 1: ("0, 3", ""), 2: ("0, 3", ""), 3: ("1, 2", "")}, routes
