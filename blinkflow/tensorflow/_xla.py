@@ -55,6 +55,8 @@ _ids = itertools.count(1)
 _lock = threading.Lock()
 _chains: "weakref.WeakKeyDictionary[tf.Graph, tf.Tensor]" = weakref.WeakKeyDictionary()
 _installed = []
+calls_run = 0
+"""How many collectives ran through the custom call in this process."""
 
 
 def in_xla_context() -> bool:
@@ -116,6 +118,7 @@ def _library():
 
 def _run(call_id, n_in, in_desc, in_ptrs, n_out, out_desc, out_ptrs, stream, error, error_len) -> int:
     """The custom call's body (XLA's thread, the GIL taken by ctypes): never raises."""
+    global calls_run
     try:
         entry = _calls[call_id]
         ins = _shapes(in_desc, n_in)
@@ -124,6 +127,7 @@ def _run(call_id, n_in, in_desc, in_ptrs, n_out, out_desc, out_ptrs, stream, err
             _run_on_device(entry, ins, in_ptrs, outs, out_ptrs, stream)
         else:
             _run_on_host(entry, ins, in_ptrs, outs, out_ptrs)
+        calls_run += 1
         return 0
     except BlinkflowError as e:
         code, message = _errors.code_of(e), f"{type(e).__name__}: {e}"
