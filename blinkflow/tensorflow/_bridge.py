@@ -247,8 +247,12 @@ def _xla_call(fn, tensors, out_dtypes, out_shapes, name, copy_inputs=False) -> L
     widen = _device_possible()
     tensors = [tf.cast(t, tf.float32) if widen and t.dtype == tf.bfloat16 else t for t in tensors]
     wide = [tf.float32 if widen and tf.as_dtype(d) == tf.bfloat16 else d for d in out_dtypes]
+    def counted(arrays):
+        conversions["device" if any(hasattr(a, "__cuda_array_interface__") for a in arrays) else "host"] += len(arrays)
+        return fn(arrays)
+
     with tf.name_scope(scope_name(name)):
-        outs = _xla.call(fn, tensors, wide, out_shapes, name, copy_inputs)
+        outs = _xla.call(counted, tensors, wide, out_shapes, name, copy_inputs)
     return [tf.cast(o, d) if o.dtype != d else o for o, d in zip(outs, map(tf.as_dtype, out_dtypes))]
 
 

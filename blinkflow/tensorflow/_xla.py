@@ -149,6 +149,7 @@ def _shapes(desc, count) -> List[tuple]:
 
 
 def _host_array(ptr, shape, dtype) -> np.ndarray:
+    """A numpy view of ``shape`` and ``dtype`` at ``ptr`` (XLA's host buffer)."""
     dtype = np.dtype(dtype)
     size = int(np.prod(shape, dtype=np.int64))
     if size == 0:
@@ -157,38 +158,38 @@ def _host_array(ptr, shape, dtype) -> np.ndarray:
     return np.frombuffer(raw, dtype=dtype).reshape(shape)
 
 
-def _run_on_host(entry: _Call, ins, in_ptrs, outs, out_ptrs) -> None:
-    from . import _bridge
+def _device_array(cupy, ptr, shape, dtype):
+    """A cupy view of ``shape`` and ``dtype`` at ``ptr`` (XLA's device buffer; XLA owns it)."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape, dtype=np.int64))
+    if size == 0:
+        return cupy.empty(shape, dtype)
+    memory = cupy.cuda.UnownedMemory(ptr, size * dtype.itemsize, None)
+    return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0))
 
-    arrays = [_host_array(in_ptrs[i], s, d) for i, (s, d) in enumerate(zip(ins, entry.in_dtypes))]
-    if entry.copy_inputs:
-        arrays = [a.copy() for a in arrays]
-    _bridge.conversions["host"] += len(arrays)
-    results = entry.fn(arrays)
-    for i, (result, shape, dtype) in enumerate(zip(results, outs, entry.out_dtypes)):
-        np.copyto(_host_array(out_ptrs[i], shape, dtype), np.asarray(result, dtype=dtype).reshape(shape))
+
+def _run_on_host(entry: _Call, ins, in_ptrs, outs, out_ptrs) -> None:
+    _exchange(np, entry, [_host_array(in_ptrs[i], s, d) for i, (s, d) in enumerate(zip(ins, entry.in_dtypes))],
+              [_host_array(out_ptrs[i], s, d) for i, (s, d) in enumerate(zip(outs, entry.out_dtypes))])
 
 
 def _run_on_device(entry: _Call, ins, in_ptrs, outs, out_ptrs, stream) -> None:
     import cupy
 
-    from . import _bridge
+    # XLA's thread need not have the buffers' device current: take it from the pointers.
+    pointers = [p for p in list(in_ptrs[:len(ins)]) + list(out_ptrs[:len(outs)]) if p]
+    device = cupy.cuda.runtime.pointerGetAttributes(pointers[0]).device if pointers else cupy.cuda.runtime.getDevice()
+    with cupy.cuda.Device(device):
+        cupy.cuda.ExternalStream(stream).synchronize()  # XLA's writes of the inputs are done
+        inputs = [_device_array(cupy, in_ptrs[i], s, d) for i, (s, d) in enumerate(zip(ins, entry.in_dtypes))]
+        outputs = [_device_array(cupy, out_ptrs[i], s, d) for i, (s, d) in enumerate(zip(outs, entry.out_dtypes))]
+        _exchange(cupy, entry, inputs, outputs)
+        cupy.cuda.Device().synchronize()  # the results are written before XLA's stream reads them
 
-    cupy.cuda.ExternalStream(stream).synchronize()  # XLA's writes of the inputs are done
 
-    def device_array(ptr, shape, dtype):
-        dtype = np.dtype(dtype)
-        size = int(np.prod(shape, dtype=np.int64))
-        if size == 0:
-            return cupy.empty(shape, dtype)
-        memory = cupy.cuda.UnownedMemory(ptr, size * dtype.itemsize, None)
-        return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0))
-
-    arrays = [device_array(in_ptrs[i], s, d) for i, (s, d) in enumerate(zip(ins, entry.in_dtypes))]
+def _exchange(xp, entry: _Call, inputs, outputs) -> None:
+    """``entry.fn`` on the views of XLA's inputs, its results written into XLA's outputs."""
     if entry.copy_inputs:
-        arrays = [a.copy() for a in arrays]
-    _bridge.conversions["device"] += len(arrays)
-    results = entry.fn(arrays)
-    for i, (result, shape, dtype) in enumerate(zip(results, outs, entry.out_dtypes)):
-        device_array(out_ptrs[i], shape, dtype)[...] = cupy.asarray(result, dtype=dtype).reshape(shape)
-    cupy.cuda.Device().synchronize()  # XLA reads the outputs on its own stream
+        inputs = [a.copy() for a in inputs]
+    for out, result in zip(outputs, entry.fn(inputs)):
+        out[...] = xp.asarray(result, dtype=out.dtype).reshape(out.shape)
