@@ -45,7 +45,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..errors import BackendError, BlinkflowError
-from . import _errors, _tf1
+from . import _errors, _tf1, _xla
 from ._naming import scope_name
 
 conversions: "collections.Counter[str]" = collections.Counter()
@@ -202,6 +202,9 @@ def submit(fn: Callable[[List], int], tensors: Sequence[tf.Tensor], name: str) -
     tensors = list(tensors)
     if tf.executing_eagerly():
         return tf.constant(_start(fn, lambda: _to_arrays(tensors)), tf.int64)
+    if _xla.in_xla_context():
+        return _xla_call(lambda arrays: [np.int64(_start(fn, lambda: arrays))], tensors, [tf.int64], [[]], name,
+                         copy_inputs=True)[0]
     if _device_possible():
         def graph_fn(*eager):
             return np.int64(_start(fn, lambda: _to_arrays(list(eager))))
@@ -257,6 +260,21 @@ _deferred: Dict[int, BlinkflowError] = {}
 _deferred_ids = itertools.count(-1, -1)
 
 
+def _xla_call(fn, tensors, out_dtypes, out_shapes, name, copy_inputs=False) -> List[tf.Tensor]:
+    """:func:`._xla.call`, bfloat16 widened to float32 where the device route is possible (as
+    :func:`_device_arrays` does: CuPy has no bfloat16)."""
+    widen = _device_possible()
+    tensors = [tf.cast(t, tf.float32) if widen and t.dtype == tf.bfloat16 else t for t in tensors]
+    wide = [tf.float32 if widen and tf.as_dtype(d) == tf.bfloat16 else d for d in out_dtypes]
+    def counted(arrays):
+        conversions["device" if any(hasattr(a, "__cuda_array_interface__") for a in arrays) else "host"] += len(arrays)
+        return fn(arrays)
+
+    with tf.name_scope(scope_name(name)):
+        outs = _xla.call(counted, tensors, wide, out_shapes, name, copy_inputs)
+    return [tf.cast(o, d) if o.dtype != d else o for o, d in zip(outs, map(tf.as_dtype, out_dtypes))]
+
+
 def _start(fn, arrays_of) -> int:
     """``fn(arrays_of())``: a runtime handle, or a negative one standing for the error it raised."""
     try:
@@ -278,6 +296,8 @@ def _cross(on_eager, on_numpy, on_arrays, tensors, out_dtypes, out_shapes, name,
             return on_eager(list(tensors))
         except BlinkflowError as error:  # a tf.errors class too: Horovod code catches those
             raise _errors.as_tf_error(error) from None
+    if _xla.in_xla_context():
+        return _xla_call(on_arrays, tensors, out_dtypes, out_shapes, name)
     if _tf1.in_tf1_graph() and _tf1.available():
         return _tf1.call(on_arrays, tensors, out_dtypes, out_shapes, name)
 
