@@ -260,7 +260,8 @@ def _cross(on_eager, on_numpy, on_arrays, tensors, out_dtypes, out_shapes, name,
         except BlinkflowError as error:  # a tf.errors class too: Horovod code catches those
             raise _errors.as_tf_error(error) from None
     if _tf1.in_tf1_graph() and _tf1.available():
-        return _tf1.call(on_arrays, tensors, out_dtypes, out_shapes, name)
+        route = _tf1.Route(_device_possible(), _to_arrays, _to_tensors, conversions)
+        return _tf1.call(on_arrays, tensors, out_dtypes, out_shapes, name, route)
 
     if _device_possible():
         def graph_fn(*eager):
