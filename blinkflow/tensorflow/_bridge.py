@@ -299,7 +299,8 @@ def _cross(on_eager, on_numpy, on_arrays, tensors, out_dtypes, out_shapes, name,
     if _xla.in_xla_context():
         return _xla_call(on_arrays, tensors, out_dtypes, out_shapes, name)
     if _tf1.in_tf1_graph() and _tf1.available():
-        return _tf1.call(on_arrays, tensors, out_dtypes, out_shapes, name)
+        route = _tf1.Route(_device_possible(), _to_arrays, _to_tensors, conversions)
+        return _tf1.call(on_arrays, tensors, out_dtypes, out_shapes, name, route)
 
     if _device_possible():
         def graph_fn(*eager):
