@@ -52,7 +52,7 @@ else:
     on_my_gpu("allreduce with a joined rank", again, base * (n - 1 if n > 1 else 1))
     if n > 1:
         bf.join()
-arena = rt._engine._backends["cuda"]._arena if n > 1 else None
+arena = rt.RUNTIME.engine._backends["cuda"]._arena if n > 1 else None
 if arena is not None:
     # What the receive arena opened: the links its schedules use, the peers it maps or stages to.
     print(f"rank {r} links {sorted(arena.links)} mapped {sorted(set(arena.peer_base) - arena.staged_to)} "
