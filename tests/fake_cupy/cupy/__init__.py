@@ -28,6 +28,12 @@ class ndarray(np.ndarray):
     def device(self):
         return _Dev()
 
+    @property
+    def __cuda_array_interface__(self):
+        # CuPy's arrays expose it, and blinkflow recognises GPU arrays by it (blinkflow.arrays).
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.data.ptr, False),
+                "strides": None if self.flags.c_contiguous else self.strides, "version": 3}
+
     def get(self, out=None, stream=None):
         if out is None:
             return np.array(self)
