@@ -50,8 +50,8 @@ def _alltoall(rt, arrays, name, process_set):
     return [out, np.asarray(received, dtype=np.int32)]
 
 
-def _refused(rt, arrays, name, process_set, kind, error):
-    return rt.synchronize(rt.refused_async(kind, name, error, process_set=process_set))  # raises
+def _refused(rt, arrays, name, process_set, collective, error):
+    return rt.synchronize(rt.refused_async(collective, name, error, process_set=process_set))  # raises
 
 
 def _as_given(tensors):
@@ -105,4 +105,4 @@ def refuse(kind: str, name: str, error: Exception, tensors: Sequence[tf.Tensor],
     ``name``, so every rank raises the same InvalidArgumentError naming this rank; in a graph,
     when the step runs. The outputs mirror ``tensors`` (never produced: the call always fails)
     so that the graph traces."""
-    return raw("refused", tensors, name, process_set, kind=kind, error=error)
+    return raw("refused", tensors, name, process_set, collective=kind, error=error)
