@@ -2,7 +2,7 @@
 
 Precedence is written down once: a ``blinkrun`` flag sets the variable for every rank, so
 CLI > environment > the defaults below. No other module reads ``os.environ`` for blinkflow
-settings (STYLE habit 9); they receive a :class:`Config`.
+settings; they receive a :class:`Config`.
 
 The environment name of a field is ``BLINKFLOW_`` + the field name upper-cased, following
 mpi4py's ``Rc``.
@@ -73,6 +73,14 @@ class Config:
     """Bytes of gradients per bucket: DistributedOptimizer and DistributedGradientTape submit each
     bucket as soon as backprop has produced it, last layer first, so its all-reduce overlaps the
     rest of backprop (PyTorch DDP's ``bucket_cap_mb``, and its default); 0 = one bucket."""
+    pin_gpus: int = 1
+    """1: ``blinkrun`` names, before CUDA starts in a rank, the GPUs of the rank's host by uuid in
+    ``CUDA_VISIBLE_DEVICES`` (the same list for every local rank; local rank k drives device k;
+    one MIG instance per rank); 0: leave CUDA_VISIBLE_DEVICES as the user set it."""
+    tf_memory_growth: int = 1
+    """1: with the cuda backend, ``blinkflow.tensorflow``'s ``init()`` makes TensorFlow grow its
+    GPU memory as needed instead of taking nearly all of it at start, which would leave none for
+    the receive arena and CuPy's pool; 0: leave TensorFlow's allocator as it is."""
     split_hosts: int = 0
     """For tests of the multi-host path on one machine: treat the job's ranks as this many hosts
     (consecutive blocks of ranks, no shared memory between blocks). 0 = real host names."""
@@ -88,8 +96,9 @@ class Config:
             raise ConfigError(f"{ENV_PREFIX}BACKEND must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(f"{ENV_PREFIX}LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
-        if self.cpu_single_copy not in (0, 1):
-            raise ConfigError(f"{ENV_PREFIX}CPU_SINGLE_COPY must be 0 or 1, got {self.cpu_single_copy}")
+        for flag in ("cpu_single_copy", "pin_gpus", "tf_memory_growth"):
+            if getattr(self, flag) not in (0, 1):
+                raise ConfigError(f"{self.env_name(flag)} must be 0 or 1, got {getattr(self, flag)}")
         if self.cpu_control not in CPU_CONTROLS:
             raise ConfigError(f"{ENV_PREFIX}CPU_CONTROL must be one of {', '.join(CPU_CONTROLS)}, "
                               f"got {self.cpu_control!r}")

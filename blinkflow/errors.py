@@ -1,4 +1,4 @@
-"""The one error hierarchy of blinkflow (DESIGN §3.4).
+"""The one error hierarchy of blinkflow, all under :class:`BlinkflowError`.
 
 Every error says what went wrong and how to fix it. Errors that come from bad user input carry
 the place (file, line or field) so a command-line tool can print one line and exit 2.

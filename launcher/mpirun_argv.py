@@ -30,6 +30,7 @@ class LaunchSpec:
     settings: Mapping[str, str] = dataclasses.field(default_factory=dict)  # BLINKFLOW_* for every rank
     mpi_args: Tuple[str, ...] = ()            # passed to mpirun verbatim, before the command
     output_dir: Optional[str] = None          # per-rank logs
+    verbose: bool = False                     # each rank says which GPU it drives
 
 
 def rank_command(python: str, spec: LaunchSpec) -> List[str]:
@@ -37,6 +38,8 @@ def rank_command(python: str, spec: LaunchSpec) -> List[str]:
     argv = [python, "-m", RANK_EXEC_MODULE]
     if spec.output_dir:
         argv += ["--output-dir", spec.output_dir]
+    if spec.verbose:
+        argv.append("--verbose")
     return argv + ["--", *spec.command]
 
 

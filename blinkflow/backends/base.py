@@ -1,4 +1,4 @@
-"""The interface every executor implements (STYLE habit 6: backends behind one interface).
+"""The interface every executor implements, so the runtime never asks which backend it drives.
 
 The runtime hands a backend flat, 1-D, C-contiguous buffers of one dtype (the fusion buffer or
 a single large tensor) and asks for one collective at a time, always in the same order on every
@@ -6,7 +6,7 @@ rank. Averaging, pre- and post-scaling are separate :meth:`Backend.scale` calls,
 always an elementwise combiner (``ReduceOp.combiner``: SUM, MIN, MAX or PRODUCT).
 
 A backend gets everything it needs in a :class:`BackendContext`; communicators are passed in,
-never fished from globals (STYLE habit 7).
+never fished from globals, so a process set or a test can hand a backend its own.
 """
 from __future__ import annotations
 

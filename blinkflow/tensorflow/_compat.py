@@ -1,4 +1,4 @@
-"""Every TensorFlow / Keras version check of blinkflow lives here (DESIGN §2).
+"""Every TensorFlow / Keras version check of blinkflow lives here, and nowhere else.
 
 blinkflow targets TensorFlow >= 2.16, where ``tf.keras`` is Keras 3. Keras 3 changed what
 Horovod's bindings relied on: variables have no ``.ref()`` (Keras variables hash by identity),

@@ -1,4 +1,5 @@
-"""Runtime errors keep their meaning as ``tf.errors`` (DESIGN §3.4): in a graph, and eagerly.
+"""Runtime errors keep their meaning as ``tf.errors`` (a mismatch is a ``FailedPreconditionError``):
+in a graph, and eagerly.
 
 Eagerly a call on TF tensors raises the blinkflow error as a class that is both: e.g. a
 cross-rank mismatch is a ``blinkflow.TensorMismatchError`` and a

@@ -214,10 +214,6 @@ class Topology:
     def links_of_kind(self, *kinds: str) -> Tuple[Link, ...]:
         return tuple(link for link in self.links if link.kind in kinds)
 
-    def with_links(self, links: Iterable[Link], name: Optional[str] = None) -> "Topology":
-        """The same nodes with another set of links (e.g. only NVLink), validated."""
-        return Topology.build(name or self.name, self.nodes, links)
-
     # ---- subsetting -------------------------------------------------------------------------
     def subset(self, devices: Sequence[int], where: str = "--gpus") -> "Topology":
         """Keep only the listed compute devices (every non-compute node stays if still linked).
@@ -254,7 +250,8 @@ class Topology:
 
     # ---- serialisation ----------------------------------------------------------------------
     def to_dict(self) -> dict:
-        """The JSON shape of DESIGN §3.2 (plus optional ``detail`` and ``latency_us``)."""
+        """The JSON shape of ``blinkrun topo --json`` (README.md, "Topology"; plus optional
+        ``detail`` and ``latency_us``)."""
         nodes = []
         for n in self.nodes:
             entry = {"id": n.id, "kind": n.kind, "host": n.host}

@@ -22,7 +22,7 @@ holds a partial value: both sides write, and push into each other's result, the 
 (:meth:`ChunkReducer.run`). The two sides still end up to one chunk apart (250-300 us at 16 MiB
 there); finer chunks where they meet closed that gap without making the call faster on that VM,
 whose ranks share one saturated memory system: while one waits, the other runs faster
-(docs/benchmarks.md, session 6).
+(measured on the 2-core development VM).
 """
 from __future__ import annotations
 

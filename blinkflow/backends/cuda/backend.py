@@ -82,7 +82,7 @@ class CudaBackend(Backend):
         if len(set(self.local_devices)) != len(self.local_devices):
             raise BackendError(f"ranks {layout.local_ranks} on one host drive topology devices {self.local_devices}; "
                                "each rank needs its own device id (give shared GPUs distinct virtual ids)")
-        self.device = choose_device(layout.local_rank, self.local_devices, cupy.cuda.runtime.getDeviceCount())
+        self.device = choose_device(layout.local_rank, cupy.cuda.runtime.getDeviceCount())
         self._dev = cupy.cuda.Device(self.device)
         self._wire_comm = self.comm.Dup()
         self.wire = MpiWire(self._wire_comm)
