@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import numpy as np
 
+from .. import scaling
 from ..errors import (BlinkflowError, InvalidArgumentError, PlanError, ProcessSetError, ScheduleError, ShutdownError,
                       TensorMismatchError)
 from ..ops import ReduceOp
@@ -298,7 +299,7 @@ class Executor:
             scale = 1.0  # already applied by the backend
         self._mark(names, "B", "COPY_OUT")  # on the host only the unpacking: the copy ran in the backend
         if op is ReduceOp.AVERAGE and dtype.kind in "iu":
-            average(backend, private, self.size, first.postscale)
+            scaling.average(private, self.size, first.postscale, scale=backend.scale)
         else:
             backend.scale(private, scale)
         slices, shaped = batch.views  # hundreds of gradients: a C-level map over slices made once
@@ -371,7 +372,7 @@ class Executor:
                 backend.scale(send, mine.prescale)
             backend.reducescatter(send, recv, counts, op.combiner)
             if op is ReduceOp.AVERAGE:
-                average(backend, recv, self.size, mine.postscale)
+                scaling.average(recv, self.size, mine.postscale, scale=backend.scale)
             else:
                 backend.scale(recv, mine.postscale)
         return recv.reshape((rows[self.rank],) + tail)
@@ -387,29 +388,6 @@ class Executor:
             self.backend_for(mine.device).alltoall(send, [s * row for s in mine.splits], recv,
                                                    [s * row for s in received])
         return recv.reshape((sum(received),) + tail), np.asarray(received, dtype=np.int32)
-
-
-def average(backend, buf, size: int, postscale: float = 1.0) -> None:
-    """Divide a summed ``buf`` by ``size`` (and scale by ``postscale``) in place.
-
-    Integers are divided, not multiplied by ``1/size``: ``49 * (1/49)`` is ``0.999...``, which
-    truncates to 0, so an exact average would come out one too small. Without a postscale the
-    division is exact integer division truncated toward zero (no float64 rounding of large int64);
-    with one, ``sum * postscale / size`` is computed in float64 and truncated toward zero.
-    """
-    if getattr(buf.dtype, "kind", "f") not in "iu":
-        backend.scale(buf, postscale / size)
-        return
-    if postscale == 1.0:
-        # In 64 bits: ``int8 // 200`` would not even accept the size. Floor division, then
-        # truncation toward zero where a negative sum leaves a remainder.
-        wide = buf.astype("uint64" if buf.dtype.kind == "u" else "int64", copy=False)
-        quotient = wide // size
-        if buf.dtype.kind == "i":
-            quotient += ((wide - quotient * size) != 0) & (wide < 0)
-        buf[...] = quotient
-    else:
-        buf[...] = (buf.astype("float64") * postscale / size).astype(buf.dtype)
 
 
 def split_rows(n: int, size: int) -> List[int]:

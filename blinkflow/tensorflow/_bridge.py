@@ -173,7 +173,10 @@ def _to_tf(array, dtype: tf.DType):
 
 
 def _is_cupy(array) -> bool:
-    return type(array).__module__.split(".")[0] == "cupy"
+    """Whether a runtime result lives in GPU memory (the runtime's GPU results are CuPy arrays)."""
+    from ..arrays import on_device
+
+    return on_device(array)
 
 
 @tf.autograph.experimental.do_not_convert

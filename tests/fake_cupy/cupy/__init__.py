@@ -46,6 +46,12 @@ class ndarray(np.ndarray):
         _touch("setitem", self, value)
         super().__setitem__(key, value)
 
+    @property
+    def __cuda_array_interface__(self):
+        # CuPy's arrays expose it, and blinkflow recognises GPU arrays by it (blinkflow.arrays).
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.data.ptr, False),
+                "strides": None if self.flags.c_contiguous else self.strides, "version": 3}
+
     def get(self, out=None, stream=None):
         if out is None:
             return np.array(self)
