@@ -45,15 +45,27 @@ class Algorithm:
     simulated: bool
     """``blinkrun simulate`` can predict its time (it runs the lowered schedule)."""
     what: str
+    chunk_cost_us: Tuple[Tuple[str, float], ...] = ()
+    """(backend, microseconds) a chunk costs a tree edge besides its bytes: what the simulator
+    charges per chunk for this algorithm on that backend."""
+
+    def cost_us(self, backend: str) -> float:
+        return dict(self.chunk_cost_us).get(backend, 2.0)
 
 
 COLLECTIVES = ("allreduce", "broadcast", "allgather", "reducescatter")
 ALGORITHMS = {a.name: a for a in (
+    # The runner's chunk costs the host 6-12 CUDA calls, 1-2 launches and about 4 control messages
+    # per rank, 30-50 us per action as measured on one H100; on the cpu a chunk is a few messages
+    # and tens of microseconds of Python too.
     Algorithm("runner", COLLECTIVES, ("cpu", "cuda"), True,
-              "the host-driven runner over the backend's transport, chunk by chunk"),
+              "the host-driven runner over the backend's transport, chunk by chunk",
+              chunk_cost_us=(("cpu", 40.0), ("cuda", 40.0))),
+    # On the device a chunk is a flag handshake through peer memory (NCCL's Simple protocol):
+    # a few microseconds, a projection until the kernel is measured.
     Algorithm("device", COLLECTIVES, ("cpu", "cuda"), True,
               "the device executor: one launch runs every rank's block tables (on the cpu backend, "
-              "its numpy emulator)"),
+              "its numpy emulator)", chunk_cost_us=(("cuda", 2.0), ("cpu", 40.0))),
     Algorithm("single_copy", ("allreduce",), ("cpu",), False,
               "the cpu all-reduce that reads peers' tensors in place (cross-memory attach)"),
     Algorithm("alltoall", ("alltoall",), ("cpu", "cuda"), False, "one MPI Alltoallv"),
