@@ -222,12 +222,6 @@ def get_config() -> Config:
     return _CONFIG
 
 
-def set_config(config: Optional[Config]) -> None:
-    """Replace the process-wide Config (tests, or ``init`` re-reading after a change)."""
-    global _CONFIG
-    _CONFIG = config
-
-
 #: Open MPI settings blinkflow needs before MPI starts; a value the user set wins.
 #: ``osc=^ucx``: blinkflow's one-sided windows are shared memory only, and Open MPI 5's UCX
 #: one-sided component prints a spurious error for them on machines without RDMA hardware.

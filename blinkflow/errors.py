@@ -8,6 +8,12 @@ the place (file, line or field) so a command-line tool can print one line and ex
 class BlinkflowError(Exception):
     """Base class of every error blinkflow raises on purpose."""
 
+    # Spelled out so that an error raised while TensorFlow traces a function keeps its class:
+    # AutoGraph re-creates an exception from its message only when its __init__ is Exception's,
+    # and would otherwise hand the user a StagingError (NotSupportedError's other base,
+    # NotImplementedError, has an __init__ of its own).
+    __init__ = Exception.__init__
+
 
 class NotInitializedError(BlinkflowError):
     """A collective or query was called before ``blinkflow.init()`` (or after ``shutdown()``)."""

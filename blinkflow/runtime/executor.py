@@ -23,6 +23,8 @@ from .state import Entry, SharedState
 
 #: Lists of responses whose batches the executor remembers (a training loop cycles through a few).
 _PLANS_KEPT = 64
+_ON_A_DEVICE = frozenset({Kind.ALLREDUCE, Kind.ALLGATHER, Kind.BROADCAST, Kind.REDUCESCATTER, Kind.ALLTOALL})
+"""The kinds whose arrays live where their requests say (cpu, or a device the backend drives)."""
 _ERRORS = {"TensorMismatchError": TensorMismatchError, "ShutdownError": ShutdownError,
            "InvalidArgumentError": InvalidArgumentError}
 
@@ -218,6 +220,19 @@ class Executor:
 
     # ---- one batch ----------------------------------------------------------------------------
     def _execute(self, step: _Step, responses: List[Response], entries: List[Optional[Entry]]) -> List[Any]:
+        batch = step.batch
+        device = "cpu"
+        if batch.kind in _ON_A_DEVICE:
+            device = (step.first or responses[batch.pieces[0].response].first()).device
+        if device == "cpu":
+            return self._run_batch(step, responses, entries)
+        # Every array of a device batch (packing, zeros for joined ranks, results) is made and
+        # written on the GPU the backend drives, in that device's stream order; this thread may
+        # have started on any device (CUDA starts every thread on device 0).
+        with self.backend_for(device).device_scope():
+            return self._run_batch(step, responses, entries)
+
+    def _run_batch(self, step: _Step, responses: List[Response], entries: List[Optional[Entry]]) -> List[Any]:
         batch = step.batch
         if batch.kind is Kind.ALLREDUCE:
             return self._allreduce(step, responses, entries)

@@ -34,10 +34,6 @@ def check_versions() -> None:
         raise BlinkflowError(f"blinkflow.tensorflow needs Keras 3 (found {keras.__version__}); pip install -U keras")
 
 
-def is_keras_variable(value) -> bool:
-    return isinstance(value, keras.Variable)
-
-
 def is_tf_object(value) -> bool:
     """A tf.Tensor, tf.Variable, IndexedSlices or Keras variable (what the bindings accept)."""
     return isinstance(value, (tf.Tensor, tf.Variable, tf.IndexedSlices, keras.Variable))

@@ -16,7 +16,8 @@ so it runs after all of them; buckets are matched across ranks by name, in whate
 the ranks' executors happen to submit them.
 
 ``IndexedSlices`` (embedding gradients) travel through an allgather of values and indices,
-submitted the same way, unless ``sparse_as_dense``; ``None`` gradients stay ``None``.
+submitted the same way, unless ``sparse_as_dense`` or the step is XLA-compiled (an all-gather has
+no static shape there, :mod:`._xla`); ``None`` gradients stay ``None``.
 ``gradient_predivide_factor`` splits the averaging as Horovod does: scale by 1/f before the sum
 and by f/size after it. Compression casts each gradient before its bucket is submitted and back
 after the wait. The reduced dense gradients are differentiable (their gradient is all-reduced
@@ -32,7 +33,7 @@ from ..compression import Compression
 from ..config import get_config
 from ..errors import BlinkflowError, NotSupportedError
 from ..ops import ReduceOp, as_reduce_op
-from . import async_ops, buckets, ops
+from . import _xla, async_ops, buckets, ops
 from .submit_order import SubmitOrder
 
 
@@ -66,7 +67,8 @@ class GradientReducer:
         for i, g in enumerate(grads):
             if g is None:
                 continue
-            if isinstance(g, tf.IndexedSlices) and not self.sparse_as_dense:
+            # Inside an XLA-compiled step an all-gather has no static shape: slices go dense there.
+            if isinstance(g, tf.IndexedSlices) and not (self.sparse_as_dense or _xla.in_xla_context()):
                 if self.op not in (ReduceOp.AVERAGE, ReduceOp.SUM):
                     raise NotSupportedError(f"IndexedSlices support only Average and Sum, not {self.op.name} "
                                             "(as Horovod); use sparse_as_dense=True")

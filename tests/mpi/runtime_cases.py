@@ -451,7 +451,7 @@ def case_single_copy(r, n):
     small cases; one tensor above the real threshold checks the default choice."""
     from blinkflow.schedule import policy as cpu_backend
 
-    backend = rt._engine._backends["cpu"]
+    backend = rt.RUNTIME.engine._backends["cpu"]
     expect = os.environ.get("EXPECT_SINGLE_COPY")
     used = expect == "1" and n > 1 and os.environ.get("BLINKFLOW_CPU_SINGLE_COPY", "1") == "1"
     if expect is not None and n > 1 and os.environ.get("BLINKFLOW_CPU_SINGLE_COPY", "1") == "1":
@@ -488,7 +488,7 @@ def case_contested_chunks(r, n):
         ints, floats = value(r, (70_001,), "int32"), value(r, (70_001,), "float32")
         want_sum = expected_allreduce((70_001,), "int32", bf.Sum, n)
         want_average = expected_allreduce((70_001,), "float32", bf.Average, n)
-        backend = rt._engine._backends["cpu"]
+        backend = rt.RUNTIME.engine._backends["cpu"]
         counted = backend.stats["single_copy"]
         wrong = []
         for i in range(calls):
@@ -618,7 +618,7 @@ def case_cache_fast_path(r, n):
     bf.grouped_allreduce([np.ones(3)] * 5, op=bf.Sum, name="steady")  # first time: full negotiation
     fence()
     fence()
-    stats = rt._engine.negotiator.stats
+    stats = rt.RUNTIME.engine.negotiator.stats
     before = dict(stats)
     for _ in range(10):
         outs = bf.grouped_allreduce([np.full(3, float(r))] * 5, op=bf.Sum, name="steady")

@@ -77,7 +77,7 @@ def crash():
     r, n = bf.rank(), bf.size()
     bf.allreduce(np.ones(8), name="warm")
     if r == n - 1:
-        backend = rt._engine._backends["cpu"]
+        backend = rt.RUNTIME.engine._backends["cpu"]
 
         def broken(*args, **kwargs):
             raise RuntimeError("injected backend failure")
@@ -153,7 +153,7 @@ def cma_failure(setup: bool):
     from blinkflow.schedule import policy
 
     r, n = bf.rank(), bf.size()
-    backend = rt._engine._backends["cpu"]
+    backend = rt.RUNTIME.engine._backends["cpu"]
     if backend.single_copy is None:
         print(f"NOCMA rank {r}", flush=True)
         return

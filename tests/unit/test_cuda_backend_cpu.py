@@ -101,3 +101,26 @@ def test_chunk_is_configured_or_automatic_and_fits_the_arena():
     # Eight local senders (a host of 8 beside one of 4) and six trees: the largest host caps it, everywhere.
     eight_and_four = [tuple(range(8)), tuple(range(8, 12))]
     assert chunk(backend(0, eight_and_four, 6), 2, 256 * mib) == (256 * mib // 192) // 256 * 256 // 2
+
+
+def test_peer_routes_ask_cuda_and_stop_at_the_peer_limit():
+    """Map a GPU's own memory and peers CUDA allows, stage the rest, and never a ninth peer
+    (CUDA's limit per device), under the fake CuPy with 11 GPUs, 0 and 1 without peer access."""
+    code = ("from cupy.cuda import runtime as rt\n"
+            "from blinkflow.backends.cuda.peers import PeerRoutes\n"
+            "routes = PeerRoutes(rt, 0)\n"
+            "bus = [rt.deviceGetPCIBusId(i) for i in range(rt.getDeviceCount())]\n"
+            "answers = []\n"
+            "for b in bus:\n"
+            "    answers.append(routes.can_map(b))\n"
+            "    if answers[-1]:\n"
+            "        routes.mapped(b)\n"
+            "print(answers, routes.can_map(bus[2]), routes.can_map('0000:EE:00.0'))\n")
+    fake = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fake_cupy")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([fake, os.environ.get("PYTHONPATH", "")]),
+               FAKE_CUPY_DEVICES="11", FAKE_CUPY_NO_PEER="0-1")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    # itself, not 1, then 2..9 (eight peers), then the limit; a mapped peer stays mappable; an
+    # unknown GPU past the limit is staged too.
+    assert out.stdout.split() == ["[True,", "False,"] + ["True,"] * 8 + ["False]", "True", "False"], out.stdout

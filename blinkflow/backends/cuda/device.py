@@ -47,6 +47,13 @@ def choose_device(local_rank: int, device_count: int) -> int:
     return local_rank % device_count
 
 
+def rank_device(layout) -> int:
+    """The CUDA ordinal this rank drives (the cuda backend's, and the bridge's for TF tensors)."""
+    import cupy
+
+    return choose_device(layout.local_rank, cupy.cuda.runtime.getDeviceCount())
+
+
 @functools.lru_cache(maxsize=None)
 def multiprocessor_count(device: int) -> int:
     import cupy

@@ -171,3 +171,18 @@ def memcpyAsync(dst, src, nbytes, kind, stream):
     if dst != src and dst < src + nbytes and src < dst + nbytes:
         raise RuntimeError("fake cudaMemcpyAsync: source and target overlap (undefined on a GPU)")
     ctypes.memmove(dst, src, nbytes)
+
+
+_pinned = {}  # address -> bytes page-locked by hostRegister
+
+
+def hostRegister(addr, nbytes, flags):
+    if addr in _pinned or _devices.memory.find(addr) is not None:
+        raise CUDARuntimeError("cudaErrorHostMemoryAlreadyRegistered: fake cudaHostRegister of registered or device "
+                               f"memory at {addr:#x}")
+    _pinned[addr] = nbytes
+
+
+def hostUnregister(addr):
+    if _pinned.pop(addr, None) is None:
+        raise CUDARuntimeError(f"cudaErrorHostMemoryNotRegistered: {addr:#x}")
