@@ -22,8 +22,9 @@ ENV_PREFIX = "BLINKFLOW_"
 #: cache, plan or choose data paths differently and wait for each other. The topology is one:
 #: rank 0 alone reads it, so one set on another rank only would be silently ignored.
 AGREED_FIELDS = ("fusion_threshold", "cache_capacity", "backend", "chunk_bytes", "cpu_single_copy", "cpu_control",
-                 "split_hosts", "topology", "bucket_bytes")
+                 "split_hosts", "topology", "bucket_bytes", "algorithm", "check_schedules")
 BACKENDS = ("auto", "cpu", "cuda")
+ALGORITHMS = ("auto", "runner", "device", "single_copy")
 CPU_CONTROLS = ("auto", "shm", "mpi")
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 _DAY_S = 86400.0
@@ -81,6 +82,15 @@ class Config:
     """1: with the cuda backend, ``blinkflow.tensorflow``'s ``init()`` makes TensorFlow grow its
     GPU memory as needed instead of taking nearly all of it at start, which would leave none for
     the receive arena and CuPy's pool; 0: leave TensorFlow's allocator as it is."""
+    algorithm: str = "auto"
+    """Which registered algorithm runs the collectives (``blinkflow.schedule.policy``): auto (the
+    policy decides per call), runner (the host-driven schedule runner), device (the device
+    executor; on the cpu backend its numpy emulator) or single_copy (cpu all-reduces that read
+    peers' tensors in place, where they can)."""
+    check_schedules: int = 0
+    """1: prove every new call shape's schedule before it first runs (its collective's
+    postcondition by symbolic execution, and that the device executor's tables cannot
+    deadlock); on in the test suite. 0: only the structural checks."""
     split_hosts: int = 0
     """For tests of the multi-host path on one machine: treat the job's ranks as this many hosts
     (consecutive blocks of ranks, no shared memory between blocks). 0 = real host names."""
@@ -96,7 +106,9 @@ class Config:
             raise ConfigError(f"{ENV_PREFIX}BACKEND must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(f"{ENV_PREFIX}LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
-        for flag in ("cpu_single_copy", "pin_gpus", "tf_memory_growth"):
+        if self.algorithm not in ALGORITHMS:
+            raise ConfigError(f"{ENV_PREFIX}ALGORITHM must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+        for flag in ("cpu_single_copy", "pin_gpus", "tf_memory_growth", "check_schedules"):
             if getattr(self, flag) not in (0, 1):
                 raise ConfigError(f"{self.env_name(flag)} must be 0 or 1, got {getattr(self, flag)}")
         if self.cpu_control not in CPU_CONTROLS:
@@ -194,7 +206,7 @@ def _parse(field: dataclasses.Field, raw: str):
         if not math.isfinite(value):  # nan slips through every "< 0" check
             raise ConfigError(f"{name}={raw!r} is not a finite number")
         return value
-    if field.name in ("backend", "log_level"):
+    if field.name in ("backend", "log_level", "algorithm"):
         return raw.lower()
     return raw
 

@@ -5,7 +5,9 @@
     blinkrun simulate --topology dgx1-p100 --collective allreduce --size 1GB --sweep --png t.png
     blinkrun simulate --topology 64xdgx1-v100 --collective allreduce --size 1GB --sweep --step-budget 1000000
 
-``--json`` prints the object README.md's "Command line" section describes; ``--sweep`` a table
+``--json`` prints the object README.md's "Command line" section describes, with ``policy``: the
+algorithm and chunk the call-shape policy picks for a job on that topology and its predicted
+seconds (null, "simulated": false, for an algorithm the simulator cannot model); ``--sweep`` a table
 over sizes from 1 KiB up to ``--size`` with the latency / bandwidth crossover; ``--png`` plots time
 against size. Sizes are read by :mod:`blinkflow.sizes`: KB, MB, GB are powers of 1000, KiB, MiB,
 GiB (or K, M, G) powers of 1024. Bad input exits 2 with one line.
@@ -19,7 +21,8 @@ import click
 
 from blinkflow.planner.plan import COLLECTIVES
 from blinkflow.sim.chunking import STEP_BUDGET
-from blinkflow.sim.compare import Comparison, compare, compare_sizes, sweep_sizes
+from blinkflow.sim.compare import Comparison, compare, compare_sizes, make_plan_for, sweep_sizes
+from blinkflow.sim.policy_prediction import predict
 from blinkflow.sizes import SIZE_HELP, format_size, parse_size
 from blinkflow.topology.resolve import resolve_topology
 
@@ -53,8 +56,13 @@ def command(topology_spec, gpus, collective, root, size_text, elem_bytes, chunk_
         topology.subset(devices, where="--gpus")  # checks the list; the plan runs on the full graph
     options = dict(elem_bytes=elem_bytes, chunk_elems=max(1, chunk) if chunk else None, step_budget=step_budget)
     if not (sweep or png):
-        row = compare(topology, collective, size, devices, root, latency=False, **options)
-        click.echo(json.dumps(row.to_json(), indent=2) if as_json else row.describe())
+        plan = make_plan_for(topology, collective, devices, root)
+        row = compare(topology, collective, size, devices, root, latency=False, plan=plan, **options)
+        chosen = predict(plan, topology, size, elem_bytes=elem_bytes)
+        if as_json:
+            click.echo(json.dumps(dict(row.to_json(), policy=chosen.to_json()), indent=2))
+        else:
+            click.echo(row.describe() + "\n" + chosen.describe())
         return
     rows = compare_sizes(topology, collective, sweep_sizes(size), devices, root, **options)
     if as_json:

@@ -62,8 +62,8 @@ class CpuTransport(Transport):
         self.out: Optional[np.ndarray] = None
         self._reach_of: dict = {}  # id(program) -> (program, _reach(program))
 
-    def prepare(self, buf: np.ndarray, ufunc=None, out: Optional[np.ndarray] = None, scale: float = 1.0,
-                chunk: int = 1 << 18) -> Tuple[int, int]:
+    def prepare(self, buf: np.ndarray, ufunc, out: Optional[np.ndarray], scale: float,
+                chunk: int) -> Tuple[int, int]:
         """The next program runs on ``buf`` (combining with ``ufunc``); with ``out`` its result
         lands there, times ``scale``. Returns where ``buf`` lies (``SharedArena.locate``)."""
         self.buf, self.ufunc, self.out, self.scale, self.chunk = buf, ufunc, out, scale, chunk
