@@ -98,10 +98,11 @@ class Config:
     def __post_init__(self):
         for field, (low, high, low_open, unit) in BOUNDS.items():
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) \
                     or value < low or (low_open and value == low) or value > high:
                 below = f"> {low:g}" if low_open else f">= {low:g}"
-                raise ConfigError(f"{self.env_name(field)} must be {below} and <= {high:g}{unit}, got {value!r}")
+                got = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... ({len(repr(value))} digits)"
+                raise ConfigError(f"{self.env_name(field)} must be {below} and <= {high:g}{unit}, got {got}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"{ENV_PREFIX}BACKEND must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.log_level not in LOG_LEVELS:
@@ -182,9 +183,23 @@ def unknown_variables(environ: Optional[Mapping[str, str]] = None) -> List[str]:
     return lines
 
 
+def _finite(value) -> bool:
+    """Whether ``value`` is a finite number; an int of any size is (``math.isfinite`` raises
+    OverflowError on one beyond a float's range)."""
+    return isinstance(value, int) or math.isfinite(value)
+
+
+#: Characters of a numeric setting: every bound fits in far fewer, and Python's int() of a
+#: longer text costs quadratic time (or refuses beyond 4300 digits with another message).
+MAX_NUMBER_CHARS = 64
+
+
 def _parse(field: dataclasses.Field, raw: str):
     name = Config.env_name(field.name)
     kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
+    if kind in ("int", "float") and len(raw) > MAX_NUMBER_CHARS:
+        raise ConfigError(f"{name} is a {len(raw)}-character value ({raw[:20]}...); a number of at most "
+                          f"{MAX_NUMBER_CHARS} characters is expected (see its bounds in blinkflow.config.BOUNDS)")
     if kind in ("int", "float"):
         try:
             value = int(raw) if kind == "int" else float(raw)
@@ -203,7 +218,7 @@ def _parse(field: dataclasses.Field, raw: str):
                 raise ConfigError(f"{name}={raw!r} is not a finite number")
         if value is None:
             raise ConfigError(f"{name}={raw!r} is not a number")
-        if not math.isfinite(value):  # nan slips through every "< 0" check
+        if not _finite(value):  # nan slips through every "< 0" check
             raise ConfigError(f"{name}={raw!r} is not a finite number")
         return value
     if field.name in ("backend", "log_level", "algorithm"):

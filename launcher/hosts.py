@@ -81,6 +81,10 @@ def parse_hostfile(path: str) -> List[Host]:
             text = f.read()
     except OSError as e:
         raise HostSpecError(f"cannot read hostfile {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        line = e.object[:e.start].count(b"\n") + 1
+        raise HostSpecError(f"hostfile {path}: line {line} is not UTF-8 text (byte {e.object[e.start]:#04x}); "
+                            "a hostfile lists 'host slots=N' lines in plain text") from None
     return parse_hostfile_text(text, path)
 
 

@@ -14,6 +14,7 @@ It runs COMMAND as its child (the MPI process), and
 - dies with its parent (Linux ``PR_SET_PDEATHSIG``) and makes its child do the same, so no rank
   outlives the job;
 - on the first rank of each host, reclaims what killed jobs left there (:mod:`.reclaim`);
+- gives the rank an empty stdin (``/dev/null``): the one an MPI forwards to rank 0 never ends;
 - pins the rank to its GPU before CUDA starts in it (:mod:`.gpu_pin`), and with ``--verbose``
   says which GPU that is.
 """
@@ -184,7 +185,8 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
     try:
         keep = [int(environ["PMI_FD"])] if environ.get("PMI_FD", "").isdigit() else []   # Hydra's PMI socket
         try:
-            child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            # stdin is /dev/null: what an MPI forwards to rank 0 never ends (see supervise.py).
+            child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=_child_env(environ, record_file), pass_fds=keep,
                                      preexec_fn=lambda: _set_parent_death_signal(signal.SIGKILL))
         except OSError as e:

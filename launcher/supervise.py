@@ -48,7 +48,10 @@ class Job:
     # -- running ---------------------------------------------------------------------------
     def run(self) -> int:
         try:
-            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE,
+            # No rank reads blinkrun's stdin: Open MPI forwards it to rank 0 and never closes it,
+            # so a rank reading stdin (even `< /dev/null`) would wait forever; every rank gets
+            # /dev/null instead (its wrapper sees to the ranks).
+            self.proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, start_new_session=True,
                                          preexec_fn=_die_with_parent)
         except OSError as e:

@@ -11,6 +11,14 @@ from typing import Any, Optional, Tuple
 from ..errors import TopologyError
 from .model import SCHEMA_VERSION, Link, Node, Topology
 
+#: Bytes of a topology file: the largest real machine description is a few hundred kilobytes
+#: (thousands of links); a bigger file is a mistake (a wrong path, a data file) and would cost
+#: every rank its memory and seconds before failing.
+MAX_TOPOLOGY_BYTES = 16 << 20
+#: Nesting of a topology JSON: the format is three levels deep (object, list, object); the
+#: limit keeps a hostile file from exhausting the parser's recursion (RecursionError).
+MAX_NESTING = 32
+
 
 def topology_from_dict(data: Any, where: Optional[str] = None) -> Topology:
     """Parse the JSON object of ``blinkrun topo --json`` into a validated Topology."""
@@ -29,11 +37,46 @@ def topology_from_dict(data: Any, where: Optional[str] = None) -> Topology:
 
 def topology_from_json(text: str, where: Optional[str] = None) -> Topology:
     """Parse topology JSON text; invalid JSON raises TopologyError naming the line."""
+    if len(text) > MAX_TOPOLOGY_BYTES:
+        raise TopologyError(f"{len(text)} characters is more than a topology holds (at most {MAX_TOPOLOGY_BYTES}); "
+                            "check that this is the topology file", where)
+    depth = _nesting(text)
+    if depth > MAX_NESTING:
+        raise TopologyError(f"JSON nested {depth} levels deep; a topology is an object of lists of objects "
+                            f"(at most {MAX_NESTING} levels are read)", where)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise TopologyError(f"line {e.lineno}: invalid JSON ({e.msg})", where) from None
     return topology_from_dict(data, where)
+
+
+def _nesting(text: str) -> int:
+    """The deepest nesting of JSON arrays and objects in ``text``, brackets inside strings
+    excluded (a scan of the structural characters only; no recursion)."""
+    if "[" not in text and "{" not in text:
+        return 0
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_NESTING:
+                    return deepest
+        elif char in "]}":
+            depth -= 1
+    return deepest
 
 
 def load_topology(path: str) -> Topology:
@@ -48,9 +91,13 @@ def read_file(path: str) -> Tuple[bytes, str]:
     where = os.fspath(path)
     try:
         with open(path, "rb") as f:
-            return f.read(), where
+            data = f.read(MAX_TOPOLOGY_BYTES + 1)
     except OSError as e:
         raise TopologyError(f"cannot read: {e.strerror}", where) from None
+    if len(data) > MAX_TOPOLOGY_BYTES:
+        raise TopologyError(f"the file is larger than a topology can be ({MAX_TOPOLOGY_BYTES} bytes at most); check "
+                            "that this is the topology file", where)
+    return data, where
 
 
 def file_stem(where: str) -> str:
