@@ -34,8 +34,10 @@ class Engine:
     """Owns the background thread (the global process set's loop), the other sets' threads, and
     everything only they touch."""
 
-    def __init__(self, config: Config, comm, process_sets: Sequence[object] = ()):
+    def __init__(self, config: Config, comm, process_sets: Sequence[object] = (), handles=None):
         self.config = config
+        self._handles = handles
+        """The process's handle table (None: one of this engine's own)."""
         self._user_comm = comm
         self._static_sets = list(process_sets)
         """This rank's ``init(process_sets=...)``: tuples of global ranks (or the reason one is refused)."""
@@ -185,7 +187,7 @@ class Engine:
                                "background thread. Leave mpi4py.rc.thread_level at its default ('multiple').")
         job = discover(comm, self.config)
         self.job = job
-        self.state = SharedState(self.config, job.rank)
+        self.state = SharedState(self.config, job.rank, self._handles)
         if job.rank == 0:
             logger.info("configuration:\n" + self.config.describe())
         if self.config.timeline:

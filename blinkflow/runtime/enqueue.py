@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Tuple
 
-from ..errors import BlinkflowError, InvalidArgumentError
+from ..errors import BlinkflowError, InvalidArgumentError, ShutdownError
 from . import arguments
 from .global_state import RUNTIME
 from .handles import Handle, Slot
@@ -69,15 +69,33 @@ def first(results):
 
 def poll(handle: int) -> bool:
     """True when ``synchronize(handle)`` would not block."""
-    return RUNTIME.running("blinkflow.poll").state.handles.get(handle).done()
+    return _known(handle, "poll").done()
 
 
 def synchronize(handle: int):
-    """Wait for ``handle`` and return its result (or raise its error); the handle is then spent."""
-    engine = RUNTIME.running("blinkflow.synchronize")
-    table = engine.state.handles
-    h = table.get(handle)
+    """Wait for ``handle`` and return its result (or raise its error); the handle is then spent.
+    A call that completed before ``shutdown()`` still returns its result after it; one that did
+    not raised ShutdownError there, and raises it here."""
+    h = _known(handle, "synchronize")
+    engine = RUNTIME.engine
+    abort = engine.state.abort_check if engine is not None and engine.state is not None else _stopped
     try:
-        return h.wait(engine.state.abort_check)
+        return h.wait(abort)
     finally:
-        table.pop(handle)
+        RUNTIME.handles.pop(handle)
+
+
+def _known(handle, what: str) -> Handle:
+    """The handle's entry; before ``init`` (nothing was ever submitted) NotInitializedError."""
+    try:
+        return RUNTIME.handles.get(handle, what)
+    except InvalidArgumentError:
+        raise
+    except BlinkflowError:
+        RUNTIME.running(f"blinkflow.{what}")  # not running: say so rather than "unknown handle"
+        raise
+
+
+def _stopped():
+    """The abort check of a handle whose runtime has stopped (its calls all ended when it did)."""
+    return ShutdownError("blinkflow was shut down before this call completed")

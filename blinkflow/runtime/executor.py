@@ -24,6 +24,10 @@ from .state import Entry, SharedState
 
 #: Lists of responses whose batches the executor remembers (a training loop cycles through a few).
 _PLANS_KEPT = 64
+#: Responses those plans may hold alive in all: a step's worth of per-tensor responses fits, and
+#: calls that never recur (thousands of unnamed fire-and-forget calls) are not kept by the
+#: thousand.
+_RESPONSES_KEPT = 4096
 _ON_A_DEVICE = frozenset({Kind.ALLREDUCE, Kind.ALLGATHER, Kind.BROADCAST, Kind.REDUCESCATTER, Kind.ALLTOALL})
 """The kinds whose arrays live where their requests say (cpu, or a device the backend drives)."""
 _ERRORS = {"TensorMismatchError": TensorMismatchError, "ShutdownError": ShutdownError,
@@ -117,6 +121,7 @@ class Executor:
         self.results = ResultPool(capacity=max(4 * fusion_threshold, 256 << 20))
         """Recycled host memory for all-reduce results (fresh pages cost more than the reduction)."""
         self._plans: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
+        self._responses_kept = 0
         self.running: Optional[tuple] = None
         """(kind, names) of the batch being executed, for the error if the backend fails in it."""
 
@@ -200,9 +205,13 @@ class Executor:
         if known is not None:
             self._plans.move_to_end(key)
             return known
-        plan = self._plans[key] = _plan_of(responses, self.fusion_threshold)
-        if len(self._plans) > _PLANS_KEPT:
-            self._plans.popitem(last=False)
+        plan = _plan_of(responses, self.fusion_threshold)
+        if len(key) > _RESPONSES_KEPT:
+            return plan
+        self._plans[key] = plan
+        self._responses_kept += len(key)
+        while len(self._plans) > _PLANS_KEPT or self._responses_kept > _RESPONSES_KEPT:
+            self._responses_kept -= len(self._plans.popitem(last=False)[0])
         return plan
 
     def _finish(self, response: Response, entry: Optional[Entry], outputs: List[Any], on_done) -> None:

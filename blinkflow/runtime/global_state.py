@@ -11,6 +11,7 @@ import threading
 from typing import TYPE_CHECKING, Dict, Optional
 
 from ..errors import NotInitializedError, ShutdownError
+from .handles import HandleTable
 
 if TYPE_CHECKING:
     from .background import Engine
@@ -30,6 +31,10 @@ class Runtime:
         (MPI_Finalize, or a new init on it, would wait forever)."""
         self.broken_engine: Optional[Engine] = None
         """The engine that ``broken_by`` stopped (the exit hook tells its peers why this rank leaves)."""
+        self.handles = HandleTable()
+        """Every handle this process's calls returned and nobody synchronized yet, of this
+        engine and the ones before it: a call that completed stays readable after
+        ``shutdown()`` (its result is the user's, not the engine's)."""
         self._names: Dict[tuple, "itertools.count"] = {}
         """Automatic names per (process set id, op): a set's members draw theirs together."""
 

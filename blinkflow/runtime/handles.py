@@ -2,15 +2,25 @@
 
 A :class:`Slot` is the completion of one tensor (set once, by the background thread or by a
 failure); a :class:`Handle` groups the slots of one user call and knows how to turn their
-results into what the call returns. Public handles are small integers (Horovod's), kept in a
+results into what the call returns. Public handles are integers (Horovod's), kept in a
 :class:`HandleTable` until ``synchronize`` takes them out.
+
+The integer an ``*_async`` call returns is a :class:`HandleId`, which owns its result: when the
+user drops it without ``synchronize`` (a fire-and-forget call, an exception between submit and
+wait), its table entry goes with it, so the result's memory is released once the collective
+completes, however many such handles a program leaves behind. ``int(handle)`` gives up that
+ownership: the plain number stays valid until ``synchronize`` (how the TensorFlow bindings carry
+handles through graph tensors).
 """
 from __future__ import annotations
 
 import itertools
+import numbers
 import threading
 from _thread import allocate_lock
 from typing import Any, Callable, Dict, List, Optional
+
+from .messages import shown
 
 # How often a waiting user thread wakes to re-check; waiting never depends on MPI progress.
 _WAIT_SLICE_S = 0.25
@@ -84,29 +94,68 @@ class Handle:
         return self._finish([s.result for s in self.slots])
 
 
+class HandleId(int):
+    """The handle an ``*_async`` call returns: an int that releases its table entry (and so its
+    result) when garbage-collected unsynchronized. ``int()`` of it (or ``operator.index``) hands
+    out a plain number that keeps the entry until ``synchronize``."""
+
+    def __new__(cls, value: int, table: "HandleTable"):
+        self = super().__new__(cls, value)
+        self._table = table
+        self._owning = True
+        return self
+
+    def __int__(self) -> int:
+        self._owning = False
+        return int.__int__(self)
+
+    __index__ = __int__
+
+    def __del__(self):
+        if self._owning:
+            self._table.pop(int.__int__(self))
+
+    def __reduce__(self):  # pickled (sent elsewhere): a plain number, which owns nothing
+        return int, (int.__int__(self),)
+
+
 class HandleTable:
     """Integer ids for handles (thread-safe)."""
 
     def __init__(self):
-        self._lock = threading.Lock()
+        # Reentrant: a HandleId collected by the cycle collector (say, in a traceback's frames)
+        # pops its entry from whatever allocation triggered the collection, also one made
+        # under this lock.
+        self._lock = threading.RLock()
         self._handles: Dict[int, Handle] = {}
 
-    def add(self, handle: Handle) -> int:
+    def __len__(self) -> int:
+        return len(self._handles)
+
+    def add(self, handle: Handle) -> HandleId:
         with self._lock:
             hid = next(_IDS)
             self._handles[hid] = handle
-            return hid
+        return HandleId(hid, self)
 
-    def get(self, hid: int) -> Handle:
+    def get(self, hid, what: str = "synchronize") -> Handle:
+        from ..errors import BlinkflowError, InvalidArgumentError
+
+        if isinstance(hid, bool) or not isinstance(hid, numbers.Integral):
+            raise InvalidArgumentError(f"blinkflow.{what}() takes a handle (the int an *_async call returned), got "
+                                       f"{type(hid).__name__} {shown(hid)}")
         with self._lock:
             try:
-                return self._handles[hid]
+                return self._handles[_number(hid)]
             except KeyError:
-                from ..errors import BlinkflowError
-
                 raise BlinkflowError(f"unknown handle {hid!r}: it was never returned by an *_async call "
                                      "or was already synchronized") from None
 
     def pop(self, hid: int) -> None:
         with self._lock:
-            self._handles.pop(hid, None)
+            self._handles.pop(_number(hid), None)
+
+
+def _number(hid) -> int:
+    """The table key of a handle, without giving up a HandleId's ownership."""
+    return int.__int__(hid) if isinstance(hid, int) else int(hid)

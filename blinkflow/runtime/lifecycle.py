@@ -55,7 +55,7 @@ def init(comm=None, process_sets=None) -> None:
             from mpi4py import MPI
 
             base = MPI.COMM_WORLD
-        engine = Engine(get_config(), comm, [ranks_of_entry(e, base) for e in entries])
+        engine = Engine(get_config(), comm, [ranks_of_entry(e, base) for e in entries], handles=RUNTIME.handles)
         try:
             engine.start()
         except BaseException as error:

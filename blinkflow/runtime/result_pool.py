@@ -14,18 +14,21 @@ result block half as fast as into a numpy array (measured: 8 MiB in 2.6 ms again
 A shared mapping (``mmap(-1, n)``'s default) cannot have huge pages where ``shmem_enabled`` is
 ``never``, the common default; the result needs no sharing, so it is private.
 
-A result is a numpy view of an anonymous ``mmap`` block owned by the pool. Every array made from
-the block, and every view of those arrays, keeps a reference to the block (numpy's ``base``), so
-the block is free exactly when the pool holds the only references to it. The pool only hands out
-blocks from the runtime's background thread; a user thread dropping its last array concurrently
-can only make a free block look busy for one more call, never the reverse.
+A result is a numpy array over a block the pool lends out: the pool marks the block lent when it
+hands out the array, and a finalizer on that array (``weakref.finalize``) marks it idle again.
+Every view made from the array (slices, reshapes, ``.view(dtype)``, a memoryview of it) keeps
+the array alive (numpy's ``base`` chain stops at it: its own base is the block's memoryview, not
+an array), so the finalizer runs exactly when the last of them is gone, in whichever thread drops
+it. The pool only hands out blocks from the runtime's background thread; a user thread that
+drops its last array concurrently can only make a free block look lent for one more call, never
+the reverse.
 """
 from __future__ import annotations
 
 import contextlib
 import mmap
-import sys
-from typing import List, Tuple
+import weakref
+from typing import List
 
 import numpy as np
 
@@ -34,9 +37,28 @@ PAGE = mmap.PAGESIZE
 HUGE_PAGE = 2 << 20
 #: Results smaller than this come from numpy directly: malloc's own caches serve them well.
 MIN_POOLED_BYTES = 1 << 20
-#: References to an idle block while the pool checks it: the list slot, one local name, and
-#: getrefcount's own argument.
-_IDLE_REFS = 3
+#: Lends after which an idle block that served none of them is released when a new block is
+#: made: a training loop's results recur every step (a few lends apart), while results of sizes
+#: that never recur (fusion batches of whatever happened to be ready) must not pile up idle.
+IDLE_LENDS = 8
+
+
+class Block:
+    """One mapping of the pool: its usable span and whether an array of it is alive."""
+
+    __slots__ = ("mapping", "start", "size", "lent", "last_lent")
+
+    def __init__(self, mapping: mmap.mmap, start: int, size: int):
+        self.mapping = mapping
+        self.start = start
+        self.size = size
+        self.lent = False
+        self.last_lent = 0
+        """The pool's lend count when it was last lent."""
+
+    def returned(self) -> None:
+        """The finalizer of the array it was lent as: nothing of it is alive any more."""
+        self.lent = False
 
 
 class ResultPool:
@@ -44,50 +66,46 @@ class ResultPool:
 
     def __init__(self, capacity: int):
         self.capacity = capacity
-        self._blocks: List[mmap.mmap] = []
-        self._spans: List[Tuple[int, int]] = []  # (start, bytes) of each block's usable part
+        self.blocks: List[Block] = []
+        self.lends = 0
 
     @property
     def held_bytes(self) -> int:
-        return sum(size for _, size in self._spans)
+        return sum(block.size for block in self.blocks)
 
     def empty(self, nbytes: int) -> np.ndarray:
         """A uint8 array of ``nbytes`` (contents undefined); view it as the dtype you need."""
         if nbytes < MIN_POOLED_BYTES:
             return np.empty(nbytes, np.uint8)
-        index = self._idle_index(nbytes)
-        if index is not None:
-            return self._view(index, nbytes)
+        block = self._idle_block(nbytes)
+        if block is not None:
+            return self._lend(block, nbytes)
         size = -(-nbytes // PAGE) * PAGE
+        self.blocks = [b for b in self.blocks if b.lent or self.lends - b.last_lent < IDLE_LENDS]
         if self.held_bytes + size > self.capacity:
-            self._drop_idle()
+            self.blocks = [b for b in self.blocks if b.lent]  # drop the idle ones
             if self.held_bytes + size > self.capacity:
                 return np.empty(nbytes, np.uint8)  # every block is in the user's hands: don't grow
-        block, start = _huge_block(size)
-        np.frombuffer(block, np.uint8, size, start)[::PAGE] = 0  # fault every page in now, once
-        self._blocks.append(block)
-        self._spans.append((start, size))
-        return self._view(len(self._blocks) - 1, nbytes)
+        mapping, start = _huge_block(size)
+        np.frombuffer(mapping, np.uint8, size, start)[::PAGE] = 0  # fault every page in now, once
+        block = Block(mapping, start, size)
+        self.blocks.append(block)
+        return self._lend(block, nbytes)
 
-    def _view(self, index: int, nbytes: int) -> np.ndarray:
-        # The array's base is the mmap itself: the reference the idle check counts.
-        return np.frombuffer(self._blocks[index], np.uint8, nbytes, self._spans[index][0])
+    def _lend(self, block: Block, nbytes: int) -> np.ndarray:
+        array = np.frombuffer(block.mapping, np.uint8, nbytes, block.start)
+        self.lends += 1
+        block.lent, block.last_lent = True, self.lends
+        weakref.finalize(array, block.returned)
+        return array
 
-    def _idle_index(self, nbytes: int):
-        # An index, not the block: a local reference left behind would make the block look busy.
+    def _idle_block(self, nbytes: int):
         # A block serves requests down to half its size, so one large block is not pinned by a
         # stream of small results.
-        # (Not ``enumerate``: its reused result tuple holds one more reference to the block.)
-        for i in range(len(self._blocks)):
-            block = self._blocks[i]
-            if nbytes <= self._spans[i][1] <= 2 * nbytes and sys.getrefcount(block) == _IDLE_REFS:
-                return i
+        for block in self.blocks:
+            if not block.lent and nbytes <= block.size <= 2 * nbytes:
+                return block
         return None
-
-    def _drop_idle(self) -> None:
-        busy = [sys.getrefcount(b) > _IDLE_REFS for b in self._blocks]
-        self._blocks = [b for b, keep in zip(self._blocks, busy) if keep]
-        self._spans = [s for s, keep in zip(self._spans, busy) if keep]
 
 
 def _huge_block(size: int):
