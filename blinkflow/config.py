@@ -48,8 +48,10 @@ class Config:
     stall_check_time_seconds: float = 60.0
     """Warn about tensors some ranks have not submitted, and about ranks not heard from (stopped,
     or blocked holding the GIL), after this long (0 disables)."""
-    stall_shutdown_time_seconds: float = 0.0
-    """Shut the job down after such a stall this long (0 = never)."""
+    stall_shutdown_time_seconds: float = 300.0
+    """Shut the job down after such a stall this long (0 = never): every rank's waiting calls
+    raise ShutdownError naming the ranks missing. Five minutes by default, so that nothing waits
+    forever while a slow step (a long evaluation, a checkpoint on one rank) still fits."""
     start_timeout: float = 60.0
     """Seconds for every rank to reach ``init()`` (counted on each rank from its own call), and
     again for the set-up after they all did; past it ``init()`` raises InitError naming the ranks

@@ -18,12 +18,19 @@ def join() -> int:
     """Declare that this rank has no more collectives; wait until every rank has joined.
 
     Meanwhile this rank takes part in the others' all-reduces with zeros (Sum and Average only;
-    Average still divides by the full size) and in their all-gathers with no rows. Returns the
-    rank that joined last. Only the global set joins (Horovod's rule).
+    Average still divides by the full size), in their all-gathers with no rows and in their
+    broadcasts from other roots; other collectives fail on every rank with an error naming the
+    joined ranks. Returns the rank that joined last. The rank joins every process set it is in
+    as well as the global set (Horovod joins the global set only, so a peer waiting in a
+    process set's collective for a joined rank waited forever).
     """
     engine = RUNTIME.running("blinkflow.join")
-    request = Request(JOIN_NAME, Kind.JOIN, "uint8", ())
-    last = synchronize(enqueue(engine.loop, [(request, None)], lambda results: results[0]))
+    loops = [engine.loop] + [engine.loop_for(set_id) for set_id in sorted(engine.sets.threads)]
+    handles = [enqueue(loop, [(Request(JOIN_NAME, Kind.JOIN, "uint8", ()), None)], lambda results: results[0])
+               for loop in loops if loop is not None]
+    last = synchronize(handles[0])
+    for handle in handles[1:]:
+        synchronize(handle)
     # Ranks made different numbers of unnamed calls before joining (that is what join is for):
     # every rank starts the automatic names afresh, or the next unnamed call would not match.
     RUNTIME.forget_names()

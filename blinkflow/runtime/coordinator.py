@@ -79,7 +79,9 @@ class MessageTable:
         requests = tuple(entry.get(r) for r in range(self.size))
         refused = refusal(name, requests, self.ranks, self.label)
         if refused:
-            return Response(Kind.ERROR, name, requests, error=refused, error_type="InvalidArgumentError")
+            kinds = [q.rejected_as for q in requests if q is not None and q.rejected and q.rejected_as]
+            return Response(Kind.ERROR, name, requests, error=refused, error_type=kinds[0] if kinds else
+                            "InvalidArgumentError")
         error = validate(name, requests, self.joined, self.ranks, self.label)
         if error:
             return Response(Kind.ERROR, name, requests, error=error, error_type="TensorMismatchError")
@@ -129,6 +131,7 @@ def validate(name: str, requests: Tuple[Optional[Request], ...], joined: List[in
                 "tensors).")
     first = present[0][1]
     if joined and any(requests[r] is None for r in joined):
+        joined = [ranks[r] if ranks else r for r in joined]  # said as global ranks
         if first.kind is Kind.ALLREDUCE and ReduceOp(first.op) not in (ReduceOp.SUM, ReduceOp.AVERAGE):
             return (f"allreduce {shown(name)} with op {ReduceOp(first.op).name.title()} cannot run while ranks "
                     f"{sorted(joined)} have joined (a joined rank contributes zeros): use Sum or Average")

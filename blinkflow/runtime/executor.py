@@ -14,8 +14,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 import numpy as np
 
 from .. import scaling
-from ..errors import (BlinkflowError, InvalidArgumentError, PlanError, ProcessSetError, ScheduleError, ShutdownError,
-                      TensorMismatchError)
+from ..errors import (BlinkflowError, DuplicateNameError, InvalidArgumentError, PlanError, ProcessSetError,
+                      ScheduleError, ShutdownError, TensorMismatchError)
 from ..ops import ReduceOp
 from .fusion import Batch, make_batches
 from .messages import Kind, Request, Response, shown
@@ -31,7 +31,7 @@ _RESPONSES_KEPT = 4096
 _ON_A_DEVICE = frozenset({Kind.ALLREDUCE, Kind.ALLGATHER, Kind.BROADCAST, Kind.REDUCESCATTER, Kind.ALLTOALL})
 """The kinds whose arrays live where their requests say (cpu, or a device the backend drives)."""
 _ERRORS = {"TensorMismatchError": TensorMismatchError, "ShutdownError": ShutdownError,
-           "InvalidArgumentError": InvalidArgumentError}
+           "InvalidArgumentError": InvalidArgumentError, "DuplicateNameError": DuplicateNameError}
 
 
 class _Step(NamedTuple):

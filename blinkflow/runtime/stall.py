@@ -1,10 +1,11 @@
 """The stall inspector (rank 0): names the ranks that keep everyone else waiting.
 
 A tensor some ranks submitted and others did not stalls the job silently, the classic
-data-parallel bug (a rank took another branch, or skipped a step). After
+data-parallel bug (a rank took another branch, or skipped a step, or ran out of data). After
 ``BLINKFLOW_STALL_CHECK_TIME_SECONDS`` rank 0 logs which ranks have not submitted which tensors,
-repeating every such interval; after ``BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS`` (0 = never) it
-asks the job to shut down, and every rank's waiting calls raise ShutdownError with that message.
+repeating every such interval; after ``BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS`` (300 s; 0 = never)
+it asks the job to shut down, and every rank's waiting calls raise ShutdownError with that
+message. Both say the likely fix (:func:`likely_fix`).
 
 Rank 0 learns of a tensor when a rank's request reaches it. Cache hits normally never do, so
 ranks also report hits that wait longer than half the check time (see ``Negotiator``).
@@ -46,17 +47,38 @@ class StallInspector:
                 self._warned[name] = now
                 stalled.append((name, waited, present, absent))
             if self.shutdown_s > 0 and waited >= self.shutdown_s:
-                fatal.append(f"{shown(name)}{table.label} missing on ranks {absent} (ready on ranks {present})")
+                fatal.append(f"{shown(name)}{table.label} missing on ranks {absent} (ready on ranks {present}"
+                             f"{_refusals(table, name)})")
         if fatal:
+            names = [name for name, *_ in table.missing()]
             return (f"stall: tensors not submitted by every rank within {self.shutdown_s:g} s "
-                    f"(BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS): " + "; ".join(fatal))
+                    f"(BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS): " + "; ".join(fatal) + ". " + likely_fix(names))
         if stalled:
             lines = [f"  {shown(name)}{table.label}: missing on ranks {absent} (ready on ranks {present}, "
-                     f"waiting {waited:.0f} s)"
+                     f"waiting {waited:.0f} s{_refusals(table, name)})"
                      for name, waited, present, absent in stalled]
             logger.warning("stalled collectives: some ranks did not submit these tensors. Every rank must "
-                           "run the same collectives under the same names.\n" + "\n".join(lines))
+                           "run the same collectives under the same names. "
+                           + likely_fix([name for name, *_ in stalled]) + "\n" + "\n".join(lines))
         for name in list(self._warned):
             if name not in table.table:
                 del self._warned[name]
         return None
+
+
+def _refusals(table: MessageTable, name: str) -> str:
+    """What the ranks that refused ``name`` said (a name submitted again while in flight)."""
+    said = [f"; rank {table.ranks[r]} refused it: {q.rejected}" for r, q in sorted(table.table.get(name, {}).items())
+            if q.rejected]
+    return "".join(said[:2])
+
+
+def likely_fix(names) -> str:
+    """The usual causes of a stall on ``names``, said once."""
+    if any(name.startswith(("add_process_set.", "remove_process_set.")) for name in names):
+        return ("add_process_set and remove_process_set are collective over every rank of the job: call them on "
+                "every rank, in the same order.")
+    return ("Likely fixes: a rank that ran out of data or left its training loop early calls blinkflow.join() "
+            "(or give every rank shards of equal length); a rank that took another branch must still run the "
+            "same collectives; a step slower than this on purpose needs a larger "
+            "BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS.")

@@ -48,6 +48,8 @@ class SharedState:
         self._lock = threading.Lock()
         self._queue: List[Entry] = []
         self._in_flight: Dict[str, Entry] = {}
+        self._deferred: Dict[str, List[Entry]] = {}
+        """Refused duplicates of a name in flight, in submission order, sent once it completes."""
         self._work = Doorbell()
         """Set by a submission or a shutdown request: the background thread stops sleeping."""
         self.failure: Optional[BlinkflowError] = None
@@ -55,19 +57,30 @@ class SharedState:
         """Set when this rank asks the job to stop (``shutdown()`` or the stall inspector)."""
 
     def submit(self, entries: List[Entry]) -> None:
-        """Queue ``entries`` atomically (a group is negotiated together)."""
+        """Queue ``entries`` atomically (a group is negotiated together).
+
+        A name already in flight on this rank is not refused here alone: the peers' next call
+        under that name would wait forever for this rank's. The second entry becomes a refusal
+        (DuplicateNameError) that waits behind the first and is negotiated under the name once
+        the first completes, so every rank's second call under the name fails with it."""
         with self._lock:
             if self.failure is not None:
                 raise self.failure
             for entry in entries:
                 if entry.name in self._in_flight:
-                    raise DuplicateNameError(
-                        f"tensor name {shown(entry.name)} is already in flight on rank {self.rank}: synchronize the "
-                        "first call before submitting the name again, or give the second tensor another name")
-            for entry in entries:
-                self._in_flight[entry.name] = entry
-            self._queue.extend(entries)
+                    self._defer_duplicate(entry)
+                else:
+                    self._in_flight[entry.name] = entry
+                    self._queue.append(entry)
             self._work.set()
+
+    def _defer_duplicate(self, entry: Entry) -> None:
+        reason = (f"tensor name {shown(entry.name)} was submitted again on rank {self.rank} while its first call was "
+                  "in flight there: synchronize the first call before submitting the name again, or give the "
+                  "second tensor another name")
+        entry.request = dataclasses.replace(entry.request, rejected=reason, rejected_as=DuplicateNameError.__name__)
+        entry.array = None  # never moved: its memory is the user's again
+        self._deferred.setdefault(entry.name, []).append(entry)
 
     def drain(self) -> List[Entry]:
         with self._lock:
@@ -90,6 +103,14 @@ class SharedState:
         with self._lock:
             if self._in_flight.get(entry.name) is entry:
                 del self._in_flight[entry.name]
+                waiting = self._deferred.get(entry.name)
+                if waiting:  # the duplicate submitted meanwhile goes out under the name now
+                    after = waiting.pop(0)
+                    if not waiting:
+                        del self._deferred[entry.name]
+                    self._in_flight[entry.name] = after
+                    self._queue.append(after)
+                    self._work.set()
         if error is not None:
             entry.slot.set_error(error)
         else:
@@ -100,8 +121,9 @@ class SharedState:
         with self._lock:
             if self.failure is None:
                 self.failure = error
-            entries = list(self._in_flight.values())
+            entries = list(self._in_flight.values()) + [e for waiting in self._deferred.values() for e in waiting]
             self._in_flight.clear()
+            self._deferred.clear()
             self._queue = []
         for entry in entries:
             entry.slot.set_error(self.failure)

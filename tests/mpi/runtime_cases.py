@@ -314,13 +314,14 @@ def case_mismatches(r, n):
 
 def case_duplicate_name(r, n):
     h = rt.allreduce_async(np.ones(2), name="dup")
+    again = rt.allreduce_async(np.ones(2), name="dup")  # refused on every rank, after the first
+    close(rt.synchronize(h), np.ones(2), "float64")
     try:
-        rt.allreduce_async(np.ones(2), name="dup")
+        rt.synchronize(again)
     except bf.DuplicateNameError as e:
-        assert "dup" in str(e)
+        assert "'dup'" in str(e) and "while its first call was in flight" in str(e), e
     else:
         raise AssertionError("no DuplicateNameError")
-    close(rt.synchronize(h), np.ones(2), "float64")
     close(bf.allreduce(np.ones(2), name="dup"), np.ones(2), "float64")  # free again
 
 

@@ -1,0 +1,102 @@
+"""What one rank alone does must end in a typed error (or the right result) on every rank of
+the call, within the stall bound: a name submitted again while in flight, join() while a peer
+waits in a process set's collective, remove_process_set on one rank, a rank that leaves its
+loop early. Run by ``test_one_rank_errors.py`` under mpirun at 2 and 3 ranks, with a stall
+shutdown of a few seconds; each launch runs the cases named on the command line and prints
+``OK <case> rank <r>``.
+"""
+import sys
+import time
+
+import numpy as np
+
+import blinkflow as bf
+from blinkflow.runtime import api as rt
+from case_runner import run_cases
+
+#: The stall shutdown the test sets, plus the cycles it takes the stop to reach every rank.
+BOUND_S = 4.0 + 6.0
+
+
+def _raises(error_type, fn, *needles):
+    started = time.monotonic()
+    try:
+        fn()
+    except error_type as e:
+        for needle in needles:
+            assert needle in str(e), f"{needle!r} not in: {e}"
+        assert time.monotonic() - started < BOUND_S, f"took {time.monotonic() - started:.1f} s: {e}"
+        return e
+    raise AssertionError(f"no {error_type.__name__}")
+
+
+def case_a_name_submitted_twice_on_one_rank(r, n):
+    # Rank 0 submits 'dup' again while its first call is in flight; the others submit it once,
+    # synchronize, and submit it again: every rank's second call fails naming rank 0.
+    first = rt.allreduce_async(np.full(2, r + 1.0), op=bf.Sum, name="dup")
+    if r == 0:
+        second = rt.allreduce_async(np.ones(2), op=bf.Sum, name="dup")
+    assert np.array_equal(rt.synchronize(first), np.full(2, n * (n + 1) / 2))
+    if r != 0:
+        second = rt.allreduce_async(np.ones(2), op=bf.Sum, name="dup")
+    _raises(bf.DuplicateNameError, lambda: rt.synchronize(second), "'dup'", "rank 0",
+            "while its first call was in flight")
+    # Nothing is left behind: the name and the next collectives pair as they should.
+    assert np.array_equal(bf.allreduce(np.ones(2), op=bf.Sum, name="dup"), np.full(2, float(n)))
+    assert np.array_equal(bf.allreduce(np.ones(1), op=bf.Sum), np.full(1, float(n)))
+
+
+def case_join_while_a_peer_waits_in_a_process_set(r, n):
+    # Set {0, 1} (3 ranks or more: with 2 it would be the global set); rank 1 runs out of data and joins while rank 0 still reduces in the set: rank 1
+    # takes part with zeros, as join does in the global set, and an op join cannot take part in
+    # fails on every member naming rank 1.
+    pair = bf.add_process_set([0, 1])
+    if r == 1:
+        last = bf.join()
+    elif r == 0:
+        got = bf.allreduce(np.full(3, 5.0), op=bf.Sum, name="in.pair", process_set=pair)
+        assert np.array_equal(got, np.full(3, 5.0)), got
+        _raises(bf.TensorMismatchError, lambda: bf.allreduce(np.ones(2), op=bf.Max, name="max.in.pair",
+                                                              process_set=pair), "ranks [1] have joined")
+        last = bf.join()
+    else:
+        last = bf.join()
+    assert last == bf.allgather_object(last)[0]
+    assert np.array_equal(bf.allreduce(np.ones(2), op=bf.Sum, name="after.join", process_set=pair) if r < 2
+                          else np.full(2, 2.0), np.full(2, 2.0))
+    assert bf.remove_process_set(pair)
+
+
+def case_remove_process_set_on_one_rank(r, n):
+    # Only rank 0 removes the set; the others go on to their next collective. Every rank ends in a
+    # ShutdownError that names the missing ranks and says the call is collective.
+    alone = bf.add_process_set([0])
+    if r == 0:
+        call = lambda: bf.remove_process_set(alone)  # noqa: E731
+    else:
+        call = lambda: bf.allreduce(np.ones(2), name="next.step")  # noqa: E731
+    _raises(bf.ShutdownError, call, "stall", "remove_process_set.noname.0", "collective over every rank")
+
+
+def case_a_rank_that_leaves_its_loop_early(r, n):
+    # The last rank has one batch fewer: every rank ends in a ShutdownError naming the ranks missing and saying
+    # that join() (or equal shards) is the fix.
+    steps = 3 if r == n - 1 else 4
+    def loop():  # noqa: E306
+        for step in range(steps):
+            bf.allreduce(np.ones(2), name=f"grad.{step}")
+        bf.allreduce(np.ones(1), name="epoch.end")
+    _raises(bf.ShutdownError, loop, "stall", "missing on ranks", "blinkflow.join()", "equal length")
+
+
+def main():
+    bf.init()
+    run_cases(globals(), sys.argv[1:])
+    try:
+        bf.shutdown()
+    except bf.BlinkflowError:
+        pass
+
+
+if __name__ == "__main__":
+    main()
