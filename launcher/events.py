@@ -15,6 +15,8 @@ MAX_LINE = 3500           # stay below PIPE_BUF (4096) so the line is written at
 STARTED = "started"
 FAILED = "failed"
 EXITED = "exited"
+MPI_STARTING = "mpi"
+"""The rank's process begins MPI's initialisation (it imports ``mpi4py.MPI``)."""
 
 
 def encode(event: dict) -> str:

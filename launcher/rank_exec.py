@@ -9,6 +9,8 @@ It runs COMMAND as its child (the MPI process), and
   its traceback (an ``events`` line), and exits with the child's status, which makes mpirun stop
   the other ranks;
 - when mpirun stops it (SIGTERM/SIGINT/SIGHUP) stops the rank's whole process group, quietly;
+- tells blinkrun when its child begins MPI's initialisation (an ``mpi`` event, from the
+  child's sitecustomize), so blinkrun can name a rank that never does;
 - tells blinkrun when its child ends in any way (an ``exited`` event, also for status 0: a rank
   that ends early without ``MPI_Finalize`` makes mpirun stop the others, and blinkrun names it);
 - dies with its parent (Linux ``PR_SET_PDEATHSIG``) and makes its child do the same, so no rank
@@ -179,8 +181,14 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
         with open(record_file + ".ack", "w"):
             pass
 
+    def on_mpi_starting(_signum, _frame):
+        # pyhook's sitecustomize: the rank begins MPI's initialisation (once is enough).
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+        emit({"event": events.MPI_STARTING, "time": time.time()})
+
     tail = collections.deque(maxlen=TAIL_LINES)
     signal.signal(signal.SIGUSR1, on_record)
+    signal.signal(signal.SIGUSR2, on_mpi_starting)
     emit({"event": events.STARTED, "pid": os.getpid()})
     try:
         keep = [int(environ["PMI_FD"])] if environ.get("PMI_FD", "").isdigit() else []   # Hydra's PMI socket

@@ -11,7 +11,11 @@
   (``PR_SET_PDEATHSIG``, set before it starts) and stops the job as for Ctrl-C;
 - the rank named is the first that failed on its own (:mod:`.verdict`): ranks that stopped
   because of a peer (they say so) are not blamed;
-- ``start_timeout``: every rank's wrapper must report within this many seconds.
+- ``start_timeout``: every rank's wrapper must report within this many seconds; and once one
+  rank begins MPI's initialisation (its ``mpi`` event), every other rank must begin it within
+  this many seconds too: MPI's start-up waits for every rank, so a rank that exited before it
+  (even with status 0) or is stuck before it would leave the others waiting inside it forever.
+  blinkrun then stops the job and names those ranks.
 """
 from __future__ import annotations
 
@@ -41,6 +45,9 @@ class Job:
         self.interrupted: Optional[int] = None
         self.interrupted_at = 0.0
         self.start_timed_out = False
+        self.mpi_starting: Dict[int, float] = {}
+        """Ranks that began MPI's initialisation, and when."""
+        self.mpi_start_timed_out = False
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self.proc: Optional[subprocess.Popen] = None
@@ -101,6 +108,26 @@ class Job:
                       "exists on every host, or raise --start-timeout")
             self.stop()
 
+    def _check_mpi_started(self):
+        with self._lock:
+            missing = sorted(set(range(self.np)) - set(self.mpi_starting))
+            first = min(self.mpi_starting, key=self.mpi_starting.get)
+            exits = dict(self.exits)
+        if not missing or self.proc.poll() is not None or self._stopping.is_set():
+            return
+        self.mpi_start_timed_out = True
+        said = []
+        for rank in missing[:16]:
+            ended = exits.get(rank)
+            how = (f"exited with status {ended.get('status')} without starting MPI" if ended is not None else
+                   "is still running but has not started MPI (stuck, or slow before blinkflow.init())")
+            said.append(f"rank {rank} (host {self.started.get(rank, '?')}) {how}")
+        self._say(f"{'; '.join(said)}{' ...' if len(missing) > 16 else ''}: MPI's start-up waits for every rank, "
+                  f"and {len(missing)} of {self.np} did not begin it within {self.start_timeout:g} s of rank {first}; "
+                  "stopping the job. Every rank must call blinkflow.init() (or import mpi4py.MPI); raise "
+                  "--start-timeout for a slow start")
+        self.stop()
+
     # -- output ----------------------------------------------------------------------------
     def _relay_stdout(self):
         for line in iter(self.proc.stdout.readline, b""):
@@ -120,6 +147,12 @@ class Job:
         with self._lock:
             if kind == events.STARTED:
                 self.started[rank] = event.get("host", "?")
+            elif kind == events.MPI_STARTING:
+                if not self.mpi_starting:
+                    timer = threading.Timer(self.start_timeout, self._check_mpi_started)
+                    timer.daemon = True
+                    timer.start()
+                self.mpi_starting[rank] = time.time()
             elif kind == events.EXITED:
                 self.exits[rank] = dict(event, host=self.started.get(rank, "?"))
             elif kind == events.FAILED:
@@ -156,7 +189,7 @@ class Job:
         if self.interrupted is not None:
             self._say(f"stopped by {signal.Signals(self.interrupted).name}; every rank was stopped")
             return 128 + self.interrupted
-        if self.start_timed_out:
+        if self.start_timed_out or self.mpi_start_timed_out:
             return 1
         if returncode != 0:
             status = returncode if returncode > 0 else 128 - returncode

@@ -18,6 +18,7 @@ from . import startup
 from .background import SHUTDOWN_CALLED, Engine
 from .global_state import RUNTIME
 from .messages import clipped
+from .mpi_start import watched_mpi_init
 from .process_sets import init_entries, ranks_of_entry, register_entries
 
 
@@ -48,6 +49,7 @@ def init(comm=None, process_sets=None) -> None:
                                 "restart the job", rank=getattr(RUNTIME.broken_by, "rank", None))
         if comm is None and "mpi4py.MPI" not in sys.modules:
             apply_mpi_defaults()  # before MPI_Init, which importing mpi4py.MPI performs
+            watched_mpi_init(get_config().start_timeout)
         comm = _communicator(comm)
         entries = init_entries(process_sets)
         base = comm

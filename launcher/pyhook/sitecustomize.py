@@ -9,6 +9,10 @@ a collective are stopped instead of hanging, as ``python -m mpi4py`` does. Witho
 exiting rank would run mpi4py's atexit ``MPI_Finalize``, which can wait forever for those peers;
 ``sys.exit`` with a non-zero status after MPI_Init likewise aborts at exit.
 
+It also tells the wrapper (SIGUSR2) when the rank starts MPI's initialisation (the import of
+``mpi4py.MPI`` begins), so blinkrun can name a rank that never gets there: MPI's start-up waits
+for every rank, so the others would wait inside it forever.
+
 It imports nothing of blinkflow (it runs in every Python the rank starts) and then loads the
 ``sitecustomize`` this one shadows, if any.
 """
@@ -105,10 +109,27 @@ def _exit_and_abort(status=None, _exit=sys.exit):
     _exit(status)
 
 
+class _MpiStartSignal:
+    """A meta path finder that finds nothing: the first time ``mpi4py.MPI`` is looked up it
+    tells the wrapper that this rank is starting MPI, then leaves the import to the others."""
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name == "mpi4py.MPI":
+            sys.meta_path.remove(cls)
+            import signal
+            try:
+                os.kill(int(os.environ[_WRAPPER_VAR]), signal.SIGUSR2)
+            except (OSError, ValueError, KeyError):
+                pass
+        return None
+
+
 def _install():
     if os.environ.get(_RECORD_VAR) and os.environ.get(_WRAPPER_VAR):
         sys.excepthook = _record_and_abort
         sys.exit = _exit_and_abort
+        sys.meta_path.insert(0, _MpiStartSignal)
 
 
 def _chain():
