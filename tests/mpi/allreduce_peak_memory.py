@@ -1,0 +1,64 @@
+"""Peak memory of one out-of-place all-reduce of SIZE MiB of float32 per rank, in multiples of the
+tensor: ``mpirun -np N python tests/mpi/allreduce_peak_memory.py SIZE``.
+
+Prints per rank the peak RSS (``VmHWM``, reset before the call) above the runtime's baseline with
+the input and the result included, and the proportional set size (PSS, shared pages divided
+among the processes mapping them) sampled every 2 ms during the call: RSS counts a page of a
+peer's shared-memory window that a rank reads once more in every rank that reads it.
+"""
+import sys
+import threading
+
+import numpy as np
+
+import blinkflow as bf
+
+MIB = 1 << 20
+
+
+def _status(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+def _pss() -> int:
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    raise KeyError("Pss")
+
+
+def main():
+    bf.init()
+    size = int(sys.argv[1]) * MIB
+    bf.allreduce(np.ones(1024, np.float32), name="warm")
+    base = _status("VmRSS")
+    x = np.full(size // 4, bf.rank() + 1.0, np.float32)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak RSS starts again from the current RSS
+    top, done = [_pss()], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            top[0] = max(top[0], _pss())
+            done.wait(0.002)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    y = bf.allreduce(x, op=bf.Sum, name="measured")
+    done.set()
+    sampler.join()
+    peak = _status("VmHWM")
+    n = bf.size()
+    assert float(y[0]) == n * (n + 1) / 2 and float(y[-1]) == n * (n + 1) / 2
+    print(f"PEAK rank {bf.rank()} tensor_mib={size / MIB:.0f} rss_x={(peak - base) / size:.2f} "
+          f"pss_x={(top[0] - base) / size:.2f}", flush=True)
+    bf.shutdown()
+
+
+if __name__ == "__main__":
+    main()
