@@ -1,10 +1,11 @@
-"""Run under mpirun with the fake CuPy, one fake GPU per rank and no peer access between them:
+"""Run under mpirun with the fake CuPy, one fake GPU per rank and no peer access between them (2 ranks):
 ``init()`` alone (the script never calls ``cupy.cuda.Device(...).use()``) makes the rank's GPU the
 calling thread's current device, so arrays made afterwards live where the rank's collectives run.
 
 ``blinkflow`` or ``tensorflow`` (argv[1]) names whose ``init`` is called; both must agree. CUDA's
 current device belongs to a thread: a thread started later begins on device 0 and is moved by
-its own ``init()`` call. Prints ``INIT DEVICE OK <mode>``; exits 1 naming each failure.
+its own ``init()`` call. A tensor one rank left on GPU 0 is refused on every rank (the backend would
+pack it on the wrong GPU). Prints ``INIT DEVICE OK <mode>``; exits 1 naming each failure.
 """
 import os
 import sys
@@ -35,6 +36,18 @@ try:
     checks.close("allreduce of it", cupy.asnumpy(got), sum(np.arange(6, dtype=np.float32) + k for k in range(n)))
 except bf.BlinkflowError as e:
     checks.check("allreduce of it", False, e)
+
+# One rank's tensor on the wrong GPU: every rank's call fails alike, naming it, and the job goes on.
+with cupy.cuda.Device(0):  # rank 0's own GPU; rank 1's wrong one
+    y = cupy.ones(3, dtype=cupy.float32)
+try:
+    bf.allreduce(y, name="wrong_gpu")
+    checks.check("a tensor on another GPU is refused", False, "it ran")
+except bf.InvalidArgumentError as e:
+    checks.check("the refusal names the rank that made it", "rank 1" in str(e), e)
+    checks.check("the refusal says which GPU to use", r != 1 or "drives GPU 1" in str(e), e)
+again = bf.allreduce(cupy.ones(2, dtype=cupy.float32), op=bf.Sum, name="after_wrong_gpu")
+checks.close("the job goes on after the refusal", cupy.asnumpy(again), np.full(2, float(n), np.float32))
 
 seen = {}
 
