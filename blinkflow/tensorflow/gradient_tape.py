@@ -39,11 +39,7 @@ class DistributedGradientTape:
                  unconnected_gradients=tf.UnconnectedGradients.NONE):
         grads = self._tape.gradient(target, sources, output_gradients=output_gradients,
                                     unconnected_gradients=unconnected_gradients)
-        flat = tf.nest.flatten(grads)
-        if self._local:
-            reduced = self._local.reduce(self._reducer, flat, tf.nest.flatten(sources))
-        else:
-            reduced = self._reducer.reduce(flat)
+        reduced = self._local.reduce(self._reducer, tf.nest.flatten(grads), tf.nest.flatten(sources))
         return tf.nest.pack_sequence_as(grads, reduced)
 
     def __enter__(self):
