@@ -96,7 +96,8 @@ class GradientReducer:
             return out
         agreed = None
         if not all_dense and rank_ops.size(self.process_set) > 1:
-            agreed = sparse_agreement.agree(f"{self.name}.sparse_agreement", [i in sparse_at for i in range(len(grads))],
+            flags = [i in sparse_at for i in range(len(grads))]
+            agreed = sparse_agreement.agree(f"{self.name}.sparse_agreement", flags,
                                             [sparse_agreement.variable_label(s, i) for i, s in enumerate(sources)],
                                             self.process_set)
         gathered: Dict[int, List[tf.Tensor]] = {}

@@ -40,7 +40,8 @@ class LocalSources:
         local = [id(s) in self._ids for s in sources]
         shared_at = [i for i, is_local in enumerate(local) if not is_local]
         out = list(grads)
-        for i, reduced in zip(shared_at, reducer.reduce([grads[i] for i in shared_at], [sources[i] for i in shared_at])):
+        shared = reducer.reduce([grads[i] for i in shared_at], [sources[i] for i in shared_at])
+        for i, reduced in zip(shared_at, shared):
             out[i] = reduced
         if self.scale:
             n = rank_ops.size(self.process_set)

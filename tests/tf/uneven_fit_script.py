@@ -84,8 +84,8 @@ def train(label, callbacks, jit_compile):
         close(f"{label}: epoch {epoch} bias = reference", got[1], want_b.astype(np.float32))
         every = hvd.allgather_object([v.tolist() for v in got])
         check(f"{label}: epoch {epoch} weights equal on every rank", all(e == every[0] for e in every))
-    check(f"{label}: iterations = longest shard's steps", int(model.optimizer.iterations.numpy()) == EPOCHS * max(BATCHES),
-          str(int(model.optimizer.iterations.numpy())))
+    iterations = int(model.optimizer.iterations.numpy())
+    check(f"{label}: iterations = longest shard's steps", iterations == EPOCHS * max(BATCHES), str(iterations))
     return history
 
 
