@@ -49,7 +49,7 @@ def init(comm=None, process_sets=None) -> None:
         if RUNTIME.broken_by is not None and comm is None:
             raise ShutdownError(f"blinkflow cannot start again on a job whose rank failed ({RUNTIME.broken_by}); "
                                 "restart the job", rank=getattr(RUNTIME.broken_by, "rank", None))
-        if comm is None and "mpi4py.MPI" not in sys.modules:
+        if "mpi4py.MPI" not in sys.modules:  # (a communicator given means it is loaded; a list does not)
             apply_mpi_defaults()  # before MPI_Init, which importing mpi4py.MPI performs
             watched_mpi_init(get_config().start_timeout)
         comm = _communicator(comm)
