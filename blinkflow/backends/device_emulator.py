@@ -41,8 +41,8 @@ from .device_abi import EncodedTables
 def view(address: int, count: int, dtype) -> np.ndarray:
     """``count`` elements of ``dtype`` at ``address`` (memory this process can reach)."""
     dtype = np.dtype(dtype)
-    return np.frombuffer((ctypes.c_char * max(1, count * dtype.itemsize)).from_address(int(address)),
-                         dtype=dtype)[:count]
+    nbytes = max(1, count) * dtype.itemsize
+    return np.frombuffer((ctypes.c_char * nbytes).from_address(int(address)), dtype=dtype)[:count]
 
 
 def address(array: np.ndarray) -> int:

@@ -76,8 +76,8 @@ def test_capabilities_digest_covers_the_layout_but_not_the_l2():
 
 def test_one_place_holds_the_chunk_rules():
     """No backend keeps a chunk constant or rule of its own: they all live in the policy."""
-    root = pathlib.Path(policy.__file__).resolve().parents[1] / "backends" / "cpu"
-    pattern = re.compile(r"^(DEFAULT_CHUNK_BYTES|MIN_SHARD_BYTES|MIN_PIECE_BYTES|MAX_CHUNK_BYTES)\s*=|def chunk_bytes_for|def chunk_elems",
-                         re.M)
-    offenders = [p.name for p in root.glob("*.py") if pattern.search(p.read_text())]
+    root = pathlib.Path(policy.__file__).resolve().parents[1] / "backends"
+    pattern = re.compile(r"^(DEFAULT_CHUNK_BYTES|MIN_SHARD_BYTES|MIN_PIECE_BYTES|MAX_CHUNK_BYTES|CHUNKS_PER_BUFFER)\s*="
+                         r"|def (auto_chunk_bytes|chunk_bytes_for|chunk_elems)", re.M)
+    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py") if pattern.search(p.read_text())]
     assert offenders == []
