@@ -17,6 +17,7 @@ TF1 graphs wait for collectives on TensorFlow's threads. Without the XLA op a co
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import logging
 import os
@@ -78,6 +79,18 @@ def _compile(sources: List[str], extra: List[str], target: str) -> None:
             os.remove(tmp)
 
 
+def _build_once(sources: List[str], extra: List[str], target: str) -> None:
+    """Build ``target`` unless it exists; the ranks of a host take turns on a lock file, so one
+    compiles and the others load its result (a compile takes tens of seconds of a core)."""
+    if os.path.exists(target):
+        return
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(target):
+            _compile(sources, extra, target)
+
+
 def _load(key: str, sources: List[str], extra: List[str], consequence: str, signatures) -> Optional[Loaded]:
     """The library ``key`` of ``sources`` (built first if needed); ``signatures`` maps its C
     functions to their argument types."""
@@ -87,8 +100,7 @@ def _load(key: str, sources: List[str], extra: List[str], consequence: str, sign
         target = library_path(sources, f"blinkflow_{key}")
         loaded = None
         try:
-            if not os.path.exists(target):
-                _compile(sources, extra, target)
+            _build_once(sources, extra, target)
             loaded = Loaded(tf.load_op_library(target), ctypes.CDLL(target))
             for function, argtypes in signatures.items():
                 getattr(loaded.native, function).argtypes = argtypes
