@@ -20,6 +20,7 @@ calls (:mod:`blinkflow.backends.device_abi`), so nothing is reset between launch
 """
 from __future__ import annotations
 
+import collections
 import ctypes
 from typing import Dict, List, Optional, Tuple
 
@@ -34,6 +35,9 @@ from .proxy import Edge, Proxy
 
 THREADS = 256
 """Threads per block: a step's copy or reduction is spread over them."""
+SHAPES_KEPT = 16
+"""Call shapes whose memory a rank keeps (least recently used ones go first): a training step has
+a handful; each holds its connections' rings."""
 CALL_TIMEOUT_S = 60.0
 """A launch that is not done by then is aborted (a dead or stalled peer): every block returns
 and the call raises a BackendError."""
@@ -205,7 +209,7 @@ class DeviceExecutor:
         self.timeout = timeout
         self.local_of = {r: layout.local_rank_of[r] for r in layout.local_ranks}
         self.proxy = Proxy(comm)
-        self._shapes: Dict[tuple, ShapeMemory] = {}
+        self._shapes: "collections.OrderedDict[tuple, ShapeMemory]" = collections.OrderedDict()
         self._sharers = _ranks_on_this_gpu(local_comm, routes.bus_id)
         self._broken: Optional[str] = None
         self.launches = 0
@@ -220,23 +224,31 @@ class DeviceExecutor:
         if shape is None:
             shape = self._shapes[key] = ShapeMemory(tables, buf.dtype.itemsize, self.local_of, self.local_comm,
                                                     self.routes, self.cupy)
+            # Making it was collective over the host after every local rank's earlier launches
+            # ended, so no peer still writes into an old shape's memory; every local rank runs
+            # the same shapes in the same order, so all free the same one.
+            if len(self._shapes) > SHAPES_KEPT:
+                self._shapes.popitem(last=False)[1].close()
+        else:
+            self._shapes.move_to_end(key)
         enc = shape.encoded
         kernel = kernels.get_kernel("interpreter.cu", interpreter_name(dtype, op, buf.dtype.itemsize))
         check_co_residency(self.cupy, kernel, enc.nblocks, self._sharers)
         launched = self.proxy.start(shape.edges_of_call(), shape.abort, self.timeout)
-        stream = self.cupy.cuda.get_current_stream()
         try:
             kernel((enc.nblocks,), (THREADS,),
                    (buf, shape.d_steps, shape.d_waits, shape.d_block_start, shape.d_conns, np.uint64(shape.progress),
                     np.uint64(shape.abort.__array_interface__["data"][0]), np.int64(shape.calls),
                     np.int64(enc.window), np.int64(enc.slot_elems), np.int32(len(enc.transfers))))
-            done = stream.record()
+            # The one event: the launch's end (an aborted launch ends too: the proxy raises the
+            # flag past the deadline, and every block returns).
+            self.cupy.cuda.get_current_stream().record().synchronize()
         except Exception:
             shape.abort[0] = 1
             launched.set()
             raise
         try:
-            self.proxy.finish(launched, done.query)
+            self.proxy.finish(launched)
         except BackendError as e:
             self._broken = str(e)
             raise

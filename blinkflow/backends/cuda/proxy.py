@@ -73,12 +73,9 @@ class Proxy:
         self._work.put((edges, abort, time.monotonic() + timeout, timeout, launched))
         return launched
 
-    def finish(self, launched: threading.Event, launch_done) -> None:
-        """Wait for the launch (``launch_done()``: its event completed; an aborted launch
-        completes too), then for the call's edges; raise the proxy's BackendError if it failed
-        or the deadline passed."""
-        while not launch_done():
-            time.sleep(1e-5)
+    def finish(self, launched: threading.Event) -> None:
+        """After the launch ended: wait for the call's edges; raise the proxy's BackendError if
+        it failed or the deadline passed."""
         launched.set()
         error = self._done.get()
         if error is not None:

@@ -1,8 +1,8 @@
 """The fake's device executor kernel (``blinkflow_interpreter<T, OP>`` of kernels/interpreter.cu):
 the launch's blocks run blinkflow's numpy interpreter (``blinkflow.backends.device_emulator``),
 one thread each, on the launch arrays and raw addresses the real kernel receives (rings and
-counters in shared memory, written by peers in other processes). Like every fake launch it
-returns when the work is done."""
+counters in shared memory, written by peers in other processes). Like every fake kernel it is
+issued on the stream and runs when the stream is flushed (the host's wait for its event)."""
 import re
 
 import numpy as np
@@ -24,7 +24,12 @@ class InterpreterKernel:
         self.dtype, self.op = np.dtype(_DTYPES[m.group(1)]), _OPS[int(m.group(2))]
         self.kernel = type("Function", (), {"ptr": id(self)})()
 
-    def __call__(self, grid, block, args, **kwargs):
+    def __call__(self, grid, block, args, stream=None, **kwargs):
+        from . import _streams
+
+        _streams.launch(lambda: self._run(grid, args), None if stream is None else stream._queue)
+
+    def _run(self, grid, args):
         from blinkflow.backends import device_abi as abi
         from blinkflow.backends.device_emulator import run_blocks, view
 

@@ -23,9 +23,6 @@ class Event:
     def done(self):
         return self._mark is None or self._mark[0].done >= self._mark[1]
 
-    def query(self):
-        return True  # the fake's work is done when it is issued
-
 
 class Stream:
     """A stream of the device current at its creation; ``Stream(null=True)`` is that device's
