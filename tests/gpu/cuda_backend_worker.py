@@ -1,6 +1,6 @@
 """Run under mpirun by test_cuda_backend.py: CudaBackend on N ranks sharing the GPUs here.
 
-argv: SCHEDULE HOSTS [ALGORITHM]   (ALGORITHM: auto (the policy's choice: the device executor),
+argv: SCHEDULE HOSTS [ALGORITHM]   (ALGORITHM: auto (the policy's choice: the runner),
 device or runner, as BLINKFLOW_ALGORITHM; SCHEDULE "chain" = hand-made chain schedules across all ranks (and
 one-hop all-gather / reduce-scatter), "plan" = the planner's lowered trees for the first GPUs
 of each host of an HGX H100 (cluster); HOSTS > 1 splits the ranks into that many pretend hosts:

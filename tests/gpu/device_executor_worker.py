@@ -4,8 +4,8 @@ two pretend hosts: the three-phase all-reduce, network edges through the proxy t
 
 argv: HOSTS
 
-Two backends on the same ranks: one with BLINKFLOW_ALGORITHM=runner, one with the policy's
-choice (auto: the device executor). Every collective runs on both with random floats (sums in
+Two backends on the same ranks: one with BLINKFLOW_ALGORITHM=runner, one with
+BLINKFLOW_ALGORITHM=device. Every collective runs on both with random floats (sums in
 different orders would differ in their last bits) and the results must be the same bytes, but
 for float16 sums: where a tree's root folds several children in one action the runner's fused
 kernel rounds once, the device executor after each child (numpy's and the CPU runner's order),
@@ -61,7 +61,7 @@ def make_backend(algorithm, timeout=60.0):
     return CudaBackend(ctx, nslots=2, arena_bytes=4 << 20, device_timeout=timeout)
 
 
-runner, device = make_backend("runner"), make_backend("auto")
+runner, device = make_backend("runner"), make_backend("device")
 failures = []
 
 
@@ -136,7 +136,7 @@ device.close()
 
 # One rank skips a call of a known shape: every other rank's launch ends with a BackendError, nobody hangs.
 if n > 1:
-    lonely = make_backend("auto", timeout=3.0)
+    lonely = make_backend("device", timeout=3.0)
     buf = cupy.asarray(floats(80, "float32", 999))
     lonely.allreduce(buf, ReduceOp.SUM)  # every rank: the call shape's memory is made together
     if me != 0:

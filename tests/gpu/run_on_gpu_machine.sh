@@ -120,8 +120,11 @@ done
 mps_stop
 for spec in "1 chain" "2 chain" "2 plan" "4 plan"; do
   read -r ranks schedule <<<"$spec"
-  step "bench-gpu-np$ranks-$schedule" 90 "${MPIRUN[@]}" -np "$ranks" python -m blinkflow.bench gpu \
-    --schedule "$schedule" --iters "$BENCH_ITERS" --sizes "$BENCH_SIZES"
+  for algorithm in runner device; do
+    step "bench-gpu-np$ranks-$schedule-$algorithm" 90 env BLINKFLOW_ALGORITHM=$algorithm "${MPIRUN[@]}" \
+      -x BLINKFLOW_ALGORITHM -np "$ranks" python -m blinkflow.bench gpu \
+      --schedule "$schedule" --iters "$BENCH_ITERS" --sizes "$BENCH_SIZES"
+  done
 done
 step user-default-np2 60 "${MPIRUN[@]}" -np 2 python -c '
 import blinkflow as bf, cupy

@@ -26,11 +26,10 @@ WORKER = os.path.join(HERE, "gpu", "cuda_backend_worker.py")
     (2, "chain", 1, "runner"), (4, "chain", 2, "runner"), (4, "plan", 2, "runner"), (3, "plan", 3, "runner"),
     (3, "chain", "2+1", "runner"), (3, "plan", "2+1", "runner")])
 def test_cuda_backend_on_fake_cupy(n, schedule, hosts, algorithm):
-    """The policy chooses the device executor on the cuda backend (``auto``); the host-driven
-    runner runs where BLINKFLOW_ALGORITHM=runner asks for it."""
+    """The device executor where BLINKFLOW_ALGORITHM=device asks for it, the host-driven runner
+    (``auto``'s choice on the cuda backend) where ``runner`` does."""
     env = fake_cupy_env()
-    setting = "auto" if algorithm == "device" else algorithm
-    out = run_mpi(n, ["python", "-m", "mpi4py", WORKER, schedule, str(hosts), setting], timeout=240, env=env)
+    out = run_mpi(n, ["python", "-m", "mpi4py", WORKER, schedule, str(hosts), algorithm], timeout=240, env=env)
     ran = algorithm if n > 1 else "none"  # one rank moves no data
     assert f"OK {n} ranks, {hosts} hosts, {schedule}, {ran}" in out.stdout, out.stdout + out.stderr
 
