@@ -126,11 +126,10 @@ class CudaBackend(Backend):
             return self._fusion[:nelems * dtype.itemsize].view(dtype)
 
     # ---- collectives ------------------------------------------------------------------------
-    def allreduce(self, buf, op: ReduceOp, out=None, scale: float = 1.0, dtype: Optional[str] = None) -> None:
-        """In place, or into ``out`` times ``scale`` (see Backend.allreduce). ``dtype="bfloat16"``
-        reduces a ``uint16`` cupy array as bfloat16."""
+    def allreduce(self, buf, op: ReduceOp, out=None, scale: float = 1.0) -> None:
+        """In place, or into ``out`` times ``scale`` (see Backend.allreduce)."""
         op = as_reduce_op(op).combiner
-        name = self._check(buf, dtype, reduce=True)
+        name = self._check(buf, reduce=True)
         if buf.size and self.layout.size > 1:
             with self._dev:
                 self._run("allreduce", buf.reshape(-1), name, op)
@@ -140,7 +139,7 @@ class CudaBackend(Backend):
                 self.scale(out, scale)
 
     def broadcast(self, buf, root: int) -> None:
-        self._check(buf, None, reduce=False)
+        self._check(buf, reduce=False)
         if buf.size == 0 or self.layout.size == 1:
             return
         with self._dev:
@@ -150,7 +149,7 @@ class CudaBackend(Backend):
         counts = [int(c) for c in counts]
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(int)
         me = self.layout.rank
-        self._check(recv, None, reduce=False)
+        self._check(recv, reduce=False)
         if send.size != counts[me] or recv.size != offsets[-1]:
             raise BackendError(f"allgather: send has {send.size} elements (counts say {counts[me]}), "
                                f"recv {recv.size} (counts sum to {offsets[-1]})")
@@ -159,11 +158,11 @@ class CudaBackend(Backend):
             if self.layout.size > 1 and recv.size:
                 self._run("allgather", recv.reshape(-1), None, None, counts=counts)
 
-    def reducescatter(self, send, recv, counts: Sequence[int], op: ReduceOp, dtype: Optional[str] = None) -> None:
+    def reducescatter(self, send, recv, counts: Sequence[int], op: ReduceOp) -> None:
         counts = [int(c) for c in counts]
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(int)
         me = self.layout.rank
-        name = self._check(send, dtype, reduce=True)
+        name = self._check(send, reduce=True)
         if send.size != offsets[-1] or recv.size != counts[me]:
             raise BackendError(f"reducescatter: send has {send.size} elements (counts sum to {offsets[-1]}), "
                                f"recv {recv.size} (counts say {counts[me]})")
@@ -226,7 +225,8 @@ class CudaBackend(Backend):
             teardown.free(self.local_comm)
 
     # ---- internals --------------------------------------------------------------------------
-    def _check(self, buf, dtype: Optional[str], reduce: bool) -> Optional[str]:
+    def _check(self, buf, reduce: bool) -> str:
+        """The kernels' name of ``buf``'s dtype, once ``buf`` is one this backend can work on."""
         if not isinstance(buf, self.cupy.ndarray):
             raise BackendError(f"the cuda backend works on cupy arrays, got {type(buf).__name__}")
         if not buf.flags.c_contiguous:
@@ -238,7 +238,7 @@ class CudaBackend(Backend):
         if current != self.device:
             raise BackendError(f"called from a thread on GPU {current}; this rank drives GPU {self.device}, and its "
                                "callers must work there too (backend.device_scope())")
-        name = dtype or dtype_name(buf.dtype)
+        name = dtype_name(buf.dtype)
         if reduce and name not in kernels.CTYPES:
             raise BackendError(f"the cuda backend reduces {', '.join(kernels.CTYPES)}; got {name}")
         return name
