@@ -132,7 +132,7 @@ def _device_arrays(tensors) -> list:
             placed = [tf.cast(t, tf.float32) if t.dtype == tf.bfloat16 else (t if _on_gpu(t) else tf.identity(t))
                       for t in tensors]
         for i, t in enumerate(placed):
-            arrays.append(tf_to_cupy(t, sync=i == len(placed) - 1)[0])  # one device sync for the group
+            arrays.append(tf_to_cupy(t, sync=i == len(placed) - 1))  # one device sync for the group
     except BlinkflowError:
         raise
     except Exception as e:  # CuPy refusing a capsule: say what to do rather than a DLPack trace
@@ -148,9 +148,7 @@ def _to_tensors(outs, out_dtypes) -> List[tf.Tensor]:
     if not any(_is_cupy(o) for o in outs):
         return [tf.convert_to_tensor(np.asarray(o, dtype=d.as_numpy_dtype)) for o, d in zip(outs, out_dtypes)]
     # aligned: a slice of a fused result may not be, and TensorFlow takes only aligned memory
-    import cupy
-
-    with cupy.cuda.Device(_rank_device()):  # a copy runs on the thread's device: make it the results'
+    with _rank_device_scope():  # a copy runs on the thread's device: make it the results'
         aligned = [o.copy() if _is_cupy(o) and o.size and o.data.ptr % _TF_ALIGN else o for o in outs]
     # One device sync before TensorFlow sees anything, also when every output is empty: our
     # kernels ran on our streams and still read the inputs (TF may reuse their memory once this
@@ -158,6 +156,13 @@ def _to_tensors(outs, out_dtypes) -> List[tf.Tensor]:
     _synchronize()
     return [_to_tf(o, d) if _is_cupy(o) else tf.convert_to_tensor(np.asarray(o, dtype=d.as_numpy_dtype))
             for o, d in zip(aligned, out_dtypes)]
+
+
+def _rank_device_scope():
+    """The rank's GPU as the calling thread's current device, for a ``with`` block."""
+    import cupy
+
+    return cupy.cuda.Device(_rank_device())
 
 
 def _synchronize() -> None:

@@ -6,9 +6,13 @@
 #   1. the GPU tests (tests/gpu; BLINKFLOW_EXPECT_GPU=1 turns a skip for a missing GPU into a failure),
 #      then the PyTorch worker (tests/gpu/torch_worker.py) at 1, 2 and 4 ranks with the machine's
 #      torch, then the 4-rank training worker once more to print its loss,
-#   2. python -m blinkflow.bench gpu at 1, 2 and 4 ranks sharing the GPU (chain and plan schedules),
-#   3. a first-time user's 2-rank job with no topology given (what discovery makes of this machine),
-#   4. python -m blinkflow.bench separate (CPU backend, out of place against MPI) at 2 and 4 ranks.
+#   2. the device executor (kernels/interpreter.cu compiled by CuPy on first use) against the runner,
+#      bitwise, at 2 and 4 processes sharing the GPU under CUDA MPS where nvidia-cuda-mps-control
+#      exists (tests/gpu/device_executor_worker.py; its blocks spin on each other's counters, which
+#      processes time-slicing one GPU without MPS make slow),
+#   3. python -m blinkflow.bench gpu at 1, 2 and 4 ranks sharing the GPU (chain and plan schedules),
+#   4. a first-time user's 2-rank job with no topology given (what discovery makes of this machine),
+#   5. python -m blinkflow.bench separate (CPU backend, out of place against MPI) at 2 and 4 ranks.
 # Skip steps with SKIP="bench-cpu user-default" (names, space-separated).
 # The whole run, set-up included, ends within BUDGET seconds (360: the lent machine's time is
 # scarce): each step runs under its own limit or the time left, whichever is less, and a step with
@@ -98,10 +102,29 @@ step gpu-tests 150 env BLINKFLOW_EXPECT_GPU="$EXPECT_GPU" python -m pytest -q -p
   --ignore=tests/gpu/test_torch_worker.py
 step torch 120 env BLINKFLOW_EXPECT_GPU="$EXPECT_GPU" python -m pytest -q -p no:cacheprovider -rs -s tests/gpu/test_torch_worker.py
 step train-np4 60 env BLINKFLOW_TOPOLOGY=hgx-h100 "${MPIRUN[@]}" -x BLINKFLOW_TOPOLOGY -np 4 python tests/gpu/train_worker.py
+mps_start() {  # a private MPS daemon for the device executor's processes (nothing if MPS is absent)
+  command -v nvidia-cuda-mps-control >/dev/null || { echo "no nvidia-cuda-mps-control: without MPS"; return 0; }
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/bf-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/bf-mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d && echo "MPS daemon started"
+}
+mps_stop() {
+  [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && echo quit | nvidia-cuda-mps-control
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}
+mps_start
+for np_ in 2 4; do
+  step "device-executor-np$np_" 150 "${MPIRUN[@]}" ${CUDA_MPS_PIPE_DIRECTORY:+-x CUDA_MPS_PIPE_DIRECTORY} -np "$np_" \
+    python -m mpi4py tests/gpu/device_executor_worker.py 1
+done
+mps_stop
 for spec in "1 chain" "2 chain" "2 plan" "4 plan"; do
   read -r ranks schedule <<<"$spec"
-  step "bench-gpu-np$ranks-$schedule" 90 "${MPIRUN[@]}" -np "$ranks" python -m blinkflow.bench gpu \
-    --schedule "$schedule" --iters "$BENCH_ITERS" --sizes "$BENCH_SIZES"
+  for algorithm in runner device; do
+    step "bench-gpu-np$ranks-$schedule-$algorithm" 90 env BLINKFLOW_ALGORITHM=$algorithm "${MPIRUN[@]}" \
+      -x BLINKFLOW_ALGORITHM -np "$ranks" python -m blinkflow.bench gpu \
+      --schedule "$schedule" --iters "$BENCH_ITERS" --sizes "$BENCH_SIZES"
+  done
 done
 step user-default-np2 60 "${MPIRUN[@]}" -np 2 python -c '
 import blinkflow as bf, cupy

@@ -12,7 +12,7 @@ def tf():
     return tf
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32"])
 def test_round_trip_shares_memory(tf, dtype):
     import cupy
 
@@ -20,16 +20,15 @@ def test_round_trip_shares_memory(tf, dtype):
 
     with tf.device("/GPU:0"):
         t = tf.cast(tf.range(1000), getattr(tf, dtype))
-    array, name = tf_to_cupy(t)
-    assert name == dtype
-    assert array.size == 1000 and array.dtype == (np.uint16 if dtype == "bfloat16" else np.dtype(dtype))
-    back = cupy_to_tf(array, name)
+    array = tf_to_cupy(t)
+    assert array.size == 1000 and array.dtype == np.dtype(dtype)
+    back = cupy_to_tf(array)
     assert back.dtype == t.dtype
     np.testing.assert_array_equal(back.numpy().astype(np.float64), t.numpy().astype(np.float64))
     # zero copy: writing through the cupy view shows up in the tensor made from it
     array[0] = array[1]
     cupy.cuda.Device().synchronize()
-    assert float(cupy_to_tf(array, name)[0]) == float(t[1])
+    assert float(cupy_to_tf(array)[0]) == float(t[1])
 
 
 def test_cpu_tensor_is_refused(tf):

@@ -1,4 +1,5 @@
 """Single-process checks of the TF bindings that need no MPI job."""
+import contextlib
 import subprocess
 import sys
 
@@ -147,10 +148,11 @@ def test_the_device_route_synchronises_after_the_collective_even_for_empty_outpu
             self.data = type("Data", (), {"ptr": 256})()
 
     events = []
-    monkeypatch.setattr(dlpack, "tf_to_cupy", lambda t, sync=True: (Array(int(tf.size(t))), t.dtype.name))
-    monkeypatch.setattr(dlpack, "cupy_to_tf", lambda a, dtype_name=None, sync=True: events.append(("out", sync))
+    monkeypatch.setattr(dlpack, "tf_to_cupy", lambda t, sync=True: Array(int(tf.size(t))))
+    monkeypatch.setattr(dlpack, "cupy_to_tf", lambda a, sync=True: events.append(("out", sync))
                         or tf.zeros(a.shape))
     monkeypatch.setattr(_bridge, "_synchronize", lambda: events.append(("sync",)))
+    monkeypatch.setattr(_bridge, "_rank_device_scope", contextlib.nullcontext)
     monkeypatch.setattr(_bridge, "_on_gpu", lambda t: True)
     monkeypatch.setattr(_bridge, "_device_possible", lambda: True)
     out = _bridge._run_eager(lambda arrays: events.append(("collective",)) or [Array(5), Array(0)],

@@ -5,9 +5,8 @@ the cuda backend as a cupy view of the same memory (gradients go from the optimi
 buffer without a host round trip), and results go back the same way. CuPy
 refuses a capsule of host memory; the bridge places tensors on the GPU first.
 
-CuPy has no bfloat16 dtype: a bfloat16 tensor is bit-cast to uint16 first (``tf.bitcast``
-reinterprets, it does not convert) and the dtype name travels beside the array, so the
-kernels still reduce it as bfloat16 (``CudaBackend.allreduce(buf, op, dtype="bfloat16")``).
+CuPy has no bfloat16 dtype: the bridge widens a bfloat16 tensor to float32 before it crosses and
+narrows the result after (``blinkflow.tensorflow._bridge``).
 
 Device ids: TF labels a capsule with its logical id, CuPy with the CUDA ordinal; the two differ
 once TF sees fewer GPUs than the process (``tf.config.set_visible_devices``). A capsule from TF is
@@ -24,7 +23,7 @@ goes back to TF. Callers that already synchronised (e.g. a whole fused batch at 
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Dict
 
 from . import capsule as dl
 
@@ -32,15 +31,11 @@ _tf_label: Dict[int, int] = {}
 """CUDA ordinal -> TensorFlow's logical id of that GPU, as TF's own capsules showed it."""
 
 
-def tf_to_cupy(tensor, sync: bool = True) -> Tuple[object, str]:
-    """``(cupy_array, dtype_name)`` viewing ``tensor``'s GPU memory; the name is "bfloat16"
-    for bfloat16 tensors (whose array is their uint16 bit pattern)."""
+def tf_to_cupy(tensor, sync: bool = True):
+    """A cupy array viewing ``tensor``'s GPU memory."""
     import cupy
     import tensorflow as tf
 
-    name = tensor.dtype.name
-    if name == "bfloat16":
-        tensor = tf.bitcast(tensor, tf.uint16)
     capsule = tf.experimental.dlpack.to_dlpack(tensor)
     kind, label = dl.device(capsule)
     if kind == dl.KDL_CUDA:
@@ -50,7 +45,7 @@ def tf_to_cupy(tensor, sync: bool = True) -> Tuple[object, str]:
     array = _from_capsule(cupy, capsule)
     if sync:
         cupy.cuda.Device(array.device.id).synchronize()
-    return array, name
+    return array
 
 
 def real_device(cupy, pointer: int, label: int) -> int:
@@ -74,8 +69,8 @@ def tf_label(ordinal: int) -> int:
     return visible.index(ordinal) if ordinal in visible else ordinal
 
 
-def cupy_to_tf(array, dtype_name: Optional[str] = None, sync: bool = True):
-    """A ``tf.Tensor`` viewing ``array``'s memory (bit-cast back to bfloat16 when asked)."""
+def cupy_to_tf(array, sync: bool = True):
+    """A ``tf.Tensor`` viewing ``array``'s memory."""
     import cupy
     import tensorflow as tf
 
@@ -83,10 +78,7 @@ def cupy_to_tf(array, dtype_name: Optional[str] = None, sync: bool = True):
         cupy.cuda.Device(array.device.id).synchronize()  # our kernels ran on our streams
     capsule = array.toDlpack() if hasattr(array, "toDlpack") else array.__dlpack__()
     dl.set_device_id(capsule, tf_label(array.device.id))
-    tensor = tf.experimental.dlpack.from_dlpack(capsule)
-    if dtype_name == "bfloat16":
-        tensor = tf.bitcast(tensor, tf.bfloat16)
-    return tensor
+    return tf.experimental.dlpack.from_dlpack(capsule)
 
 
 def _from_capsule(cupy, capsule):

@@ -277,6 +277,10 @@ class RawModule:
         pass
 
     def get_function(self, expr):
+        if expr.startswith("blinkflow_interpreter<"):
+            from ._interpreter import InterpreterKernel
+
+            return InterpreterKernel(expr)
         m = re.fullmatch(r"blinkflow_(reduce|scale)<([a-z_0-9 ]+)(?:, (\d))?>", expr)
         if m is None or m.group(2) not in _CTYPES:
             raise NotImplementedError(f"fake cupy does not emulate {expr}")

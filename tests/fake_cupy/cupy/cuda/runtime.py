@@ -218,3 +218,26 @@ def hostRegister(addr, nbytes, flags):
 def hostUnregister(addr):
     if _pinned.pop(addr, None) is None:
         raise CUDARuntimeError(f"cudaErrorHostMemoryNotRegistered: {addr:#x}")
+
+
+def memset(addr, value, nbytes):
+    ctypes.memset(addr, value, nbytes)
+
+
+_host_allocs = {}  # address -> the buffer of a hostAlloc (kept alive until freeHost)
+
+
+def hostAlloc(nbytes, flags):
+    """Pinned host memory; with cudaHostAllocMapped (0x2) the device reads it at the same address
+    (unified addressing), which the fake's kernels do anyway."""
+    buf = (ctypes.c_char * max(1, nbytes))()
+    addr = ctypes.addressof(buf)
+    _host_allocs[addr] = buf
+    _pinned[addr] = nbytes
+    return addr
+
+
+def freeHost(addr):
+    if _host_allocs.pop(addr, None) is None:
+        raise CUDARuntimeError(f"cudaErrorInvalidValue: fake cudaFreeHost of {addr:#x}, not a hostAlloc")
+    _pinned.pop(addr, None)
