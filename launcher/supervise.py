@@ -122,7 +122,8 @@ class Job:
             how = (f"exited with status {ended.get('status')} without starting MPI" if ended is not None else
                    "is still running but has not started MPI (stuck, or slow before blinkflow.init())")
             said.append(f"rank {rank} (host {self.started.get(rank, '?')}) {how}")
-        self._say(f"{'; '.join(said)}{' ...' if len(missing) > 16 else ''}: MPI's start-up waits for every rank, "
+        more = " ..." if len(missing) > 16 else ""
+        self._say(f"{'; '.join(said)}{more}: MPI's start-up waits for every rank, "
                   f"and {len(missing)} of {self.np} did not begin it within {self.start_timeout:g} s of rank {first}; "
                   "stopping the job. Every rank must call blinkflow.init() (or import mpi4py.MPI); raise "
                   "--start-timeout for a slow start")

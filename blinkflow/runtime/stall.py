@@ -19,6 +19,9 @@ from .coordinator import MessageTable
 from .log import logger
 from .messages import shown
 
+#: Waiting names a stall shutdown's message lists (oldest first).
+_FATAL_NAMES = 8
+
 
 class StallInspector:
     def __init__(self, check_s: float, shutdown_s: float):
@@ -40,19 +43,23 @@ class StallInspector:
             return None
         now = time.monotonic() if now is None else now
         stalled: List[Tuple[str, float, List[int], List[int]]] = []
-        fatal: List[str] = []
-        for name, since, present, absent in table.missing():
+        waiting = sorted(table.missing(), key=lambda m: m[1])  # the oldest first
+        fatal = False
+        for name, since, present, absent in waiting:
             waited = now - since
             if self.check_s > 0 and waited >= self.check_s and now - self._warned.get(name, -1e18) >= self.check_s:
                 self._warned[name] = now
                 stalled.append((name, waited, present, absent))
-            if self.shutdown_s > 0 and waited >= self.shutdown_s:
-                fatal.append(f"{shown(name)}{table.label} missing on ranks {absent} (ready on ranks {present}"
-                             f"{_refusals(table, name)})")
+            fatal = fatal or (self.shutdown_s > 0 and waited >= self.shutdown_s)
         if fatal:
-            names = [name for name, *_ in table.missing()]
+            # Every name still waiting, not only the one that ran out of time first: the cause is
+            # often another name (a call one rank made alone, while the others went on).
+            said = [f"{shown(name)}{table.label} missing on ranks {absent} (ready on ranks {present}"
+                    f"{_refusals(table, name)})" for name, _, present, absent in waiting[:_FATAL_NAMES]]
+            more = f"; and {len(waiting) - _FATAL_NAMES} more" if len(waiting) > _FATAL_NAMES else ""
             return (f"stall: tensors not submitted by every rank within {self.shutdown_s:g} s "
-                    f"(BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS): " + "; ".join(fatal) + ". " + likely_fix(names))
+                    f"(BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS): " + "; ".join(said) + more + ". "
+                    + likely_fix([name for name, *_ in waiting]))
         if stalled:
             lines = [f"  {shown(name)}{table.label}: missing on ranks {absent} (ready on ranks {present}, "
                      f"waiting {waited:.0f} s{_refusals(table, name)})"
