@@ -48,9 +48,9 @@ def case_a_name_submitted_twice_on_one_rank(r, n):
 
 
 def case_join_while_a_peer_waits_in_a_process_set(r, n):
-    # Set {0, 1} (3 ranks or more: with 2 it would be the global set); rank 1 runs out of data and joins while rank 0 still reduces in the set: rank 1
-    # takes part with zeros, as join does in the global set, and an op join cannot take part in
-    # fails on every member naming rank 1.
+    # Set {0, 1} (3 ranks or more: with 2 it would be the global set); rank 1 runs out of data
+    # and joins while rank 0 still reduces in the set: rank 1 takes part with zeros, as join does
+    # in the global set, and an op join cannot take part in fails on every member naming rank 1.
     pair = bf.add_process_set([0, 1])
     if r == 1:
         last = bf.join()
