@@ -16,7 +16,8 @@ and whether the simulator can model it. Every chunk rule lives here too, so a gr
   to 1 MiB, with :data:`DEVICE_WINDOW` slots per connection (its per-chunk cost is a flag
   handshake on the device, not host messages);
 * ``BLINKFLOW_CHUNK_BYTES`` (non-zero) overrides every pipeline chunk, ``BLINKFLOW_ALGORITHM``
-  the choice among the algorithms that can run the call. ``auto`` never picks the device
+  the choice among the algorithms that can run the call (a setting for one backend's algorithm,
+  ``device`` or ``single_copy``, leaves the other backend's calls to ``auto``). ``auto`` never picks the device
   executor yet: its kernel has not run on a GPU (``BLINKFLOW_ALGORITHM=device`` runs it).
 
 Every input is agreed: the config's fields by the job's config check, and :meth:`Capabilities.digest`
@@ -145,6 +146,8 @@ def choose(collective: str, nbytes: int, itemsize: int, layout, config, caps: Ca
         raise ConfigError(f"no algorithm runs {collective!r}; the collectives are {', '.join(COLLECTIVES)}")
     if wanted not in ALGORITHM_SETTINGS:
         raise ConfigError(f"BLINKFLOW_ALGORITHM must be one of {', '.join(ALGORITHM_SETTINGS)}, got {wanted!r}")
+    if caps.backend not in ALGORITHMS.get(wanted, ALGORITHMS["runner"]).backends:
+        wanted = "auto"  # a setting for the other backend: a job's numpy tensors keep the cpu's choice
     # ``auto`` keeps the host-driven runner on GPUs: the device executor's kernel has been
     # compiled and emulated but has not yet run on a GPU, so it runs only when asked for.
     if wanted == "device":

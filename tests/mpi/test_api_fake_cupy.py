@@ -18,9 +18,12 @@ def _env(n, hosts):
 
 @pytest.mark.mpi
 @pytest.mark.slow
-@pytest.mark.parametrize("n,hosts", [(1, 1), (2, 1), (4, 1), (4, 2)])
-def test_public_api_on_fake_cupy(n, hosts):
-    out = run_mpi(n, ["python", os.path.join(GPU_TESTS, "api_worker.py")], timeout=240, env=_env(n, hosts))
+@pytest.mark.parametrize("n,hosts,algorithm", [(1, 1, "auto"), (2, 1, "auto"), (4, 1, "auto"), (4, 2, "auto"),
+                                               (2, 1, "device"), (4, 2, "device")])
+def test_public_api_on_fake_cupy(n, hosts, algorithm):
+    """``auto`` (the host-driven runner on GPUs) and the device executor, as BLINKFLOW_ALGORITHM asks."""
+    env = dict(_env(n, hosts), BLINKFLOW_ALGORITHM=algorithm)
+    out = run_mpi(n, ["python", os.path.join(GPU_TESTS, "api_worker.py")], timeout=240, env=env)
     assert f"API OK {n} ranks" in out.stdout, out.stdout + out.stderr
 
 

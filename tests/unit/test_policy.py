@@ -57,9 +57,17 @@ def test_device_executor_only_when_asked_for():
 
 def test_an_algorithm_that_cannot_run_the_call_is_a_config_error():
     with pytest.raises(ConfigError, match="no device executor"):
-        choose("allreduce", 100, 4, ONE_HOST, Config(algorithm="device"), CPU)
+        choose("allreduce", 100, 4, ONE_HOST, Config(algorithm="device"), Capabilities("cuda"))
     with pytest.raises(ConfigError, match="single_copy runs all-reduces"):
         choose("broadcast", 100, 4, ONE_HOST, Config(algorithm="single_copy"), CPU)
+
+
+def test_a_setting_for_the_other_backend_leaves_a_call_to_auto():
+    """A job moves numpy and cupy tensors alike: forcing the GPU's algorithm leaves the cpu's calls alone."""
+    assert choose("allreduce", 100, 4, ONE_HOST, Config(algorithm="device"), CPU) == \
+        choose("allreduce", 100, 4, ONE_HOST, Config(), CPU)
+    assert choose("allreduce", 64 * MIB, 4, ONE_HOST, Config(algorithm="single_copy"), Capabilities("cuda")) == \
+        choose("allreduce", 64 * MIB, 4, ONE_HOST, Config(), Capabilities("cuda"))
     with pytest.raises(ConfigError, match="BLINKFLOW_ALGORITHM must be one of"):
         Config(algorithm="fast")
 
