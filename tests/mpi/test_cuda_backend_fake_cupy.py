@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from mpi_launch import fake_cupy_env, run_mpi
+from harness import fake_cupy_env, run_ranks
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(HERE, "gpu", "cuda_backend_worker.py")
@@ -25,7 +25,7 @@ WORKER = os.path.join(HERE, "gpu", "cuda_backend_worker.py")
                                                (3, "plan", "2+1")])
 def test_cuda_backend_on_fake_cupy(n, schedule, hosts):
     env = fake_cupy_env()
-    out = run_mpi(n, ["python", "-m", "mpi4py", WORKER, schedule, str(hosts)], timeout=240, env=env)
+    out = run_ranks(n, ["python", "-m", "mpi4py", WORKER, schedule, str(hosts)], timeout=240, env=env)
     assert f"OK {n} ranks, {hosts} hosts, {schedule}" in out.stdout, out.stdout + out.stderr
 
 
@@ -37,8 +37,8 @@ def test_gpu_bench_runs_on_fake_cupy():
     import json
 
     env = fake_cupy_env()
-    out = run_mpi(2, ["python", "-m", "blinkflow.bench", "gpu", "--sizes", "4KB,20KB", "--iters", "2", "--json"],
-                  timeout=240, env=env)
+    out = run_ranks(2, ["python", "-m", "blinkflow.bench", "gpu", "--sizes", "4KB,20KB", "--iters", "2", "--json"],
+                    timeout=240, env=env)
     result = json.loads(out.stdout)
     assert result["ranks"] == 2 and len(result["kernels"]) == 4
     assert [r["bytes"] for r in result["allreduce"]] == [4096, 20480]
