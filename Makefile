@@ -19,9 +19,15 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/blinkrun -np 2 python examples/keras_mnist.py
 
-# Unit, multi-process (mpirun at 1, 2 and 4 ranks) and GPU tests (skipped without a GPU).
+# Unit, multi-process (mpirun at 1 to 4 ranks), TensorFlow and GPU tests (skipped without a GPU).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+# While editing: the unit tests and one multi-process smoke at 2 ranks (mpirun, init, a few
+# collectives through the test harness).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit "tests/mpi/test_mpi_smoke.py::test_mpi4py_allreduce[2]" \
+		tests/mpi/test_mpi_smoke.py::test_blinkflow_first_collectives_at_two_ranks
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -26,6 +26,7 @@ def _on_a_dgx1():
 
 
 @pytest.mark.mpi
+@pytest.mark.xdist_group("process_sets_on_a_dgx1")
 @pytest.mark.parametrize("case", case_names(CASES))
 def test_process_sets_on_a_dgx1(case):
     """Four ranks on DGX-1 V100 GPUs 0-3 (``BLINKFLOW_TOPOLOGY``): every case again."""
@@ -33,6 +34,7 @@ def test_process_sets_on_a_dgx1(case):
 
 
 @pytest.mark.mpi
+@pytest.mark.xdist_group("process_sets_on_a_dgx1")
 def test_a_sets_plan_on_a_dgx1_is_its_gpus_plan():
     """The set of ranks 1-3 plans on GPUs 1, 2 and 3 alone (Blink's partial allocation)."""
     _on_a_dgx1().expect("plan_of_a_set_is_the_plan_of_its_devices")
