@@ -10,8 +10,12 @@ from harness import FAKE_CUPY, fake_cupy_env, mpirun_command, run_ranks  # noqa:
 
 
 def mpirun_argv(nprocs: int, argv: Sequence[str], env: Optional[Dict[str, str]] = None) -> List[str]:
-    """mpirun's argv for ``argv`` on ``nprocs`` ranks, ``env`` set on every rank."""
-    return mpirun_command(nprocs, argv, env)
+    """mpirun's argv for ``argv`` on ``nprocs`` ranks, ``env`` set on every rank. Callers add
+    hosts (``-H``) after it, which the builder cannot count slots of: ranks may oversubscribe."""
+    cmd = mpirun_command(nprocs, argv, env)
+    if "--oversubscribe" not in cmd:
+        cmd.insert(3, "--oversubscribe")
+    return cmd
 
 
 def run_mpi(nprocs: int, argv: Sequence[str], timeout: float = 120, env: Optional[Dict[str, str]] = None,
