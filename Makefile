@@ -29,7 +29,7 @@ test: $(STAMP)
 # While editing: the unit tests and one multi-process smoke at 2 ranks (mpirun, init, a few
 # collectives through the test harness).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit "tests/mpi/test_mpi_smoke.py::test_mpi4py_allreduce[2]" \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup tests/unit "tests/mpi/test_mpi_smoke.py::test_mpi4py_allreduce[2]" \
 		tests/mpi/test_mpi_smoke.py::test_blinkflow_first_collectives_at_two_ranks
 
 clean:
