@@ -1,4 +1,4 @@
-"""The public collective API of DESIGN §3.1, dispatched on the tensor's type.
+"""The public collective API (README.md), dispatched on the tensor's type.
 
 numpy (and cupy) arrays go to the framework-neutral runtime (``blinkflow.runtime.api``) and
 come back as the same kind of array. A framework's tensors go to the binding registered for the
@@ -12,21 +12,24 @@ runs on, by default the global set (every rank).
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Dict, Iterable
 
+from .arrays import is_array
 from .compression import Compression
 from .ops import Average
 
 _bindings: Dict[str, str] = {}
-"""Top-level module of a tensor type ("tensorflow", "keras") -> module of its binding's collectives."""
+"""A framework's top-level module ("tensorflow", "keras") -> module of its binding's collectives."""
 _modules = {}
 """The runtime and bindings once imported: an ``import`` statement in a function runs importlib's
 Python code on every call (tens of microseconds on a cache-cold step)."""
 
 
 def register_binding(frameworks: Iterable[str], module: str) -> None:
-    """Send tensors whose type lives under any of ``frameworks`` (top-level module names) to the
-    collectives of ``module`` (imported on first use), which take this module's signatures."""
+    """Send the tensors of ``frameworks`` (top-level module names) to the collectives of ``module``
+    (imported once a framework is), which take this module's signatures; its ``accepts(value)``
+    says which values are its tensors."""
     for framework in frameworks:
         _bindings[framework] = module
 
@@ -41,13 +44,18 @@ def _runtime():
 
 
 def _backend_for(tensor):
-    binding = _bindings.get(type(tensor).__module__.partition(".")[0])
-    if binding is None:
-        return _runtime()
-    ops = _modules.get(binding)
-    if ops is None:
-        ops = _modules[binding] = importlib.import_module(binding)
-    return ops
+    """The binding whose ``accepts(tensor)`` is true, else the runtime. Arrays (recognised by
+    protocol, :mod:`.arrays`) go to the runtime, and a framework's tensor can only exist once
+    the framework is imported: no binding is imported for a framework that is not."""
+    if not is_array(tensor):
+        for framework, binding in _bindings.items():
+            if framework in sys.modules:
+                ops = _modules.get(binding)
+                if ops is None:
+                    ops = _modules[binding] = importlib.import_module(binding)
+                if ops.accepts(tensor):
+                    return ops
+    return _runtime()
 
 
 def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,

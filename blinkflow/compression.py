@@ -2,11 +2,14 @@
 
 A compressor turns a tensor into the form that travels and back. ``fp16`` halves the bytes of
 float32/float64 tensors; integers and float16 travel unchanged. Works on numpy arrays here; the
-TensorFlow bindings pass tf tensors through :func:`_cast`, which uses ``tf.cast`` lazily.
+TensorFlow bindings pass tf tensors through :func:`_cast`, which casts what is not an array
+(:mod:`.arrays`) with ``tf.cast``, imported lazily.
 """
 from __future__ import annotations
 
 import abc
+
+from .arrays import is_array
 
 
 def _is_float(dtype) -> bool:
@@ -15,12 +18,11 @@ def _is_float(dtype) -> bool:
 
 
 def _cast(tensor, dtype_name: str):
-    module = type(tensor).__module__
-    if module.startswith(("tensorflow", "keras")):
-        import tensorflow as tf  # lazy: only a tf tensor brings us here
+    if is_array(tensor):
+        return tensor.astype(dtype_name)
+    import tensorflow as tf  # lazy: only a tf tensor brings us here
 
-        return tf.cast(tensor, dtype_name)
-    return tensor.astype(dtype_name)
+    return tf.cast(tensor, dtype_name)
 
 
 class Compressor(abc.ABC):

@@ -2,7 +2,7 @@
 
 Precedence is written down once: a ``blinkrun`` flag sets the variable for every rank, so
 CLI > environment > the defaults below. No other module reads ``os.environ`` for blinkflow
-settings (STYLE habit 9); they receive a :class:`Config`.
+settings; they receive a :class:`Config`.
 
 The environment name of a field is ``BLINKFLOW_`` + the field name upper-cased, following
 mpi4py's ``Rc``.
@@ -22,8 +22,9 @@ ENV_PREFIX = "BLINKFLOW_"
 #: cache, plan or choose data paths differently and wait for each other. The topology is one:
 #: rank 0 alone reads it, so one set on another rank only would be silently ignored.
 AGREED_FIELDS = ("fusion_threshold", "cache_capacity", "backend", "chunk_bytes", "cpu_single_copy", "cpu_control",
-                 "split_hosts", "topology", "bucket_bytes")
+                 "split_hosts", "topology", "bucket_bytes", "algorithm", "check_schedules")
 BACKENDS = ("auto", "cpu", "cuda")
+ALGORITHMS = ("auto", "runner", "device", "single_copy")
 CPU_CONTROLS = ("auto", "shm", "mpi")
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 _DAY_S = 86400.0
@@ -73,6 +74,23 @@ class Config:
     """Bytes of gradients per bucket: DistributedOptimizer and DistributedGradientTape submit each
     bucket as soon as backprop has produced it, last layer first, so its all-reduce overlaps the
     rest of backprop (PyTorch DDP's ``bucket_cap_mb``, and its default); 0 = one bucket."""
+    pin_gpus: int = 1
+    """1: ``blinkrun`` names, before CUDA starts in a rank, the GPUs of the rank's host by uuid in
+    ``CUDA_VISIBLE_DEVICES`` (the same list for every local rank; local rank k drives device k;
+    one MIG instance per rank); 0: leave CUDA_VISIBLE_DEVICES as the user set it."""
+    tf_memory_growth: int = 1
+    """1: with the cuda backend, ``blinkflow.tensorflow``'s ``init()`` makes TensorFlow grow its
+    GPU memory as needed instead of taking nearly all of it at start, which would leave none for
+    the receive arena and CuPy's pool; 0: leave TensorFlow's allocator as it is."""
+    algorithm: str = "auto"
+    """Which registered algorithm runs the collectives (``blinkflow.schedule.policy``): auto (the
+    policy decides per call), runner (the host-driven schedule runner), device (the device
+    executor; on the cpu backend its numpy emulator) or single_copy (cpu all-reduces that read
+    peers' tensors in place, where they can)."""
+    check_schedules: int = 0
+    """1: prove every new call shape's schedule before it first runs (its collective's
+    postcondition by symbolic execution, and that the device executor's tables cannot
+    deadlock); on in the test suite. 0: only the structural checks."""
     split_hosts: int = 0
     """For tests of the multi-host path on one machine: treat the job's ranks as this many hosts
     (consecutive blocks of ranks, no shared memory between blocks). 0 = real host names."""
@@ -88,8 +106,11 @@ class Config:
             raise ConfigError(f"{ENV_PREFIX}BACKEND must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(f"{ENV_PREFIX}LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
-        if self.cpu_single_copy not in (0, 1):
-            raise ConfigError(f"{ENV_PREFIX}CPU_SINGLE_COPY must be 0 or 1, got {self.cpu_single_copy}")
+        if self.algorithm not in ALGORITHMS:
+            raise ConfigError(f"{ENV_PREFIX}ALGORITHM must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+        for flag in ("cpu_single_copy", "pin_gpus", "tf_memory_growth", "check_schedules"):
+            if getattr(self, flag) not in (0, 1):
+                raise ConfigError(f"{self.env_name(flag)} must be 0 or 1, got {getattr(self, flag)}")
         if self.cpu_control not in CPU_CONTROLS:
             raise ConfigError(f"{ENV_PREFIX}CPU_CONTROL must be one of {', '.join(CPU_CONTROLS)}, "
                               f"got {self.cpu_control!r}")
@@ -185,7 +206,7 @@ def _parse(field: dataclasses.Field, raw: str):
         if not math.isfinite(value):  # nan slips through every "< 0" check
             raise ConfigError(f"{name}={raw!r} is not a finite number")
         return value
-    if field.name in ("backend", "log_level"):
+    if field.name in ("backend", "log_level", "algorithm"):
         return raw.lower()
     return raw
 
@@ -199,12 +220,6 @@ def get_config() -> Config:
     if _CONFIG is None:
         _CONFIG = Config.from_env()
     return _CONFIG
-
-
-def set_config(config: Optional[Config]) -> None:
-    """Replace the process-wide Config (tests, or ``init`` re-reading after a change)."""
-    global _CONFIG
-    _CONFIG = config
 
 
 #: Open MPI settings blinkflow needs before MPI starts; a value the user set wins.

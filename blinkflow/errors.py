@@ -1,4 +1,4 @@
-"""The one error hierarchy of blinkflow (DESIGN §3.4).
+"""The one error hierarchy of blinkflow, all under :class:`BlinkflowError`.
 
 Every error says what went wrong and how to fix it. Errors that come from bad user input carry
 the place (file, line or field) so a command-line tool can print one line and exit 2.
@@ -7,6 +7,12 @@ the place (file, line or field) so a command-line tool can print one line and ex
 
 class BlinkflowError(Exception):
     """Base class of every error blinkflow raises on purpose."""
+
+    # Spelled out so that an error raised while TensorFlow traces a function keeps its class:
+    # AutoGraph re-creates an exception from its message only when its __init__ is Exception's,
+    # and would otherwise hand the user a StagingError (NotSupportedError's other base,
+    # NotImplementedError, has an __init__ of its own).
+    __init__ = Exception.__init__
 
 
 class NotInitializedError(BlinkflowError):

@@ -42,7 +42,7 @@ def _mpi() -> Tuple[bool, str]:
 
 def _cupy() -> Tuple[bool, str]:
     if importlib.util.find_spec("cupy") is None:
-        return False, "not installed (pip install cupy-cuda12x)"
+        return False, "not installed (pip install 'blinkflow[gpu-cuda12]', or [gpu-cuda13] on CUDA 13)"
     import cupy
     return True, cupy.__version__
 
@@ -91,7 +91,41 @@ def _run(probe: Probe) -> Tuple[bool, str]:
         return False, f"unusable: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
 
 
-def report(sections=None) -> str:
+def device_lines(environ=None, cuda_source=None) -> List[str]:
+    """The GPU each local rank of a ``blinkrun`` job on this machine will drive: the pin
+    :mod:`.gpu_pin` gives local rank k of as many ranks as there are devices."""
+    import os
+
+    from .gpu_pin import LOCAL_RANK_VARS, LOCAL_SIZE_VARS, gpu_pin, pin_summary
+    environ = dict(os.environ if environ is None else environ)
+    probe_env = {k: v for k, v in environ.items() if k not in LOCAL_RANK_VARS + LOCAL_SIZE_VARS}
+    kwargs = {} if cuda_source is None else {"cuda_source": cuda_source}
+    _, first = gpu_pin(dict(probe_env, OMPI_COMM_WORLD_LOCAL_RANK="0", OMPI_COMM_WORLD_LOCAL_SIZE="1"), **kwargs)
+    if first is None:
+        return ["    GPUs are not pinned (BLINKFLOW_PIN_GPUS=0): CUDA_VISIBLE_DEVICES stays as set"]
+    if first.ordinal is None:
+        return [f"    none: {first.reason}"]
+    devices = None if first.device is None else (cuda_source or _cuda_devices)()
+    size = len(devices) if devices else len(environ.get("CUDA_VISIBLE_DEVICES", "").split(","))
+    lines, exported = [], set()
+    for k in range(size):
+        env = dict(probe_env, OMPI_COMM_WORLD_LOCAL_RANK=str(k), OMPI_COMM_WORLD_LOCAL_SIZE=str(size))
+        _, pin = gpu_pin(env, lambda: devices)
+        lines.append(f"    local rank {k}: {pin_summary(pin)}")
+        exported.add(pin.visible)
+    if len(exported) == 1 and None not in exported:
+        lines.append(f"    every local rank gets CUDA_VISIBLE_DEVICES={exported.pop()}")
+    lines.append(f"    (with {size} ranks per host; fewer take the first ones, more stop at init() unless "
+                 "BLINKFLOW_TOPOLOGY is given)")
+    return lines
+
+
+def _cuda_devices():
+    from blinkflow.topology.probe import cuda_devices
+    return cuda_devices()
+
+
+def report(sections=None, devices=device_lines) -> str:
     from blinkflow.version import __version__
     lines = [f"blinkflow v{__version__}:", ""]
     for title, probes in sections or SECTIONS:
@@ -100,4 +134,9 @@ def report(sections=None) -> str:
             ok, detail = _run(probe)
             lines.append(f"    [{'X' if ok else ' '}] {name}: {detail}")
         lines.append("")
+    lines.append("Devices the local ranks will drive:")
+    try:
+        lines += devices()
+    except Exception as e:  # a broken install is a finding, not a crash
+        lines.append(f"    unknown: {type(e).__name__}: {e}")
     return "\n".join(lines).rstrip() + "\n"

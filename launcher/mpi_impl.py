@@ -32,11 +32,6 @@ class MpiImpl:
     mpirun: str          # path of the launcher binary
     source: str = ""     # "pip wheel" or "system" (Open MPI only)
 
-    @property
-    def major(self) -> int:
-        match = re.match(r"(\d+)", self.version)
-        return int(match.group(1)) if match else 0
-
     def describe(self) -> str:
         where = f", {self.source}" if self.source else ""
         return f"{self.name} {self.version}{where} ({self.mpirun})".replace("  ", " ")

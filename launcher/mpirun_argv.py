@@ -32,6 +32,7 @@ class LaunchSpec:
     output_dir: Optional[str] = None          # per-rank logs
     wrapped: bool = True                      # False: mpirun starts the command itself, whose raw
                                               # output the test harness and the benchmarks read
+    verbose: bool = False                     # each rank says which GPU it drives
 
 
 def rank_command(python: str, spec: LaunchSpec) -> List[str]:
@@ -41,6 +42,8 @@ def rank_command(python: str, spec: LaunchSpec) -> List[str]:
     argv = [python, "-m", RANK_EXEC_MODULE]
     if spec.output_dir:
         argv += ["--output-dir", spec.output_dir]
+    if spec.verbose:
+        argv.append("--verbose")
     return argv + ["--", *spec.command]
 
 

@@ -1,7 +1,7 @@
 """A click command whose every usage or input error is ONE line on stderr and exit status 2.
 
-click's own standalone mode prints usage, a hint and the error on three lines; DESIGN §3.2 asks
-for one line and no traceback. Commands raise :class:`click.UsageError` (or let a
+click's own standalone mode prints usage, a hint and the error on three lines; blinkrun
+promises one line and no traceback (exit status 2 for bad usage or input). Commands raise :class:`click.UsageError` (or let a
 :class:`blinkflow.errors.TopologyError` escape) and this class prints ``<prog>: error: <what>``.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
     blinkrun plan --topology PRESET|FILE [--gpus LIST] --collective broadcast|allreduce|allgather|
                   reducescatter|reduce [--root R] [--json] [--png FILE] [--hybrid]
 
-``--json`` prints the plan object of DESIGN §3.2; otherwise a short table. ``--png`` draws the
+``--json`` prints the plan object of ``docs/planner.md``; otherwise a short table. ``--png`` draws the
 topology with every tree in its own colour and every link's load. Bad input exits with status 2
 and one line on stderr, never a traceback (launcher/one_line.py).
 """
@@ -32,7 +32,7 @@ def load_topology_spec(spec: str):
 @click.option("--gpus", metavar="LIST", help="Participating device ids in rank order, e.g. 0,1,4.")
 @click.option("--collective", required=True, type=click.Choice(COLLECTIVE_CHOICES))
 @click.option("--root", type=int, help="Root device of broadcast / reduce (default: the first).")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (DESIGN §3.2).")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (docs/planner.md).")
 @click.option("--png", "png", type=click.Path(dir_okay=False), help="Draw the trees and link loads.")
 @click.option("--hybrid", is_flag=True, help="Add PCIe trees as a second channel (Blink's hybrid).")
 def command(topology_spec, gpus, collective, root, as_json, png, hybrid):
@@ -60,7 +60,7 @@ def command(topology_spec, gpus, collective, root, as_json, png, hybrid):
 
 def plan_json(plan) -> dict:
     """:meth:`Plan.to_dict`; a three-phase plan also lists its phases as one-level ``trees`` and
-    ``routes``, so every plan's trees carry the whole buffer at ``rate_gbps`` (DESIGN §3.2)."""
+    ``routes``, so every plan's trees carry the whole buffer at ``rate_gbps`` (``docs/planner.md``)."""
     out = plan.to_dict()
     if plan.is_three_phase:
         from ..planner.multihost import one_level_trees

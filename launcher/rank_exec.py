@@ -13,7 +13,9 @@ It runs COMMAND as its child (the MPI process), and
   that ends early without ``MPI_Finalize`` makes mpirun stop the others, and blinkrun names it);
 - dies with its parent (Linux ``PR_SET_PDEATHSIG``) and makes its child do the same, so no rank
   outlives the job;
-- on the first rank of each host, reclaims what killed jobs left there (:mod:`.reclaim`).
+- on the first rank of each host, reclaims what killed jobs left there (:mod:`.reclaim`);
+- pins the rank to its GPU before CUDA starts in it (:mod:`.gpu_pin`), and with ``--verbose``
+  says which GPU that is.
 """
 from __future__ import annotations
 
@@ -116,7 +118,24 @@ def _child_env(environ: Mapping[str, str], record_file: str) -> dict:
     return env
 
 
-def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> int:
+def _pinned(environ: dict, rank: int, host: str, verbose: bool) -> dict:
+    """``environ`` with the rank's GPU pinned; a failure to pin is said, never fatal (the rank
+    then runs with the user's CUDA_VISIBLE_DEVICES)."""
+    from .gpu_pin import gpu_pin, pin_line
+    local_rank = env_int(environ, LOCAL_RANK_VARS, 0)
+    try:
+        updates, pin = gpu_pin(environ)
+    except Exception as e:
+        updates, pin = {}, None
+        if verbose:
+            _write_all(2, f"blinkrun: rank {rank}: GPUs not pinned: {type(e).__name__}: {e}\n".encode())
+    if verbose and pin is not None:
+        _write_all(2, pin_line(pin, rank, local_rank, host).encode())
+    return dict(environ, **updates)
+
+
+def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
+        verbose: bool = False) -> int:
     environ = dict(os.environ if environ is None else environ)
     rank = env_int(environ, RANK_VARS, 0)
     size = env_int(environ, SIZE_VARS, 1)
@@ -135,6 +154,7 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
         os.makedirs(logs, exist_ok=True)
     if env_int(environ, LOCAL_RANK_VARS, 0) == 0:
         quietly_reclaim()
+    environ = _pinned(environ, rank, host, verbose)
     scratch = tempfile.mkdtemp(prefix=scratch_prefix(rank))
     record_file = os.path.join(scratch, "exception.json")
     stopping, reported = [], []
@@ -248,12 +268,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m blinkflow.launcher.rank_exec",
                                      description="Run one rank of a blinkrun job (started by blinkrun).")
     parser.add_argument("--output-dir", help="also write this rank's stdout/stderr under DIR/rank.N/")
+    parser.add_argument("--verbose", action="store_true", help="say which GPU the rank drives")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("missing COMMAND after --")
-    sys.exit(run(command, args.output_dir))
+    sys.exit(run(command, args.output_dir, verbose=args.verbose))
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def _setting_options(func):
 @click.option("--mpi-args", default="", metavar="'ARGS'", help="Extra arguments for mpirun, as one quoted string.")
 @click.option("--output-filename", type=click.Path(file_okay=False), metavar="DIR",
               help="Also write each rank's output to DIR/rank.N/stdout and stderr.")
-@click.option("--verbose", is_flag=True, help="Print the exact mpirun command before running it.")
+@click.option("--verbose", is_flag=True, help="Print the exact mpirun command before running it, and the GPU each rank drives.")
 @click.option("--check-build", is_flag=True, expose_value=False, is_eager=True, callback=_check_build,
               help="Show what this installation can use (frameworks, MPI, GPU support) and exit.")
 @click.version_option(__version__, "--version", prog_name="blinkflow", message="%(prog)s %(version)s")
@@ -134,7 +134,7 @@ def command(np, hosts, hostfile, mpi_args, output_filename, verbose, command, **
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
     spec = LaunchSpec(np=np, command=tuple(command), hosts=tuple(hosts or ()), hostfile=hostfile,
-                      settings=settings, mpi_args=extra,
+                      settings=settings, mpi_args=extra, verbose=verbose,
                       output_dir=os.path.abspath(output_filename) if output_filename else None)
     from .reclaim import quietly_reclaim, scratch_prefix
     from .supervise import Job

@@ -5,51 +5,29 @@
     blinkrun simulate --topology dgx1-p100 --collective allreduce --size 1GB --sweep --png t.png
     blinkrun simulate --topology 64xdgx1-v100 --collective allreduce --size 1GB --sweep --step-budget 1000000
 
-``--json`` prints DESIGN §3.2's object; ``--sweep`` a table over sizes from 1 KB up to ``--size``
-with the latency / bandwidth crossover; ``--png`` plots time against size. Sizes take B, KB,
-MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024). Bad input exits 2 with one line.
+``--json`` prints the object README.md's "Command line" section describes, with ``policy``: the
+algorithm and chunk the call-shape policy picks for a job on that topology and its predicted
+seconds (null, "simulated": false, for an algorithm the simulator cannot model); ``--sweep`` a table
+over sizes from 1 KiB up to ``--size`` with the latency / bandwidth crossover; ``--png`` plots time
+against size. Sizes are read by :mod:`blinkflow.sizes`: KB, MB, GB are powers of 1000, KiB, MiB,
+GiB (or K, M, G) powers of 1024. Bad input exits 2 with one line.
 """
 from __future__ import annotations
 
 import json
-import re
 from typing import List
 
 import click
 
 from blinkflow.planner.plan import COLLECTIVES
 from blinkflow.sim.chunking import STEP_BUDGET
-from blinkflow.sim.compare import Comparison, compare, compare_sizes, sweep_sizes
+from blinkflow.sim.compare import Comparison, compare, compare_sizes, make_plan_for, sweep_sizes
+from blinkflow.sim.policy_prediction import predict
+from blinkflow.sizes import SIZE_HELP, format_size, parse_size
 from blinkflow.topology.resolve import resolve_topology
 
 from .one_line import OneLineErrorCommand
 from .topo_cmd import parse_gpus
-
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "k": 2**10, "m": 2**20, "g": 2**30}
-
-
-def parse_size(text: str, flag: str = "--size") -> int:
-    """``256MB`` -> 256000000, ``1GiB`` -> 1073741824, ``4096`` -> 4096 (bytes)."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([A-Za-z]*)\s*", text or "")
-    if not m or m.group(2).lower() not in _UNITS:
-        raise click.UsageError(f"{flag} {text!r}: write a byte size such as 4096, 256MB or 1GiB")
-    value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    if value <= 0:
-        raise click.UsageError(f"{flag} {text!r}: the size must be positive")
-    return value
-
-
-def human(nbytes: float) -> str:
-    """Binary units for powers-of-two sizes (the sweep's), decimal ones otherwise."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale and nbytes % scale == 0:
-            return f"{nbytes // scale}{unit}"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.3g}{unit}"
-    return f"{nbytes:.0f}B"
-
 
 @click.command(cls=OneLineErrorCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--topology", "topology_spec", required=True, metavar="PRESET|FILE",
@@ -57,18 +35,18 @@ def human(nbytes: float) -> str:
 @click.option("--gpus", metavar="LIST", help="The participating devices, e.g. 0,1,4 (default: all).")
 @click.option("--collective", required=True, type=click.Choice(COLLECTIVES), help="The collective to simulate.")
 @click.option("--root", type=int, default=None, help="Root device of broadcast / reduce (default: the first).")
-@click.option("--size", "size_text", default="256MB", show_default=True, help="Buffer size, e.g. 256MB, 1GiB.")
+@click.option("--size", "size_text", default="256MB", show_default=True, help=f"Buffer size, e.g. 256MB or 1GiB ({SIZE_HELP}).")
 @click.option("--elem-bytes", type=click.IntRange(1, 16), default=4, show_default=True, help="Bytes per element.")
 @click.option("--chunk", "chunk_text", default=None, help="Fixed chunk size (default: tuned by MIAD).")
 @click.option("--step-budget", type=click.IntRange(1000), default=STEP_BUDGET, show_default=True,
               help="Most steps one simulated call may have: MIAD starts from fewer, larger chunks when a "
                    "plan has many trees. Raise it for finer chunks on big clusters (slower).")
-@click.option("--json", "as_json", is_flag=True, help="Print DESIGN §3.2's JSON object.")
-@click.option("--sweep", is_flag=True, help="Print a table over sizes from 1KB up to --size.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (README.md, \"Command line\").")
+@click.option("--sweep", is_flag=True, help="Print a table over sizes from 1KiB up to --size.")
 @click.option("--png", metavar="FILE", default=None, help="Plot time against size (needs matplotlib).")
 def command(topology_spec, gpus, collective, root, size_text, elem_bytes, chunk_text, step_budget, as_json, sweep, png):
     """Simulate COLLECTIVE with blinkflow's plan and with NCCL's algorithm on a topology."""
-    size = parse_size(size_text)
+    size = parse_size(size_text, "--size")
     chunk = parse_size(chunk_text, "--chunk") // elem_bytes if chunk_text else None
     if size < elem_bytes:
         raise click.UsageError(f"--size {size_text!r} is smaller than one element ({elem_bytes} bytes)")
@@ -78,8 +56,13 @@ def command(topology_spec, gpus, collective, root, size_text, elem_bytes, chunk_
         topology.subset(devices, where="--gpus")  # checks the list; the plan runs on the full graph
     options = dict(elem_bytes=elem_bytes, chunk_elems=max(1, chunk) if chunk else None, step_budget=step_budget)
     if not (sweep or png):
-        row = compare(topology, collective, size, devices, root, latency=False, **options)
-        click.echo(json.dumps(row.to_json(), indent=2) if as_json else row.describe())
+        plan = make_plan_for(topology, collective, devices, root)
+        row = compare(topology, collective, size, devices, root, latency=False, plan=plan, **options)
+        chosen = predict(plan, topology, size, elem_bytes=elem_bytes)
+        if as_json:
+            click.echo(json.dumps(dict(row.to_json(), policy=chosen.to_json()), indent=2))
+        else:
+            click.echo(row.describe() + "\n" + chosen.describe())
         return
     rows = compare_sizes(topology, collective, sweep_sizes(size), devices, root, **options)
     if as_json:
@@ -97,10 +80,10 @@ def format_sweep(rows: List[Comparison]) -> str:
              f"{'size':>8} {'blinkflow':>12} {'algbw':>8} {'baseline':>12} {'algbw':>8} {'speedup':>8}  regime"]
     for r in rows:
         regime = "latency" if r.size_bytes / (r.rate_gbps * 1e9) < r.latency_s else "bandwidth"
-        lines.append(f"{human(r.size_bytes):>8} {r.seconds * 1e6:>10.1f}us {r.algbw_gbps:>8.2f} "
+        lines.append(f"{format_size(r.size_bytes):>8} {r.seconds * 1e6:>10.1f}us {r.algbw_gbps:>8.2f} "
                      f"{r.baseline_seconds * 1e6:>10.1f}us {r.baseline_algbw_gbps:>8.2f} {r.speedup:>7.2f}x  {regime}")
     cross = first.latency_s * first.rate_gbps * 1e9
-    lines.append(f"latency/bandwidth crossover ~ {human(cross)}: below it the fixed cost ({first.latency_s * 1e6:.1f} us, "
+    lines.append(f"latency/bandwidth crossover ~ {format_size(cross)}: below it the fixed cost ({first.latency_s * 1e6:.1f} us, "
                  f"the smallest size's time) dominates, above it size / {first.rate_gbps:.1f} GB/s does")
     return "\n".join(lines)
 

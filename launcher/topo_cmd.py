@@ -1,4 +1,4 @@
-"""``blinkrun topo``: show a topology — this machine's, a preset's or a file's (DESIGN §3.2).
+"""``blinkrun topo``: show a topology — this machine's, a preset's or a file's (README.md, "Topology").
 
     blinkrun topo                               # probe this machine (honours CUDA_VISIBLE_DEVICES)
     blinkrun topo --preset dgx1-v100 --gpus 0,1,4

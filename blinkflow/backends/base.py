@@ -1,4 +1,4 @@
-"""The interface every executor implements (STYLE habit 6: backends behind one interface).
+"""The interface every executor implements, so the runtime never asks which backend it drives.
 
 The runtime hands a backend flat, 1-D, C-contiguous buffers of one dtype (the fusion buffer or
 a single large tensor) and asks for one collective at a time, always in the same order on every
@@ -6,7 +6,7 @@ rank. Averaging, pre- and post-scaling are separate :meth:`Backend.scale` calls,
 always an elementwise combiner (``ReduceOp.combiner``: SUM, MIN, MAX or PRODUCT).
 
 A backend gets everything it needs in a :class:`BackendContext`; communicators are passed in,
-never fished from globals (STYLE habit 7).
+never fished from globals, so a process set or a test can hand a backend its own.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import dataclasses
 import functools
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-import numpy as np
 
+from .. import scaling
 from ..config import Config
 from ..ops import ReduceOp
 
@@ -168,18 +168,8 @@ class Backend(abc.ABC):
 
     def scale(self, buf, factor: float) -> None:
         """Multiply ``buf`` by ``factor`` in place (Average, pre/postscale) with Horovod's
-        arithmetic: integers in float64, truncated toward zero; float16 in float32, rounded once;
-        other floats in their own precision. At up to 3 ranks results then match Horovod's bit
-        for bit."""
-        if factor == 1.0:
-            return
-        kind = getattr(buf.dtype, "kind", "f")
-        if kind in "iub":
-            buf[...] = (buf * factor).astype(buf.dtype)
-        elif buf.dtype == np.float16 and isinstance(buf, np.ndarray):
-            np.multiply(buf, np.float32(factor), out=buf, dtype=np.float32)
-        else:
-            buf *= buf.dtype.type(factor)
+        arithmetic (:mod:`blinkflow.scaling`)."""
+        scaling.scale(buf, factor)
 
     def close(self) -> None:
         """Release shared memory, IPC handles, streams. Safe to call twice."""

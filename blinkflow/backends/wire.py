@@ -1,6 +1,6 @@
 """MPI under both backends' transports: control messages inside a host, data between hosts.
 
-STYLE habit 7: MPI carries control messages (small: six int64s, the sender's rank among them) and data moves by the
+MPI carries control messages (small: six int64s, the sender's rank among them) and data moves by the
 fastest path there is: inside a host through shared memory (CPU) or NVLink / IPC (GPU), where
 the READY / FREE messages below are all MPI carries; between hosts MPI carries the chunks
 themselves (:meth:`MpiWire.isend` / :meth:`MpiWire.irecv`), and their completions are the

@@ -14,7 +14,6 @@ training script does; ``--via backend`` drives the CPU executor directly on its 
 from __future__ import annotations
 
 import json
-import re
 import statistics
 import time
 from typing import Callable, Dict, List
@@ -22,25 +21,18 @@ from typing import Callable, Dict, List
 import click
 import numpy as np
 
+from ..sizes import SIZE_HELP, ByteSize, format_size
+
 SMALL_TENSORS = 200
 SMALL_BYTES = 16 * 1024
 #: Timed repetitions of the many-small-tensors case: a step takes a few milliseconds, and on the
 #: development VM medians of 15 came out 3.6 and 1.3 ms in back-to-back runs.
 SMALL_REPS = 40
-_UNITS = {"": 1, "B": 1, "KB": 1024, "KIB": 1024, "MB": 1024 ** 2, "MIB": 1024 ** 2, "GB": 1024 ** 3, "GIB": 1024 ** 3}
-
-
-def parse_size(text: str) -> int:
-    """``4KB`` -> 4096 (binary units: KB = KiB, as nccl-tests)."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text)
-    if not m or m.group(2).upper() not in _UNITS:
-        raise click.BadParameter(f"{text!r} is not a size like 4KB, 16MB or 1GB")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 
 def _reps(nbytes: int) -> int:
     """Enough repetitions for a stable median without minutes at 64 MiB: at least 25 (medians
-    of 7, the earlier floor, came out 2.4 and 3.9 ms at 16 MiB in back-to-back runs on the
+    of 7 came out 2.4 and 3.9 ms at 16 MiB in back-to-back runs on the
     development VM), up to 200 for the sizes that take microseconds."""
     return int(min(200, max(25, 2e9 // max(nbytes, 1) // 8)))
 
@@ -213,32 +205,25 @@ def _print_table(report: Dict) -> None:
           f"{'MPI out-of-place ms':>20} {'busbw':>7} {'speedup':>8}")
     for r in report["allreduce"]:
         b, m, o = r["blinkflow"], r["mpi"], r["mpi_out_of_place"]
-        print(f"{_human(r['bytes']):>10} {b['seconds'] * 1e3:13.3f} {b['busbw_gbps']:7.2f} {m['seconds'] * 1e3:16.3f} "
+        print(f"{format_size(r['bytes']):>10} {b['seconds'] * 1e3:13.3f} {b['busbw_gbps']:7.2f} {m['seconds'] * 1e3:16.3f} "
               f"{m['busbw_gbps']:7.2f} {r['speedup']:7.2f}x {o['seconds'] * 1e3:20.3f} {o['busbw_gbps']:7.2f} "
               f"{r['speedup_out_of_place']:7.2f}x")
     s = report.get("small_tensors")
     if s:
-        print(f"{s['tensors']} x {_human(s['tensor_bytes'])}: blinkflow grouped {s['blinkflow']['seconds'] * 1e3:.3f} ms; "
+        print(f"{s['tensors']} x {format_size(s['tensor_bytes'])}: blinkflow grouped {s['blinkflow']['seconds'] * 1e3:.3f} ms; "
               f"one MPI_Allreduce per tensor in place {s['mpi']['seconds'] * 1e3:.3f} ms ({s['speedup']:.2f}x), "
               f"out of place {s['mpi_out_of_place']['seconds'] * 1e3:.3f} ms ({s['speedup_out_of_place']:.2f}x)")
 
 
-def _human(nbytes: int) -> str:
-    for unit, scale in (("GB", 1024 ** 3), ("MB", 1024 ** 2), ("KB", 1024)):
-        if nbytes >= scale and nbytes % scale == 0:
-            return f"{nbytes // scale}{unit}"
-    return f"{nbytes}B"
-
-
 @click.command(help="blinkflow all-reduce vs MPI_Allreduce in the same processes (run under mpirun).")
-@click.option("--sizes", default="4KB,1MB,16MB,64MB", show_default=True, help="comma-separated buffer sizes")
+@click.option("--sizes", "sizes_b", type=ByteSize(many=True), default="4KiB,1MiB,16MiB,64MiB", show_default=True,
+              help=f"comma-separated buffer sizes ({SIZE_HELP})")
 @click.option("--via", type=click.Choice(["auto", "api", "backend"]), default="auto", show_default=True,
               help="blinkflow through the public API or the CPU executor directly (auto: the API when the runtime is installed)")
 @click.option("--no-small", is_flag=True, help="skip the 200 x 16 KiB many-tensors case")
 @click.option("--reps", type=click.IntRange(min=0), default=0, help="timed repetitions per case (0: by size)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (rank 0)")
-def command(sizes: str, via: str, no_small: bool, reps: int, as_json: bool) -> None:
-    sizes_b = [parse_size(s) for s in sizes.split(",") if s.strip()]
+def command(sizes_b: List[int], via: str, no_small: bool, reps: int, as_json: bool) -> None:
     if via == "auto":
         import importlib.util
 

@@ -21,15 +21,9 @@ from typing import Callable, Dict, List
 
 import click
 
-SIZES = "256KB,4MB,64MB"
+from ..sizes import SIZE_HELP, ByteSize
 
-
-def _parse_size(text: str) -> int:
-    text = text.strip().upper()
-    for suffix, mult in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10), ("B", 1)):
-        if text.endswith(suffix):
-            return int(float(text[: -len(suffix)]) * mult)
-    return int(text)
+SIZES = "256KiB,4MiB,64MiB"
 
 
 def _time(fn: Callable[[], None], iters: int, warmup: int = 3) -> float:
@@ -164,12 +158,13 @@ def _nccl_comm(comm, device: int):
 
 
 @click.command(help=__doc__.split("\n\n")[0])
-@click.option("--sizes", default=SIZES, show_default=True, help="comma-separated buffer sizes (B, KB, MB, GB)")
+@click.option("--sizes", "size_list", type=ByteSize(many=True), default=SIZES, show_default=True,
+              help=f"comma-separated buffer sizes ({SIZE_HELP})")
 @click.option("--iters", default=20, show_default=True, type=click.IntRange(1))
 @click.option("--schedule", type=click.Choice(["chain", "plan"]), default="chain", show_default=True,
               help="chain: two pipelined chains (no planner needed); plan: the planner's trees on an HGX H100 subset")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def command(sizes: str, iters: int, schedule: str, as_json: bool):
+def command(size_list: List[int], iters: int, schedule: str, as_json: bool):
     from ..backends.cuda.device import is_available
 
     if not is_available():
@@ -177,7 +172,6 @@ def command(sizes: str, iters: int, schedule: str, as_json: bool):
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    size_list = [_parse_size(s) for s in sizes.split(",") if s.strip()]
     result = {"ranks": comm.size, "kernels": [], "allreduce": []}
     if comm.rank == 0:
         result["kernels"] = kernel_rows(size_list, iters)

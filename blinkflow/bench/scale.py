@@ -1,7 +1,7 @@
 """``python -m blinkflow.bench scale``: Blink's three phases against NCCL's ring and NCCL's double
-binary tree across many hosts, per message size, in the simulator (issue 19).
+binary tree across many hosts, per message size, in the simulator.
 
-For one multi-host topology (default ``64xdgx1-v100``, 512 GPUs) and sizes from 1 KB up by 4x,
+For one multi-host topology (default ``64xdgx1-v100``, 512 GPUs) and sizes from 1 KiB up by 4x,
 simulates the all-reduce three ways with MIAD-tuned chunks: blinkflow's three-phase plan, NCCL's
 rings (one per NIC; over many identical hosts read off the same ring on 2 and 4 hosts,
 :mod:`blinkflow.sim.extrapolate`) and NCCL's double binary tree. ``--step-budget`` bounds the steps
@@ -20,6 +20,7 @@ import click
 
 from ..sim.chunking import STEP_BUDGET
 from ..sim.compare import sweep_sizes
+from ..sizes import SIZE_HELP, ByteSize, format_size
 
 DEFAULT_TOPOLOGY = "64xdgx1-v100"
 ALGORITHMS = ("blinkflow", "nccl-ring", "nccl-tree")
@@ -44,13 +45,6 @@ def measure(topology, plan, size_bytes: int, step_budget: int) -> Dict:
     return row
 
 
-def _human(nbytes: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale and nbytes % scale == 0:
-            return f"{nbytes // scale} {unit}"
-    return f"{nbytes / 1e6:g} MB" if nbytes >= 10**6 else f"{nbytes} B"
-
-
 def markdown(rows: Sequence[Dict], spec: str, plan, step_budget: int, wall: float) -> str:
     lines = [f"# {spec}: {len(plan.devices)} GPUs, all-reduce; plan rate {plan.rate_gbps:.2f} GB/s; "
              f"step budget {step_budget}",
@@ -61,7 +55,7 @@ def markdown(rows: Sequence[Dict], spec: str, plan, step_budget: int, wall: floa
              "|---:|---:|---:|---:|---|---:|"]
     for r in rows:
         nccl = min(r["nccl-ring"], r["nccl-tree"])
-        lines.append(f"| {_human(r['size_bytes'])} | {r['blinkflow'] * 1e6:.1f} | {r['nccl-ring'] * 1e6:.1f} | "
+        lines.append(f"| {format_size(r['size_bytes'])} | {r['blinkflow'] * 1e6:.1f} | {r['nccl-ring'] * 1e6:.1f} | "
                      f"{r['nccl-tree'] * 1e6:.1f} | {r['best']} | {nccl / r['blinkflow']:.2f}x |")
     return "\n".join(lines)
 
@@ -93,8 +87,9 @@ def plot(rows: Sequence[Dict], spec: str, path: str) -> None:
 
 @click.command(help="Three-phase all-reduce against NCCL's ring and tree across many hosts, per size.")
 @click.option("--topology", "spec", default=DEFAULT_TOPOLOGY, show_default=True, help="A multi-host preset.")
-@click.option("--size", "largest", default=2**30, show_default=True, help="Largest buffer (bytes).")
-@click.option("--smallest", default=2**10, show_default=True, help="Smallest buffer (bytes).")
+@click.option("--size", "largest", type=ByteSize(), default="1GiB", show_default=True,
+              help=f"Largest buffer ({SIZE_HELP}).")
+@click.option("--smallest", type=ByteSize(), default="1KiB", show_default=True, help="Smallest buffer.")
 @click.option("--step-budget", default=STEP_BUDGET, show_default=True, help="Most steps of one simulated call.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per size.")
 @click.option("--png", type=click.Path(dir_okay=False), help="Plot time and speedup against size.")

@@ -9,8 +9,8 @@ through mpirun, each printing the median of its repetitions (:mod:`.timing_worke
 gives per case the median over rounds, the spread, and the ratios.
 
 ``--tree NAME=PATH`` (repeatable) times the blinkflow found at ``PATH`` (put first on
-PYTHONPATH) under ``NAME``: e.g. ``--tree now=. --tree c4fcb5a=/tmp/old`` compares this checkout
-with an older one (a ``git worktree``) in one session. Without it, the installed blinkflow.
+PYTHONPATH) under ``NAME``: e.g. ``--tree new=. --tree old=/tmp/old`` compares this checkout
+with an older one (a ``git worktree``) in one run. Without it, the installed blinkflow.
 """
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ import sys
 from typing import Dict, List, Tuple
 
 import click
+
+from ..sizes import SIZE_HELP, ByteSize, format_size
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "timing_worker.py")
 
@@ -56,22 +58,18 @@ def _launch(np_: int, side: str, sizes: str, pythonpath: str = "") -> Dict:
 
 
 def _case_name(case: str) -> str:
-    if case == "small":
-        return "200 x 16KB"
-    nbytes = int(case)
-    return f"{nbytes >> 20}MB" if nbytes % (1 << 20) == 0 else f"{nbytes}B"
+    return "200 x 16KiB" if case == "small" else format_size(int(case))
 
 
 @click.command(help=__doc__.split("\n\n")[0])
 @click.option("--np", "np_", default=2, show_default=True, type=click.IntRange(1))
 @click.option("--rounds", default=5, show_default=True, type=click.IntRange(1))
-@click.option("--sizes", default="16MB,64MB", show_default=True, help="per-rank buffer sizes (KB, MB)")
+@click.option("--sizes", "sizes_b", type=ByteSize(many=True), default="16MiB,64MiB", show_default=True,
+              help=f"per-rank buffer sizes ({SIZE_HELP})")
 @click.option("--tree", "trees", multiple=True, help="NAME=PATH of a blinkflow checkout to time (repeatable)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def command(np_: int, rounds: int, sizes: str, trees: Tuple[str, ...], as_json: bool) -> None:
-    from .allreduce import parse_size
-
-    size_arg = ",".join(str(parse_size(s)) for s in sizes.split(",") if s.strip())
+def command(np_: int, rounds: int, sizes_b: List[int], trees: Tuple[str, ...], as_json: bool) -> None:
+    size_arg = ",".join(str(nbytes) for nbytes in sizes_b)
     named = [tuple(t.split("=", 1)) for t in trees] or [("blinkflow", "")]
     sides: List[Tuple[str, str, str]] = [(name, "blinkflow", path) for name, path in named] + [("MPI", "mpi", "")]
     runs: Dict[str, List[Dict]] = {name: [] for name, _, _ in sides}

@@ -37,9 +37,15 @@ def parse_args(argv=None):
     parser.add_argument("--num-iters", type=int, default=5)
     parser.add_argument("--num-threads", type=int, default=1, help="TF intra- and inter-op threads per worker")
     parser.add_argument("--local-baseline", action="store_true", help="blinkflow side: also time the step alone")
+    parser.add_argument("--jit-compile", action="store_true",
+                        help="blinkflow side: compile every step with XLA (tf.function(jit_compile=True)), as "
+                             "Keras 3 does on a GPU; the all-reduce crosses through blinkflow's XLA custom call")
     parser.add_argument("--marks", help="blinkflow side: write when each step's forward pass and backprop began "
                                         "to MARKS.rank<r>.json (for bench overlap-timeline)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.marks and args.jit_compile:
+        parser.error("--marks records from Python ops inside the step, which XLA cannot compile: drop --jit-compile")
+    return args
 
 
 class StepMarks:
@@ -126,7 +132,7 @@ def run_blinkflow(args, tf, keras):
     def make_step(distributed, meet=False):
         """The training step: gradients averaged (``distributed``), or left local; ``meet``: the
         ranks still meet once after backprop, in an all-reduce of one number the update waits for."""
-        @tf.function
+        @tf.function(jit_compile=args.jit_compile)
         def step():
             with tf.GradientTape() as tape:
                 images = marks.forward(data) if marks and distributed else data
@@ -150,7 +156,7 @@ def run_blinkflow(args, tf, keras):
     hvd.broadcast_variables(model.variables, root_rank=0)
     hvd.broadcast_variables(optimizer.variables, root_rank=0)
     mine = time_steps(args, step)
-    result = {"side": "blinkflow", "workers": hvd.size(),
+    result = {"side": "blinkflow", "workers": hvd.size(), "jit_compile": args.jit_compile,
               "img_sec": [float(v) for v in hvd.allgather(np.array([mine]), name="bench.img_sec")]}
     if args.local_baseline:
         steps = {"local": local_step, "synchronised": met_step, "distributed": step}

@@ -1,4 +1,4 @@
-"""Pure planning: Topology in, Plan out (DESIGN §2). Imports no MPI, CuPy or TensorFlow.
+"""Pure planning: Topology in, Plan out. Imports no MPI, CuPy or TensorFlow (``docs/planner.md``).
 
 ``make_plan`` packs spanning trees optimally for every collective (Edmonds' arborescences for
 broadcast and reduce, ForestColl's out-trees for all-gather and reduce-scatter, the better of

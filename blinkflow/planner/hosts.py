@@ -1,5 +1,5 @@
 """Identical hosts are planned once: a host's network up to relabelling, and the packing found
-for the first host of a shape carried to every other host of that shape (issue 19).
+for the first host of a shape carried to every other host of that shape.
 
 A cluster is mostly copies of one machine. Number each host's allocated devices by their position
 in the allocation, name its own nodes without their ``<host>/`` prefix (the names ``join_hosts``

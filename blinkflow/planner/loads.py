@@ -1,4 +1,4 @@
-"""The link load model of DESIGN §3.2, and the rate it implies.
+"""The link load model of every plan (``docs/planner.md``), and the rate it implies.
 
 ``load(a)`` is the sum of the fractions of the trees whose edges cross physical link ``a``
 (an edge through a switch crosses every link of its route). Broadcast, reduce, all-gather and
@@ -34,7 +34,7 @@ def edge_hops(plan: Plan, tree: Tree, parent: int, child: int) -> List[Link]:
 
 
 def link_loads(plan: Plan, topology: Topology = None) -> Dict[Link, float]:
-    """Load of every physical link the plan touches, in fractions of the buffer (DESIGN §3.2).
+    """Load of every physical link the plan touches, in fractions of the buffer (module docstring).
 
     ``topology`` is accepted for symmetry with :func:`plan_rate`; the loads depend on the plan
     alone (routes are stored in it).

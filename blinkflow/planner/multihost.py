@@ -14,7 +14,7 @@ different groups on one host spread over the host's NICs, so several NICs work i
 The group's own plan comes from the same machinery as a single host's: the network switch is
 split off, each logical edge keeping its physical route GPU -> PCIe -> NIC -> net -> NIC -> GPU.
 
-At cluster scale (issue 19): identical hosts share one packing, relabelled (:mod:`.hosts`); a
+At cluster scale (``docs/planner.md``): identical hosts share one packing, relabelled (:mod:`.hosts`); a
 group whose members all reach the switch at one rate is a uniform star, whose optimum is
 written down (:mod:`.star`); consecutive slices held by the same devices are one group.
 """
@@ -75,7 +75,7 @@ def _host_packing(net: Network) -> PackedPlan:
 
 
 def one_level_trees(plan: Plan) -> Tuple[Tuple[Tree, ...], Tuple[Route, ...]]:
-    """The three-phase all-reduce as DESIGN §3.2's one-level ``trees`` (``blinkrun plan --json``).
+    """The three-phase all-reduce as one-level ``trees`` for ``blinkrun plan --json`` (``docs/planner.md``).
 
     Slice [start, stop) of a cross group, tree ``k`` of its plan (fraction ``f``): one spanning
     tree of all devices, the cross tree's edges joined with every host's intra tree for that

@@ -3,7 +3,7 @@
 A plan is plain data with a JSON round-trip (``blinkrun plan --json`` prints :meth:`Plan.to_dict`),
 so a hang can be replayed offline from a dump and every rank can hash its plan and compare.
 
-Conventions (DESIGN §3.2):
+Conventions (the JSON of ``blinkrun plan --json``, ``docs/planner.md``):
 
 * ``trees[i].edges`` point in the broadcast / all-gather direction (parent -> child); reductions
   use them reversed. Tree ``i`` carries ``trees[i].fraction`` of the buffer; fractions sum to 1.
@@ -47,9 +47,6 @@ class Tree:
         for parent, child in self.edges:
             out.setdefault(parent, []).append(child)
         return out
-
-    def parent_of(self) -> Dict[int, int]:
-        return {child: parent for parent, child in self.edges}
 
     def to_dict(self) -> dict:
         out = {"root": self.root, "fraction": self.fraction, "edges": [list(e) for e in self.edges]}
@@ -175,7 +172,7 @@ class Plan:
 
     # ---- serialisation ----------------------------------------------------------------------
     def to_dict(self) -> dict:
-        """The JSON of ``blinkrun plan --json`` (DESIGN §3.2) plus the fields needed to rebuild it."""
+        """The JSON of ``blinkrun plan --json`` (``docs/planner.md``) plus the fields needed to rebuild it."""
         out = {
             "schema": PLAN_SCHEMA,
             "topology": self.topology,

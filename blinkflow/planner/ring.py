@@ -1,6 +1,6 @@
 """The NCCL-style ring baseline (``ring_gbps`` of ``blinkrun plan --json``).
 
-NCCL runs rings only inside a machine (DESIGN §4). Over point-to-point NVLink it packs
+NCCL runs rings only inside a machine (trees only between machines). Over point-to-point NVLink it packs
 Hamiltonian cycles of the allocated GPUs; we give it the best *fractional* packing of directed
 Hamiltonian cycles (a small LP over the enumerated cycles, GLOP), an upper bound on what NCCL's
 own search finds. On a switch fabric (NVSwitch, or a CPU host's shared memory) a ring runs at
@@ -14,7 +14,8 @@ Ring algorithm bandwidth from ring bandwidth ``B`` over ``N`` devices: broadcast
 from __future__ import annotations
 
 import functools
-from typing import Dict, Hashable, List, Sequence, Tuple
+import itertools
+from typing import Dict, Hashable, Iterable, Iterator, List, Sequence, Tuple
 
 from ortools.linear_solver import pywraplp
 
@@ -45,8 +46,8 @@ def _ring_bandwidth(topology: Topology, devices: Tuple[int, ...]) -> float:
         caps = {a: float(c) for a, c in net.capacity.items()}
         if net.forwarding:  # a switch fabric: every device talks to every other at its link rate
             return min(min(_sum(caps, d, 0), _sum(caps, d, 1)) for d in devices)
-        cycles = _hamiltonian_cycles(caps, devices)
-        if cycles is None:  # too many to list: the per-device bound (exact on symmetric meshes)
+        cycles = list(itertools.islice(hamiltonian_cycles(caps, devices), MAX_CYCLES + 1))
+        if len(cycles) > MAX_CYCLES:  # too many to pack: the per-device bound (exact on symmetric meshes)
             return min(min(_sum(caps, d, 0), _sum(caps, d, 1)) for d in devices)
         if cycles:
             return _pack_cycles(caps, cycles)
@@ -70,30 +71,41 @@ def _sum(caps: Dict[Tuple[Hashable, Hashable], float], node, side: int) -> float
     return sum(c for a, c in caps.items() if a[side] == node)
 
 
-def _hamiltonian_cycles(caps, devices: List[int]):
-    adj: Dict[int, List[int]] = {}
-    for (a, b) in caps:
-        adj.setdefault(a, []).append(b)
-    start = devices[0]
-    out: List[Tuple[int, ...]] = []
+def hamiltonian_cycles(arcs: Iterable[Tuple[int, int]], devices: Sequence[int]) -> Iterator[Tuple[int, ...]]:
+    """Every directed Hamiltonian cycle of ``devices`` over ``arcs`` (pairs; arcs touching other
+    nodes are ignored), each as a device order starting at ``devices[0]``, in lexicographic order.
 
-    def walk(path, seen):
-        if len(out) > MAX_CYCLES:
-            return
+    Lazy, because a mesh has factorially many: callers take as many as they can use. This is the
+    one ring search of blinkflow; the simulator's NCCL rings (:mod:`blinkflow.sim.rings`) use it too.
+
+    >>> list(hamiltonian_cycles({(0, 1), (1, 2), (2, 0), (0, 2), (2, 1), (1, 0)}, [0, 1, 2]))
+    [(0, 1, 2), (0, 2, 1)]
+    """
+    if len(devices) < 2:
+        return
+    successors: Dict[int, List[int]] = {d: [] for d in devices}
+    for a, b in arcs:
+        if a in successors and b in successors and a != b:
+            successors[a].append(b)
+    for a in successors:
+        successors[a].sort()
+    start = devices[0]
+    path, seen = [start], {start}
+
+    def grow() -> Iterator[Tuple[int, ...]]:
         if len(path) == len(devices):
-            if start in adj.get(path[-1], ()):
-                out.append(tuple(path))
+            if start in successors[path[-1]]:
+                yield tuple(path)
             return
-        for nxt in sorted(adj.get(path[-1], ())):
+        for nxt in successors[path[-1]]:
             if nxt not in seen:
                 seen.add(nxt)
                 path.append(nxt)
-                walk(path, seen)
+                yield from grow()
                 path.pop()
                 seen.discard(nxt)
 
-    walk([start], {start})
-    return None if len(out) > MAX_CYCLES else out
+    yield from grow()
 
 
 def _pack_cycles(caps, cycles) -> float:
@@ -107,7 +119,7 @@ def _pack_cycles(caps, cycles) -> float:
         solver.Add(sum(vars_) <= caps[arc])
     solver.Maximize(sum(ys))
     status = solver.Solve()
-    if status != pywraplp.Solver.OPTIMAL:  # STYLE habit 5: never a number from a failed solve
+    if status != pywraplp.Solver.OPTIMAL:  # a failed solve's objective is no bound at all
         raise PlanError(f"ring packing LP ended with status {status}, not OPTIMAL")
     return solver.Objective().Value()
 

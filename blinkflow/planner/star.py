@@ -2,7 +2,7 @@
 cross-host groups of a three-phase plan, where every member reaches the network switch through
 its NIC.
 
-Under the all-reduce load model (DESIGN §3.2) a tree edge ``p -> c`` routed ``p -> switch -> c``
+Under the all-reduce load model (:mod:`.loads`) a tree edge ``p -> c`` routed ``p -> switch -> c``
 loads both links of ``p`` and both links of ``c`` with the tree's fraction (the broadcast goes
 down it, the reduction up), so a member's links carry ``Σ_T f_T · deg_T(d)``, its weighted
 degree. The degrees of a spanning tree of ``N`` members sum to ``2(N − 1)``, so some member

@@ -1,6 +1,6 @@
 """Blink's single-root all-reduce: reduce up and broadcast down one packing of spanning trees.
 
-In the all-reduce load model (DESIGN §3.2) a tree edge ``a -> b`` carrying ``f`` loads the link
+In the all-reduce load model (:mod:`.loads`) a tree edge ``a -> b`` carrying ``f`` loads the link
 ``a -> b`` (broadcast) and the link ``b -> a`` (reduce) with ``f`` each, so the direction of an
 edge does not matter: the trees form a packing of *undirected* spanning trees in which a pair of
 devices offers ``min(c(a, b), c(b, a))``. The optimum is the Nash-Williams–Tutte bound

@@ -1,4 +1,5 @@
-"""The plan verifier: every plan passes it before it is returned or run (STYLE habit 4).
+"""The plan verifier: every plan passes it before it is returned or run, so a wrong plan is a
+:class:`~blinkflow.errors.PlanError` at planning time, never wrong data or a hang at run time.
 
 Checks, raising :class:`~blinkflow.errors.PlanError` with what is wrong and where:
 
@@ -9,7 +10,7 @@ Checks, raising :class:`~blinkflow.errors.PlanError` with what is wrong and wher
 * each edge is a link of the topology, or has a route (on its tree's channel) that joins its
   ends, whose hops are links and whose inner nodes only forward (switches, sockets, NICs —
   never another GPU);
-* the rate recomputed from the trees with the load model of DESIGN §3.2 equals the reported
+* the rate recomputed from the trees with the load model of :mod:`.loads` equals the reported
   rate, so at that rate no link carries more than its capacity, and the reported optimum is not
   below it;
 * a three-phase plan: every intra plan verifies on its host, the cross slices tile [0, 1) and

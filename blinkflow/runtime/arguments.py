@@ -13,6 +13,7 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
+from ..arrays import as_cupy, on_device
 from ..errors import InvalidArgumentError
 from ..ops import Average
 from .messages import shown
@@ -24,10 +25,11 @@ _dtype_of, _shape_of = operator.attrgetter("dtype"), operator.attrgetter("shape"
 
 
 def as_array(tensor) -> Tuple[Any, str]:
-    """(array, device) of a numpy or cupy tensor (or anything numpy converts) of a supported dtype."""
+    """(array, device) of a numpy or GPU array (CuPy's, or anything CuPy takes without a copy; see
+    :mod:`blinkflow.arrays`) or of anything numpy converts, of a supported dtype."""
     if type(tensor) is np.ndarray and tensor.dtype in _NAMES:  # the common case, checked cheaply
         return tensor, "cpu"
-    array, device = (tensor, "cuda") if type(tensor).__module__.startswith("cupy") else (np.asarray(tensor), "cpu")
+    array, device = (as_cupy(tensor), "cuda") if on_device(tensor) else (np.asarray(tensor), "cpu")
     if array.dtype in _NAMES:  # the common case, without numpy's slow dtype.name
         return array, device
     if array.dtype.name not in DTYPES:

@@ -7,7 +7,9 @@ Contract (used by :mod:`.job`)::
     found.devices[r], found.hosts[r]      # device id and host name of rank r
 
 Each rank probes: its host (:func:`host_of`: the processor name, or a block of ranks under
-``BLINKFLOW_SPLIT_HOSTS``), its local rank on that host and, unless ``config.backend == "cpu"``,
+``BLINKFLOW_SPLIT_HOSTS``), its local rank on that host (the job's
+:class:`~blinkflow.backends.base.Layout` rule: its place among the ranks of its host, in rank
+order, hosts numbered by :func:`host_indexes`) and, unless ``config.backend == "cpu"``,
 the host's GPUs (:func:`blinkflow.topology.probe.probe_gpu`). No GPU means a CPU rank. Rank 0
 gathers the probes, builds the JobTopology with the pure :func:`~blinkflow.topology.merge.merge_probes`
 (or maps the ranks onto ``BLINKFLOW_TOPOLOGY``: :func:`~blinkflow.topology.merge.assign_topology`)
@@ -19,25 +21,32 @@ The topology package stays parsers, presets and the model; this protocol is the 
 from __future__ import annotations
 
 import traceback
-from typing import Callable, List, Mapping, Optional, Tuple
+from typing import Callable, List, Mapping, Optional, Sequence
 
+from ..backends.base import Layout
 from ..config import Config
 from ..errors import BlinkflowError, TopologyError
 from ..topology.merge import JobTopology, RankProbe, assign_topology, merge_probes
+from ..topology.model import hosts_by_first_appearance
 from ..topology.probe import host_gpu_text, probe_gpu
 from ..topology.resolve import resolve_topology
 
-__all__ = ["JobTopology", "RankProbe", "discover_job", "host_of", "probe_rank"]
+__all__ = ["JobTopology", "RankProbe", "discover_job", "host_indexes", "host_of", "probe_rank"]
 
 
-def host_of(rank: int, size: int, split_hosts: int, machine: str, machine_local_rank: int) -> Tuple[str, int]:
-    """(host name, local rank) of ``rank``: its machine, or under ``split_hosts = k`` block
+def host_of(rank: int, size: int, split_hosts: int, machine: str) -> str:
+    """The host name of ``rank``: its machine, or under ``split_hosts = k`` block
     ``rank * k // size`` of consecutive ranks (any k <= size: 3 ranks on 2 hosts are 2 + 1)."""
     if split_hosts <= 0:
-        return machine, machine_local_rank
-    block = rank * split_hosts // size
-    first = next(r for r in range(size) if r * split_hosts // size == block)
-    return f"host{block}", rank - first
+        return machine
+    return f"host{rank * split_hosts // size}"
+
+
+def host_indexes(hosts: Sequence[str]) -> List[int]:
+    """The host index of every rank (what :class:`Layout` takes): hosts are numbered in order of
+    their lowest rank."""
+    index = {host: i for i, host in enumerate(hosts_by_first_appearance(hosts))}
+    return [index[host] for host in hosts]
 
 
 def discover_job(comm, config: Config, environ: Optional[Mapping[str, str]] = None,
@@ -65,17 +74,14 @@ def discover_job(comm, config: Config, environ: Optional[Mapping[str, str]] = No
 
 def probe_rank(comm, config: Config, environ: Optional[Mapping[str, str]] = None,
                gpu_text_source: Callable[[], Optional[str]] = host_gpu_text) -> RankProbe:
-    """What this rank can learn about itself. Collective (it splits ``comm`` by machine)."""
+    """What this rank can learn about itself. Collective (every rank's host is gathered)."""
     from mpi4py import MPI
 
     rank, size = comm.Get_rank(), comm.Get_size()
     machine = MPI.Get_processor_name()
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        machine_local_rank = local.Get_rank()
-    finally:
-        local.Free()
-    host, local_rank = host_of(rank, size, config.split_hosts, machine, machine_local_rank)
+    host = host_of(rank, size, config.split_hosts, machine)
+    # Only where the ranks are, not which device each drives: that is what this probe finds out.
+    local_rank = Layout(rank, tuple(host_indexes(comm.allgather(host))), devices=()).local_rank
     try:
         gpu, text = probe_gpu(config.backend, bool(config.topology), local_rank, environ, gpu_text_source)
     except BlinkflowError as e:

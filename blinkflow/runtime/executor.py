@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import numpy as np
 
+from .. import scaling
 from ..errors import (BlinkflowError, InvalidArgumentError, PlanError, ProcessSetError, ScheduleError, ShutdownError,
                       TensorMismatchError)
 from ..ops import ReduceOp
@@ -23,6 +24,8 @@ from .state import Entry, SharedState
 
 #: Lists of responses whose batches the executor remembers (a training loop cycles through a few).
 _PLANS_KEPT = 64
+_ON_A_DEVICE = frozenset({Kind.ALLREDUCE, Kind.ALLGATHER, Kind.BROADCAST, Kind.REDUCESCATTER, Kind.ALLTOALL})
+"""The kinds whose arrays live where their requests say (cpu, or a device the backend drives)."""
 _ERRORS = {"TensorMismatchError": TensorMismatchError, "ShutdownError": ShutdownError,
            "InvalidArgumentError": InvalidArgumentError}
 
@@ -219,6 +222,19 @@ class Executor:
     # ---- one batch ----------------------------------------------------------------------------
     def _execute(self, step: _Step, responses: List[Response], entries: List[Optional[Entry]]) -> List[Any]:
         batch = step.batch
+        device = "cpu"
+        if batch.kind in _ON_A_DEVICE:
+            device = (step.first or responses[batch.pieces[0].response].first()).device
+        if device == "cpu":
+            return self._run_batch(step, responses, entries)
+        # Every array of a device batch (packing, zeros for joined ranks, results) is made and
+        # written on the GPU the backend drives, in that device's stream order; this thread may
+        # have started on any device (CUDA starts every thread on device 0).
+        with self.backend_for(device).device_scope():
+            return self._run_batch(step, responses, entries)
+
+    def _run_batch(self, step: _Step, responses: List[Response], entries: List[Optional[Entry]]) -> List[Any]:
+        batch = step.batch
         if batch.kind is Kind.ALLREDUCE:
             return self._allreduce(step, responses, entries)
         index = batch.pieces[0].response
@@ -283,7 +299,7 @@ class Executor:
             scale = 1.0  # already applied by the backend
         self._mark(names, "B", "COPY_OUT")  # on the host only the unpacking: the copy ran in the backend
         if op is ReduceOp.AVERAGE and dtype.kind in "iu":
-            average(backend, private, self.size, first.postscale)
+            scaling.average(private, self.size, first.postscale, scale=backend.scale)
         else:
             backend.scale(private, scale)
         slices, shaped = batch.views  # hundreds of gradients: a C-level map over slices made once
@@ -356,7 +372,7 @@ class Executor:
                 backend.scale(send, mine.prescale)
             backend.reducescatter(send, recv, counts, op.combiner)
             if op is ReduceOp.AVERAGE:
-                average(backend, recv, self.size, mine.postscale)
+                scaling.average(recv, self.size, mine.postscale, scale=backend.scale)
             else:
                 backend.scale(recv, mine.postscale)
         return recv.reshape((rows[self.rank],) + tail)
@@ -372,29 +388,6 @@ class Executor:
             self.backend_for(mine.device).alltoall(send, [s * row for s in mine.splits], recv,
                                                    [s * row for s in received])
         return recv.reshape((sum(received),) + tail), np.asarray(received, dtype=np.int32)
-
-
-def average(backend, buf, size: int, postscale: float = 1.0) -> None:
-    """Divide a summed ``buf`` by ``size`` (and scale by ``postscale``) in place.
-
-    Integers are divided, not multiplied by ``1/size``: ``49 * (1/49)`` is ``0.999...``, which
-    truncates to 0, so an exact average would come out one too small. Without a postscale the
-    division is exact integer division truncated toward zero (no float64 rounding of large int64);
-    with one, ``sum * postscale / size`` is computed in float64 and truncated toward zero.
-    """
-    if getattr(buf.dtype, "kind", "f") not in "iu":
-        backend.scale(buf, postscale / size)
-        return
-    if postscale == 1.0:
-        # In 64 bits: ``int8 // 200`` would not even accept the size. Floor division, then
-        # truncation toward zero where a negative sum leaves a remainder.
-        wide = buf.astype("uint64" if buf.dtype.kind == "u" else "int64", copy=False)
-        quotient = wide // size
-        if buf.dtype.kind == "i":
-            quotient += ((wide - quotient * size) != 0) & (wide < 0)
-        buf[...] = quotient
-    else:
-        buf[...] = (buf.astype("float64") * postscale / size).astype(buf.dtype)
 
 
 def split_rows(n: int, size: int) -> List[int]:

@@ -19,7 +19,7 @@ from ..backends import teardown
 from ..backends.base import BackendContext, Layout
 from ..config import Config
 from ..errors import ConfigError
-from .discovery import discover_job
+from .discovery import discover_job, host_indexes
 from .plans import PlanBook, init_keys
 
 
@@ -89,14 +89,6 @@ class Job:
             teardown.free(comm)
 
 
-def host_indexes(hosts: List[str]) -> List[int]:
-    """The host index of every rank; hosts are numbered in order of their lowest rank."""
-    order: Dict[str, int] = {}
-    for h in hosts:
-        order.setdefault(h, len(order))
-    return [order[h] for h in hosts]
-
-
 def discover(comm, config: Config) -> Job:
     """Collective over ``comm`` (already a private duplicate). Raises ConfigError, TopologyError
     or PlanError on every rank when the ranks disagree."""
@@ -106,7 +98,7 @@ def discover(comm, config: Config) -> Job:
     gathered = comm.allgather((MPI.Get_processor_name(), os.getpid(), config.agreed()))
     _check_config(config, [agreed for _, _, agreed in gathered])
     found = discover_job(comm, config)  # hosts by name, or split_hosts blocks; topology; devices
-    layout = Layout(rank, tuple(host_indexes(list(found.hosts))), tuple(found.devices))
+    layout = Layout(rank, tuple(host_indexes(found.hosts)), tuple(found.devices))
     local_comm = comm.Split(color=layout.hosts[rank], key=rank)
     cross_comm = comm.Split(color=layout.local_rank, key=layout.hosts[rank])
     plans = PlanBook(comm, found.topology, layout.devices)
@@ -135,7 +127,7 @@ def set_job(job: Job, ranks: Sequence[int]) -> Optional[Job]:
     try:
         index = list(ranks).index(job.rank)
         hosts = tuple(job.hosts[r] for r in ranks)
-        layout = Layout(index, tuple(host_indexes(list(hosts))), tuple(job.devices[r] for r in ranks))
+        layout = Layout(index, tuple(host_indexes(hosts)), tuple(job.devices[r] for r in ranks))
         local_comm = comm.Split(color=layout.hosts[index], key=index)
         made.append(local_comm)
         cross_comm = comm.Split(color=layout.local_rank, key=layout.hosts[index])

@@ -9,13 +9,19 @@ default of every collective. Names, defaults and semantics follow Horovod
 (``horovod/common/process_sets.py``); broadcast roots stay global ranks there too.
 
 The engine's side (a communicator, negotiation, plan and thread per set) is
-:mod:`.set_threads`; this module is the object the user passes around.
+:mod:`.set_threads`; this module is the object the user passes around, the registry calls
+(``add_process_set``, ``remove_process_set``, the queries) and :func:`loop_of`, which finds the
+loop a collective's ``process_set=`` runs on.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import ProcessSetError
+from ..errors import InvalidArgumentError, ProcessSetError
+from .enqueue import enqueue, enqueue_refusal, first, synchronize
+from .global_state import RUNTIME
+from .messages import Kind, Request
 
 
 class ProcessSet:
@@ -58,7 +64,7 @@ class ProcessSet:
         if self.process_set_id is None:
             return None
         ranks = _registered(self)
-        me = _api().rank()
+        me = RUNTIME.running("blinkflow.rank()").job.rank
         if me not in ranks:
             raise ProcessSetError(f"rank {me} is not part of {self}")
         return ranks.index(me)
@@ -67,7 +73,7 @@ class ProcessSet:
         """Whether this process is in the set (None while its ranks are not known)."""
         if self.ranks is None:
             return None
-        return _api().rank() in self.ranks
+        return RUNTIME.running("blinkflow.rank()").job.rank in self.ranks
 
     def _invalidate(self) -> None:
         self.process_set_id = None
@@ -78,18 +84,14 @@ class ProcessSet:
     __repr__ = __str__
 
 
-def _api():
-    from . import api
-
-    return api
-
-
 def _is_communicator(value) -> bool:
-    return type(value).__module__.startswith("mpi4py")
+    """Whether ``value`` is an mpi4py communicator (mpi4py.MPI is loaded once one exists)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    return mpi is not None and isinstance(value, mpi.Comm)
 
 
 def _registered(process_set: ProcessSet) -> Tuple[int, ...]:
-    ranks = _api().process_set_ranks(process_set.process_set_id)
+    ranks = process_set_ranks(process_set.process_set_id)
     if ranks is None:
         raise ProcessSetError(f"{process_set} is not registered (it was removed, or never passed to "
                               "init(process_sets=...) or add_process_set)")
@@ -143,3 +145,106 @@ def check_ranks(ranks: Sequence[int], size: int) -> Tuple[int, ...]:
 global_process_set = ProcessSet([])
 """Every rank of the job (id 0), the default of every collective; ``init`` fills in its ranks."""
 global_process_set.process_set_id = 0
+
+
+# ---- the registry, as the user calls it ----------------------------------------------------------
+def init_entries(process_sets) -> List[Any]:
+    """``init(process_sets=...)`` as a list of entries (``"dynamic"`` or None: none)."""
+    if process_sets is None or (isinstance(process_sets, str) and process_sets.lower() == "dynamic"):
+        return []
+    if isinstance(process_sets, str):
+        raise ProcessSetError(f"init(process_sets={process_sets!r}): pass a list of ProcessSet, 'dynamic' or None")
+    return list(process_sets)
+
+
+def register_entries(engine, entries: List[Any]) -> None:
+    """Give the user's ProcessSet objects the ids ``init`` registered them under (Horovod's
+    ``_init_process_sets``): a set given by a communicator learns its ranks."""
+    global_process_set.ranks = list(range(engine.job.size))
+    ids = {ranks: set_id for set_id, ranks in engine.sets.ranks_of.items()}
+    for entry in entries:
+        if isinstance(entry, ProcessSet):
+            ranks = ranks_of_entry(entry, engine.job.comm)
+            entry.process_set_id = ids.get(ranks) if isinstance(ranks, tuple) else None
+            if entry.ranks is None and isinstance(ranks, tuple):
+                entry.ranks = list(ranks)
+
+
+def loop_of(engine, process_set, what: str):
+    """The loop of the process set a call names (None: the global set). Raised here, on this
+    rank alone (nobody else expects the call): a set that is not registered (ProcessSetError, a
+    ValueError as in Horovod) and a set this rank is not in (InvalidArgumentError)."""
+    if process_set is None or process_set is global_process_set:
+        return engine.loop
+    set_id = set_id_of(process_set)
+    loop = engine.loop_for(set_id)
+    if loop is not None:
+        return loop
+    ranks = engine.sets.ranks_of.get(set_id)
+    if ranks is None:
+        raise ProcessSetError(f"{what}: {process_set} is not registered (it was removed, or never passed to "
+                              "init(process_sets=...) or add_process_set)")
+    raise InvalidArgumentError(f"{what}: rank {engine.job.rank} is not in process set {set_id} (ranks {list(ranks)}); "
+                               "call a set's collectives on its ranks only")
+
+
+def add_process_set(process_set) -> ProcessSet:
+    """Register ``process_set`` (a :class:`ProcessSet` of ranks, or a list of ranks) and return it
+    with its id. Collective over every rank of the job (every rank calls it, with the same ranks),
+    negotiated like a collective of the global set; the set's members then plan its collectives
+    on their own devices and run them on a thread of their own. A set whose ranks equal another
+    registered set's raises ProcessSetError (a ValueError) on every rank."""
+    engine = RUNTIME.running("blinkflow.add_process_set")
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set.ranks is None:
+        raise NotImplementedError("add_process_set of a set given by an MPI communicator is not implemented; build "
+                                  "the ProcessSet from a list of ranks, or pass it to init(process_sets=[...])")
+    name = RUNTIME.auto_name("add_process_set")
+    try:
+        ranks = check_ranks(process_set.ranks, engine.job.size)
+    except Exception as e:  # noqa: BLE001 - whatever this rank refuses, every rank must hear of it
+        synchronize(enqueue_refusal(engine.loop, Kind.ADD_PROCESS_SET, name, e))
+    request = Request(name, Kind.ADD_PROCESS_SET, "uint8", ranks)
+    process_set.process_set_id = synchronize(enqueue(engine.loop, [(request, None)], first))
+    return process_set
+
+
+def remove_process_set(process_set: ProcessSet) -> bool:
+    """Unregister ``process_set`` and invalidate the object; False for the global set or a set
+    that is not registered (without a collective, as Horovod). Otherwise collective over every
+    rank: the set's members finish its collectives in flight (they fail with ProcessSetError)
+    and free its communicators."""
+    engine = RUNTIME.running("blinkflow.remove_process_set")
+    set_id = getattr(process_set, "process_set_id", None)
+    if set_id is None or set_id == 0:
+        return False
+    process_set._invalidate()
+    request = Request(RUNTIME.auto_name("remove_process_set"), Kind.REMOVE_PROCESS_SET, "uint8", (), root=set_id)
+    removed = synchronize(enqueue(engine.loop, [(request, None)], first))
+    RUNTIME.forget_names(set_id)  # a later set under this id counts afresh
+    return bool(removed)
+
+
+def process_set_ranks(set_id: int):
+    """The ranks of registered process set ``set_id`` (a tuple), or None."""
+    engine = RUNTIME.engine
+    if engine is None or engine.sets is None:
+        return None
+    return engine.sets.ranks_of.get(set_id)
+
+
+def get_process_set_ids_and_ranks() -> Dict[int, List[int]]:
+    """Every registered process set: id -> its ranks (Horovod's ``_get_process_set_ids_and_ranks``)."""
+    engine = RUNTIME.running("blinkflow.get_process_set_ids_and_ranks")
+    return {set_id: list(ranks) for set_id, ranks in sorted(engine.sets.ranks_of.items())}
+
+
+def comm_process_set_id(comm) -> int:
+    """The id of the registered process set whose ranks are ``comm``'s processes."""
+    engine = RUNTIME.running("blinkflow.comm_process_set_id")
+    ranks = ranks_of_entry(ProcessSet(comm), engine.job.comm)
+    for set_id, known in engine.sets.ranks_of.items():
+        if known == ranks:
+            return set_id
+    raise ProcessSetError(f"no registered process set holds the processes of {comm} (ranks {ranks})")

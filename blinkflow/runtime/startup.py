@@ -15,7 +15,7 @@ directory, a backend that cannot load) skips collectives the others then wait in
    background threads to finish set-up, receive it and raise InitError naming that rank and
    its error, or raise after ``start_timeout`` seconds more. (Their background threads stay
    inside a collective that cannot complete: the process is marked broken and leaves with
-   status 1 at exit, see ``api._exit_hook``.)
+   status 1 at exit, see ``lifecycle._exit_hook``.)
 """
 from __future__ import annotations
 

@@ -134,10 +134,6 @@ class Schedule:
     def as_dict_programs(self) -> Dict[int, Tuple[Step, ...]]:
         return dict(self.programs)
 
-    @property
-    def nrounds(self) -> int:
-        return 1 + max((s.round for _, steps in self.programs for s in steps), default=-1)
-
     def validate(self) -> None:
         """Structural checks: known ops, ranges inside the buffer, channels below ``nchannels``,
         non-overlapping copies, deps backwards, transfers

@@ -72,10 +72,6 @@ class Action:
         return self.op in REDUCING_OPS
 
     @property
-    def recv_from(self) -> Optional[int]:
-        return self.inputs[0][0] if self.inputs else None
-
-    @property
     def recv_seq(self) -> Optional[int]:
         return self.inputs[0][1] if self.inputs else None
 

@@ -23,13 +23,12 @@ call can never be mistaken for one of this call. Before returning, a rank waits 
 transfer it sent was released, so no transfer of this call is left in flight; or, when the
 caller owns the buffer and says when it is written next (``defer``), it returns at once and
 :func:`settle` waits for those releases just before that write (the CPU backend's two shared
-slots alternate, so the wait falls a call later, when the releases have long arrived: the
-same as c4fcb5a's alternating slots without an exit barrier).
+slots alternate, so the wait falls a call later, when the releases have long arrived).
 
 Deadlock-freedom rests on the IR's rounds (every wait points at an earlier round), with one
 limit the rounds do not see: receive-slot windows. A schedule that overwrites a range it sent
 over a link that holds its source (another host), while a windowed queue (IPC slots inside a GPU
-host) feeds that overwrite, can wait in a circle (found by review: a 4-rank hand-made schedule).
+host) feeds that overwrite, can wait in a circle (a 4-rank hand-made schedule does).
 Lowered plans never overwrite what they sent to another host; hand-made ones for the cuda
 backend must not either.
 

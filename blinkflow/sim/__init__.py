@@ -1,4 +1,5 @@
-"""Virtual-time execution of schedules on a topology, and NCCL-style baselines (DESIGN §2).
+"""Virtual-time execution of schedules on a topology, and NCCL-style baselines
+(``docs/schedule-and-sim.md``).
 
 ``simulate(schedule, topology, plan=None)`` runs one lowered schedule; ``simulate_plan`` lowers
 a plan at a byte size with the chunk size tuned by Blink's MIAD rule.

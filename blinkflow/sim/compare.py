@@ -49,7 +49,7 @@ class Comparison:
         return self.baseline_seconds / self.seconds
 
     def to_json(self) -> dict:
-        """DESIGN §3.2's ``simulate --json`` object."""
+        """The ``blinkrun simulate --json`` object (``docs/planner.md``)."""
         factor = bus_factor(self.collective, len(self.devices))
         return {
             "topology": self.topology, "gpus": list(self.devices), "collective": self.collective,

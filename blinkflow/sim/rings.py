@@ -13,8 +13,10 @@
 """
 from __future__ import annotations
 
+import itertools
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..planner.ring import hamiltonian_cycles
 from ..topology.model import Topology
 
 FAST_KINDS = ("nvlink",)
@@ -40,10 +42,11 @@ def on_one_switch(topology: Topology, devices: Sequence[int]) -> bool:
 
 
 def hamiltonian_path(units: Dict[Tuple[int, int], int], devices: Sequence[int], start: int,
-                     end: Optional[int] = None, cycle: bool = False) -> Optional[List[int]]:
-    """A path from ``start`` through every device over arcs with units left (ending at ``end``
-    when given, or closing back to ``start`` when ``cycle``); prefers arcs with more units left so
-    repeated searches spread over the bundles. Depth-first; devices are at most a machine's GPUs."""
+                     end: Optional[int] = None) -> Optional[List[int]]:
+    """A path (not a ring: a chain, or one host's stretch of a multi-host ring) from ``start``
+    through every device over arcs with units left, ending at ``end`` when given; prefers arcs
+    with more units left so repeated searches spread over the bundles. Depth-first; devices are
+    at most a machine's GPUs. Rings come from :func:`blinkflow.planner.ring.hamiltonian_cycles`."""
     n = len(devices)
     out: Dict[int, List[int]] = {d: [] for d in devices}
     for (a, b), k in units.items():
@@ -55,8 +58,6 @@ def hamiltonian_path(units: Dict[Tuple[int, int], int], devices: Sequence[int], 
 
     def grow() -> bool:
         if len(path) == n:
-            if cycle:
-                return n > 1 and units.get((path[-1], start), 0) > 0
             return end is None or path[-1] == end
         for b in out[path[-1]]:
             if b in seen or (b == end and len(path) < n - 1):
@@ -81,33 +82,8 @@ def nvlink_rings(topology: Topology, devices: Sequence[int]) -> List[List[int]]:
     if on_one_switch(topology, devices):
         return [list(devices)]
     units = nvlink_units(topology, devices)
-    cycles = _cycles(units, devices)
+    cycles = list(itertools.islice(hamiltonian_cycles(units, devices), MAX_CYCLES))
     return [list(c) for c in _pack(cycles, units, devices[0])]
-
-
-def _cycles(units: Dict[Tuple[int, int], int], devices: List[int]) -> List[Tuple[int, ...]]:
-    """Every directed Hamiltonian cycle starting at ``devices[0]`` (at most MAX_CYCLES)."""
-    out: Dict[int, List[int]] = {d: sorted(b for (a, b) in units if a == d and b in devices) for d in devices}
-    start, n, found = devices[0], len(devices), []
-    path, seen = [start], {start}
-
-    def grow():
-        if len(found) >= MAX_CYCLES:
-            return
-        if len(path) == n:
-            if (path[-1], start) in units:
-                found.append(tuple(path))
-            return
-        for b in out[path[-1]]:
-            if b not in seen:
-                path.append(b)
-                seen.add(b)
-                grow()
-                path.pop()
-                seen.discard(b)
-
-    grow()
-    return found
 
 
 def _pack(cycles, units, start) -> List[Tuple[int, ...]]:

@@ -34,7 +34,18 @@ register_binding(("tensorflow", "keras"), "blinkflow.tensorflow.ops")  # blinkfl
 
 #: Served by the runtime (``blinkflow.runtime.api``) and loaded on first use, so that importing
 #: this module does not start MPI; the object collectives above replace the runtime's own.
-_FROM_RUNTIME = tuple(n for n in _RUNTIME_NAMES if n not in ("broadcast_object", "allgather_object"))
+_FROM_RUNTIME = tuple(n for n in _RUNTIME_NAMES if n not in ("broadcast_object", "allgather_object", "init"))
+
+
+def init(comm=None, process_sets=None) -> None:
+    """``blinkflow.init`` (see :func:`blinkflow.runtime.api.init`), then TensorFlow's GPUs set up
+    for the job before TF initialises them (:mod:`.gpu_setup`): TF shown this rank's GPU only,
+    and growing its memory instead of taking it all when the cuda backend needs room."""
+    from ..runtime import api as runtime
+    from . import gpu_setup
+
+    runtime.init(comm, process_sets)
+    gpu_setup.prepare()
 
 
 def __getattr__(name):
@@ -51,7 +62,7 @@ def __dir__():
 
 
 __all__ = [
-    "Average", "Sum", "Min", "Max", "Product", "ReduceOp", "Compression",
+    "init", "Average", "Sum", "Min", "Max", "Product", "ReduceOp", "Compression",
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "broadcast_",
     "grouped_broadcast", "reducescatter", "grouped_reducescatter", "alltoall",
     "DistributedOptimizer", "PartialDistributedOptimizer", "DistributedGradientTape",

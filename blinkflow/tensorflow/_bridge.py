@@ -6,8 +6,8 @@ and waits for the result. A whole list of tensors crosses in ONE call, so the ru
 gradient of a step at once and fuses them. Two routes:
 
 * **device**: GPU tensors cross into CuPy by DLPack, without a copy (:mod:`..backends.cuda.dlpack`),
-  are reduced by the cuda backend's tree schedule, and come back the same way. Taken when a
-  tensor lives on a GPU, or for every tensor when ``BLINKFLOW_BACKEND=cuda`` (a tensor TF keeps
+  are reduced by the cuda backend's tree schedule, and come back the same way (placed on, and
+  synchronised on, the GPU the backend drives for this rank). Taken when a tensor lives on a GPU, or for every tensor when ``BLINKFLOW_BACKEND=cuda`` (a tensor TF keeps
   on the host is first placed on the GPU by TF). bfloat16, which CuPy lacks, is reduced in
   float32 on the device.
 * **host**: CPU tensors become numpy arrays (``.numpy()``, a view where TF allows) for the cpu
@@ -45,7 +45,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..errors import BackendError, BlinkflowError
-from . import _errors, _tf1
+from . import _errors, _tf1, _xla
 from ._naming import scope_name
 
 conversions: "collections.Counter[str]" = collections.Counter()
@@ -104,12 +104,28 @@ def _to_arrays(tensors) -> list:
     return [t.numpy() for t in tensors]
 
 
+def _rank_device() -> int:
+    """The CUDA ordinal the cuda backend drives for this rank (asked once per job)."""
+    layout = runtime()._running("a collective on GPU tensors").job.layout
+    known = _route_cache.get("device")
+    if known is None or known[0] is not layout:
+        from ..backends.cuda.device import rank_device
+
+        known = _route_cache["device"] = (layout, rank_device(layout))
+    return known[1]
+
+
 def _device_arrays(tensors) -> list:
-    from ..backends.cuda.dlpack import tf_to_cupy
+    from ..backends.cuda.dlpack import tf_label, tf_to_cupy
 
     arrays = []
+    if "tf_gpus" not in _route_cache:
+        _route_cache["tf_gpus"] = bool(tf.config.get_visible_devices("GPU"))
+    # Where TensorFlow has no GPU (a CPU build, or the CPU suite's fake CuPy playing one) there is
+    # nothing to place on: the tensors cross as they are.
+    where = f"/GPU:{tf_label(_rank_device())}" if _route_cache["tf_gpus"] else None
     try:
-        with tf.device("/GPU:0"):
+        with tf.device(where):
             # bfloat16, which CuPy lacks, is reduced in float32 (and cast back in _to_tensors)
             placed = [tf.cast(t, tf.float32) if t.dtype == tf.bfloat16 else (t if _on_gpu(t) else tf.identity(t))
                       for t in tensors]
@@ -130,7 +146,10 @@ def _to_tensors(outs, out_dtypes) -> List[tf.Tensor]:
     if not any(_is_cupy(o) for o in outs):
         return [tf.convert_to_tensor(np.asarray(o, dtype=d.as_numpy_dtype)) for o, d in zip(outs, out_dtypes)]
     # aligned: a slice of a fused result may not be, and TensorFlow takes only aligned memory
-    aligned = [o.copy() if _is_cupy(o) and o.size and o.data.ptr % _TF_ALIGN else o for o in outs]
+    import cupy
+
+    with cupy.cuda.Device(_rank_device()):  # a copy runs on the thread's device: make it the results'
+        aligned = [o.copy() if _is_cupy(o) and o.size and o.data.ptr % _TF_ALIGN else o for o in outs]
     # One device sync before TensorFlow sees anything, also when every output is empty: our
     # kernels ran on our streams and still read the inputs (TF may reuse their memory once this
     # returns) and write the outputs (TF reads them on its own streams).
@@ -142,7 +161,7 @@ def _to_tensors(outs, out_dtypes) -> List[tf.Tensor]:
 def _synchronize() -> None:
     import cupy
 
-    cupy.cuda.Device().synchronize()
+    cupy.cuda.Device(_rank_device()).synchronize()  # the GPU our work ran on, not this thread's
 
 
 def _to_tf(array, dtype: tf.DType):
@@ -154,7 +173,10 @@ def _to_tf(array, dtype: tf.DType):
 
 
 def _is_cupy(array) -> bool:
-    return type(array).__module__.split(".")[0] == "cupy"
+    """Whether a runtime result lives in GPU memory (the runtime's GPU results are CuPy arrays)."""
+    from ..arrays import on_device
+
+    return on_device(array)
 
 
 @tf.autograph.experimental.do_not_convert
@@ -183,6 +205,9 @@ def submit(fn: Callable[[List], int], tensors: Sequence[tf.Tensor], name: str) -
     tensors = list(tensors)
     if tf.executing_eagerly():
         return tf.constant(_start(fn, lambda: _to_arrays(tensors)), tf.int64)
+    if _xla.in_xla_context():
+        return _xla_call(lambda arrays: [np.int64(_start(fn, lambda: arrays))], tensors, [tf.int64], [[]], name,
+                         copy_inputs=True)[0]
     if _device_possible():
         def graph_fn(*eager):
             return np.int64(_start(fn, lambda: _to_arrays(list(eager))))
@@ -238,6 +263,21 @@ _deferred: Dict[int, BlinkflowError] = {}
 _deferred_ids = itertools.count(-1, -1)
 
 
+def _xla_call(fn, tensors, out_dtypes, out_shapes, name, copy_inputs=False) -> List[tf.Tensor]:
+    """:func:`._xla.call`, bfloat16 widened to float32 where the device route is possible (as
+    :func:`_device_arrays` does: CuPy has no bfloat16)."""
+    widen = _device_possible()
+    tensors = [tf.cast(t, tf.float32) if widen and t.dtype == tf.bfloat16 else t for t in tensors]
+    wide = [tf.float32 if widen and tf.as_dtype(d) == tf.bfloat16 else d for d in out_dtypes]
+    def counted(arrays):
+        conversions["device" if any(hasattr(a, "__cuda_array_interface__") for a in arrays) else "host"] += len(arrays)
+        return fn(arrays)
+
+    with tf.name_scope(scope_name(name)):
+        outs = _xla.call(counted, tensors, wide, out_shapes, name, copy_inputs)
+    return [tf.cast(o, d) if o.dtype != d else o for o, d in zip(outs, map(tf.as_dtype, out_dtypes))]
+
+
 def _start(fn, arrays_of) -> int:
     """``fn(arrays_of())``: a runtime handle, or a negative one standing for the error it raised."""
     try:
@@ -259,8 +299,11 @@ def _cross(on_eager, on_numpy, on_arrays, tensors, out_dtypes, out_shapes, name,
             return on_eager(list(tensors))
         except BlinkflowError as error:  # a tf.errors class too: Horovod code catches those
             raise _errors.as_tf_error(error) from None
+    if _xla.in_xla_context():
+        return _xla_call(on_arrays, tensors, out_dtypes, out_shapes, name)
     if _tf1.in_tf1_graph() and _tf1.available():
-        return _tf1.call(on_arrays, tensors, out_dtypes, out_shapes, name)
+        route = _tf1.Route(_device_possible(), _to_arrays, _to_tensors, conversions)
+        return _tf1.call(on_arrays, tensors, out_dtypes, out_shapes, name, route)
 
     if _device_possible():
         def graph_fn(*eager):

@@ -1,4 +1,4 @@
-"""Every TensorFlow / Keras version check of blinkflow lives here (DESIGN §2).
+"""Every TensorFlow / Keras version check of blinkflow lives here, and nowhere else.
 
 blinkflow targets TensorFlow >= 2.16, where ``tf.keras`` is Keras 3. Keras 3 changed what
 Horovod's bindings relied on: variables have no ``.ref()`` (Keras variables hash by identity),
@@ -32,10 +32,6 @@ def check_versions() -> None:
                              "pip install -U 'tensorflow>=2.16'")
     if _version_tuple(keras.__version__) < MIN_KERAS:
         raise BlinkflowError(f"blinkflow.tensorflow needs Keras 3 (found {keras.__version__}); pip install -U keras")
-
-
-def is_keras_variable(value) -> bool:
-    return isinstance(value, keras.Variable)
 
 
 def is_tf_object(value) -> bool:

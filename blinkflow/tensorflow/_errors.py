@@ -1,4 +1,5 @@
-"""Runtime errors keep their meaning as ``tf.errors`` (DESIGN §3.4): in a graph, and eagerly.
+"""Runtime errors keep their meaning as ``tf.errors`` (a mismatch is a ``FailedPreconditionError``):
+in a graph, and eagerly.
 
 Eagerly a call on TF tensors raises the blinkflow error as a class that is both: e.g. a
 cross-rank mismatch is a ``blinkflow.TensorMismatchError`` and a
@@ -21,7 +22,12 @@ from ..errors import (BlinkflowError, DuplicateNameError, InvalidArgumentError, 
                       NotSupportedError, ProcessSetError, ShutdownError, TensorMismatchError)
 from . import _op_library
 
-STATUS_DTYPES = [tf.int32, tf.string]
+STATUS_DTYPES = [tf.int64, tf.uint8]
+"""The status a crossing returns beside its outputs: an int64 code and the message's UTF-8 bytes.
+Types ``EagerPyFunc`` has GPU kernels for: one int32 or string input or output puts the whole op
+on the CPU, and TensorFlow then copies every GPU tensor down to it and the results back up. The
+op that raises turns them into its int32 code and string message on the host (a scalar and a
+message that is empty unless the step failed)."""
 _OK = 0
 # absl status codes (the numbering of tf.errors).
 _CODES = [
@@ -78,21 +84,22 @@ def _reduce_both(self):
 
 
 def ok(outputs):
-    return list(outputs) + [np.int32(_OK), np.bytes_(b"")]
+    return list(outputs) + [np.int64(_OK), np.zeros(0, np.uint8)]
 
 
 def failed(error: BlinkflowError, out_dtypes):
     """Placeholder outputs (never read: the raise op fails first) and the error's status."""
     dummies = [np.zeros((), dtype=d.as_numpy_dtype) for d in out_dtypes]
     message = f"{type(error).__name__}: {error}"
-    return dummies + [np.int32(code_of(error)), np.bytes_(message.encode("utf-8", "replace"))]
+    return dummies + [np.int64(code_of(error)), np.frombuffer(message.encode("utf-8", "replace"), np.uint8).copy()]
 
 
 def raise_on_failure(outputs, status):
     """Outputs that exist only after the status was checked."""
     code, message = status
     code.set_shape([])
-    message.set_shape([])
+    message.set_shape([None])
+    code, message = _as_host_status(code, message)
     module = _load_op()
     if module is not None:
         check = module.blinkflow_raise_on_error(code, message)
@@ -100,6 +107,14 @@ def raise_on_failure(outputs, status):
         check = tf.numpy_function(_raise_unknown, [code, message], [], stateful=True)
     with tf.control_dependencies([check]):
         return [tf.identity(o) for o in outputs]
+
+
+def _as_host_status(code, message):
+    """The raising op's int32 code and string message (both placed on the host by TensorFlow)."""
+    with tf.device("/CPU:0"):
+        byte_strings = tf.constant([bytes([b]) for b in range(256)])
+        text = tf.strings.reduce_join(tf.gather(byte_strings, tf.cast(message, tf.int32)))
+        return tf.cast(code, tf.int32), text
 
 
 def _raise_unknown(code, message):

@@ -1,79 +1,130 @@
-"""The bindings' C++ ops, compiled on first graph use with ``g++`` against the installed
-TensorFlow's headers, once per TensorFlow version, into ``~/.cache/blinkflow``:
+"""The bindings' C++ ops, compiled on first use with ``g++`` against the installed TensorFlow's
+headers into ``~/.cache/blinkflow``, once per TensorFlow version and source text:
 
-* ``BlinkflowRaiseOnError`` (``raise_on_error_op.cc``): a runtime error keeps its ``tf.errors``
-  code inside a graph (:mod:`._errors`);
-* ``BlinkflowAwait`` (``await_op.cc``): an asynchronous kernel that waits for a collective
-  without holding a thread, for TF1-style graphs (:mod:`._tf1`).
+* the graph ops (:func:`load`): ``BlinkflowRaiseOnError`` (``raise_on_error_op.cc``), a runtime
+  error keeps its ``tf.errors`` code inside a graph (:mod:`._errors`); ``BlinkflowAwait``
+  (``await_op.cc``), an asynchronous kernel that waits for a collective without holding a
+  thread, for TF1-style graphs (:mod:`._tf1`);
+* the XLA op (:func:`load_xla`): ``BlinkflowXlaCall`` (``xla_call_op.cc``), a collective inside
+  an XLA cluster, lowered to a custom call (:mod:`._xla`). It links ``libtensorflow_cc`` (where
+  TensorFlow keeps its XLA bridge), so it is a library of its own: a TensorFlow whose XLA headers
+  do not compile still gets the graph ops.
 
-Without a compiler both degrade (logged once): errors surface as ``UnknownError``, and TF1
-graphs wait for collectives on TensorFlow's threads.
+Without a compiler the graph ops degrade (logged once): errors surface as ``UnknownError``, and
+TF1 graphs wait for collectives on TensorFlow's threads. Without the XLA op a collective inside
+``jit_compile=True`` raises NotSupportedError saying how to turn XLA off.
 """
 from __future__ import annotations
 
 import ctypes
+import fcntl
+import hashlib
 import logging
 import os
 import subprocess
 import tempfile
 import threading
-from typing import Optional
+from typing import List, NamedTuple, Optional
 
 import tensorflow as tf
 
 log = logging.getLogger(__name__)
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = [os.path.join(_HERE, "raise_on_error_op.cc"), os.path.join(_HERE, "await_op.cc")]
+XLA_SOURCES = [os.path.join(_HERE, "xla_call_op.cc")]
 _lock = threading.Lock()
-_module = None
-_native: Optional[ctypes.CDLL] = None
-_tried = False
 
 
-def library_path() -> str:
+class Loaded(NamedTuple):
+    module: object
+    """The op module (``tf.load_op_library``)."""
+    native: ctypes.CDLL
+    """The same library, for its C functions."""
+
+
+_loaded = {}
+
+
+def library_path(sources: List[str], stem: str) -> str:
+    """Where the library of ``sources`` is cached: keyed by TensorFlow's version and the sources'
+    text, so an edited source (or another TensorFlow) never loads a stale build."""
+    digest = hashlib.sha256()
+    for source in sources:
+        with open(source, "rb") as f:
+            digest.update(f.read())
     cache = os.path.join(os.path.expanduser("~"), ".cache", "blinkflow")
-    return os.path.join(cache, f"blinkflow_ops-tf{tf.__version__}.so")
+    return os.path.join(cache, f"{stem}-tf{tf.__version__}-{digest.hexdigest()[:12]}.so")
 
 
-def _compile(target: str) -> None:
+def _xla_flags() -> List[str]:
+    """XLA's headers include a few third-party headers TensorFlow ships under ``external/``."""
+    include = tf.sysconfig.get_include()
+    flags = [f"-I{os.path.join(include, 'external', sub)}" for sub in ("highwayhash", "farmhash_archive/src")]
+    return flags + [f"-L{tf.sysconfig.get_lib()}", "-l:libtensorflow_cc.so.2"]
+
+
+def _compile(sources: List[str], extra: List[str], target: str) -> None:
     os.makedirs(os.path.dirname(target), exist_ok=True)
     # Compile to a private file and rename: ranks that compile at once never load a half-written
     # library (rename is atomic on one file system).
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(target))
     os.close(fd)
-    cmd = (["g++", "-shared", "-fPIC", "-O1", "-w"] + SOURCES + ["-o", tmp] + tf.sysconfig.get_compile_flags()
-           + tf.sysconfig.get_link_flags())
+    cmd = (["g++", "-shared", "-fPIC", "-O1", "-w"] + sources + ["-o", tmp] + tf.sysconfig.get_compile_flags()
+           + tf.sysconfig.get_link_flags() + extra)
     try:
-        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=900)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
 
 
-def load():
-    """The compiled op module (``tf.load_op_library``), or None when it cannot be built here."""
-    global _module, _native, _tried
+def _build_once(sources: List[str], extra: List[str], target: str) -> None:
+    """Build ``target`` unless it exists; the ranks of a host take turns on a lock file, so one
+    compiles and the others load its result (a compile takes tens of seconds of a core)."""
+    if os.path.exists(target):
+        return
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(target):
+            _compile(sources, extra, target)
+
+
+def _load(key: str, sources: List[str], extra: List[str], consequence: str, signatures) -> Optional[Loaded]:
+    """The library ``key`` of ``sources`` (built first if needed); ``signatures`` maps its C
+    functions to their argument types."""
     with _lock:
-        if _tried:
-            return _module
-        _tried = True
-        target = library_path()
+        if key in _loaded:
+            return _loaded[key]
+        target = library_path(sources, f"blinkflow_{key}")
+        loaded = None
         try:
-            if not os.path.exists(target):
-                _compile(target)
-            _module = tf.load_op_library(target)
-            _native = ctypes.CDLL(target)  # the same library: blinkflow_mark_done for Python
-            _native.blinkflow_mark_done.argtypes = [ctypes.c_longlong]
+            _build_once(sources, extra, target)
+            loaded = Loaded(tf.load_op_library(target), ctypes.CDLL(target))
+            for function, argtypes in signatures.items():
+                getattr(loaded.native, function).argtypes = argtypes
         except (OSError, subprocess.SubprocessError, tf.errors.OpError) as error:
-            _module = _native = None
             detail = getattr(error, "stderr", "") or error
-            log.warning("blinkflow: cannot build %s (%s); runtime errors inside graphs will surface as "
-                        "tf.errors.UnknownError, and TF1 graphs wait for collectives on TensorFlow's threads",
-                        ", ".join(SOURCES), str(detail)[-500:])
-        return _module
+            log.warning("blinkflow: cannot build %s (%s); %s", ", ".join(sources), str(detail)[-500:], consequence)
+        _loaded[key] = loaded
+        return loaded
+
+
+def load():
+    """The graph ops' module, or None when it cannot be built here."""
+    loaded = _load("ops", SOURCES, [], "runtime errors inside graphs will surface as tf.errors.UnknownError, "
+                   "and TF1 graphs wait for collectives on TensorFlow's threads",
+                   {"blinkflow_mark_done": [ctypes.c_longlong]})
+    return None if loaded is None else loaded.module
+
+
+def load_xla() -> Optional[Loaded]:
+    """The XLA op's library, or None when it cannot be built here."""
+    return _load("xla", XLA_SOURCES, _xla_flags(), "collectives inside jit_compile=True functions are refused",
+                 {"blinkflow_xla_set_callback": [ctypes.c_void_p], "blinkflow_xla_register_kernels": []})
 
 
 def mark_done(ticket: int) -> None:
     """Resume the ``BlinkflowAwait`` kernel of ``ticket`` (or let it pass at once when it runs)."""
-    _native.blinkflow_mark_done(ticket)
+    _loaded["ops"].native.blinkflow_mark_done(ticket)

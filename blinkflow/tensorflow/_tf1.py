@@ -24,9 +24,10 @@ counts as one) or its ops depend on each other.
 """
 from __future__ import annotations
 
+import collections
 import itertools
 import threading
-from typing import Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -73,28 +74,41 @@ def _outcome(ticket) -> Tuple[str, object]:
         return _outcomes.pop(int(ticket))
 
 
-def call(fn, tensors: Sequence[tf.Tensor], out_dtypes: List[tf.DType], out_shapes, name: str) -> List[tf.Tensor]:
-    """``_bridge.call`` in a TF1 graph: submit, await, collect (see the module's docstring)."""
-    from . import _bridge
+class Route(NamedTuple):
+    """How the bridge moves a call's tensors (:mod:`._bridge` hands its own to :func:`call`)."""
 
+    device: bool
+    """Whether the device route is possible (then the op is a ``tf.py_function``)."""
+    to_arrays: Callable[[list], list]
+    """Tensors to the runtime's arrays, by the route their placement asks for."""
+    to_tensors: Callable[[list, List[tf.DType]], list]
+    """The runtime's results back to tensors."""
+    conversions: "collections.Counter[str]"
+    """Tensors each route carried."""
+
+
+def call(fn, tensors: Sequence[tf.Tensor], out_dtypes: List[tf.DType], out_shapes, name: str,
+         route: Route) -> List[tf.Tensor]:
+    """The bridge's blocking crossing in a TF1 graph: submit, await, collect (see the module's
+    docstring); tensors cross by ``route``."""
     module = _op_library.load()
-    device = _bridge._device_possible()
+    device = route.device
 
     if device:
         def submit(*eager):
-            arrays = _bridge._to_arrays(list(eager))  # the route by placement, as eagerly
+            arrays = route.to_arrays(list(eager))  # the route by placement, as eagerly
             return _start(lambda: fn(arrays))
 
         def collect(ticket):
             kind, value = _outcome(ticket.numpy())
             if kind == "ok":
-                return _errors.ok(_bridge._to_tensors(value, out_dtypes))
+                return _errors.ok(route.to_tensors(value, out_dtypes))
             if kind == "failed":
                 return _errors.failed(value, out_dtypes)
             raise value
     else:
         def submit(*arrays):
-            _bridge.conversions["host"] += len(arrays)
+            route.conversions["host"] += len(arrays)
             return _start(lambda: fn(list(arrays)))
 
         def collect(ticket):

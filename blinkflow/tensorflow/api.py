@@ -1,5 +1,5 @@
 """``hvd.allreduce`` & co. as ``blinkflow.tensorflow`` serves them: Horovod's keyword arguments
-(``average=``, ``device_dense=``, ``process_set=``, ...) and DESIGN §3.1's positional order, for
+(``average=``, ``device_dense=``, ``process_set=``, ...) and Horovod's positional order, for
 TF tensors (:mod:`.ops`, differentiable, eager, ``tf.function`` and TF1 graphs) and for numpy
 arrays (the runtime). An empty list is a TensorFlow call: inside a graph it must run with the
 graph, as the other ranks' non-empty calls do.

@@ -16,12 +16,12 @@ that buffer; where they are not consecutive, it is a copy.
 """
 from __future__ import annotations
 
-import importlib
 from typing import Callable, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from ..arrays import on_device
 from . import _bridge
 
 
@@ -104,8 +104,11 @@ def flat_view(arrays: Sequence) -> object:
     view = _consecutive_view(arrays)
     if view is not None:
         return view
-    xp = np if isinstance(first, np.ndarray) else importlib.import_module(type(first).__module__.split(".")[0])
-    return xp.concatenate([a.reshape(-1) for a in arrays])
+    if on_device(first):
+        import cupy
+
+        return cupy.concatenate([a.reshape(-1) for a in arrays])
+    return np.concatenate([a.reshape(-1) for a in arrays])
 
 
 def _consecutive_view(arrays) -> Optional[object]:

@@ -16,11 +16,12 @@ so it runs after all of them; buckets are matched across ranks by name, in whate
 the ranks' executors happen to submit them.
 
 ``IndexedSlices`` (embedding gradients) travel through an allgather of values and indices,
-submitted the same way, unless ``sparse_as_dense``; ``None`` gradients stay ``None``.
+submitted the same way, unless ``sparse_as_dense`` or the step is XLA-compiled (an all-gather has
+no static shape there, :mod:`._xla`); ``None`` gradients stay ``None``.
 ``gradient_predivide_factor`` splits the averaging as Horovod does: scale by 1/f before the sum
 and by f/size after it. Compression casts each gradient before its bucket is submitted and back
 after the wait. The reduced dense gradients are differentiable (their gradient is all-reduced
-the same way), like the ops of :mod:`.ops`.
+the same way: :func:`.differentiable.allreduce_gradient`), like the ops of :mod:`.ops`.
 """
 from __future__ import annotations
 
@@ -30,9 +31,9 @@ import tensorflow as tf
 
 from ..compression import Compression
 from ..config import get_config
-from ..errors import BlinkflowError, NotSupportedError
+from ..errors import BlinkflowError
 from ..ops import ReduceOp, as_reduce_op
-from . import async_ops, buckets, ops
+from . import _xla, async_ops, buckets, differentiable, rank_ops, sparse
 from .submit_order import SubmitOrder
 
 
@@ -56,58 +57,61 @@ class GradientReducer:
         f = self.gradient_predivide_factor
         if f == 1.0:
             return self.op, 1.0, 1.0
-        return ReduceOp.SUM, 1.0 / f, f / ops.size(self.process_set)
+        return ReduceOp.SUM, 1.0 / f, f / rank_ops.size(self.process_set)
 
     @tf.autograph.experimental.do_not_convert
     def reduce(self, grads: Sequence[Optional[tf.Tensor]]) -> List[Optional[tf.Tensor]]:
         grads = list(grads)
         out: List[Optional[tf.Tensor]] = [None] * len(grads)
-        dense_at, sent, contexts, sparse = [], [], [], {}
+        dense_at, sent, contexts, sparse_at = [], [], [], {}
         for i, g in enumerate(grads):
             if g is None:
                 continue
-            if isinstance(g, tf.IndexedSlices) and not self.sparse_as_dense:
-                if self.op not in (ReduceOp.AVERAGE, ReduceOp.SUM):
-                    raise NotSupportedError(f"IndexedSlices support only Average and Sum, not {self.op.name} "
-                                            "(as Horovod); use sparse_as_dense=True")
-                sparse[i] = g
+            # Inside an XLA-compiled step an all-gather has no static shape: slices go dense there.
+            if isinstance(g, tf.IndexedSlices) and not (self.sparse_as_dense or _xla.in_xla_context()):
+                sparse.check_op(self.op)
+                sparse_at[i] = g
                 continue
             t, ctx = self.compression.compress(tf.convert_to_tensor(g))
             dense_at.append(i)
             sent.append(t)
             contexts.append(ctx)
-        if not dense_at and not sparse:
+        if not dense_at and not sparse_at:
             return out
         gathered: Dict[int, List[tf.Tensor]] = {}
 
         def submit_and_wait(*dense):
-            reduced, gathered_now = self._submit_and_wait(dict(zip(dense_at, dense)), sparse)
+            reduced, gathered_now = self._submit_and_wait(dict(zip(dense_at, dense)), sparse_at)
             gathered.update(gathered_now)
             return [reduced[i] for i in dense_at]
 
         if sent:
-            reduced = _differentiable(submit_and_wait, self._scale_factors(), self.name, self.process_set)(*sent)
+            op, pre, post = self._scale_factors()
+
+            def gradient(dys, xs, ys):
+                return differentiable.allreduce_gradient(dys, op, self.name + ".grad", pre, post, self.process_set)
+
+            reduced = differentiable.custom(lambda xs: submit_and_wait(*xs), gradient)(sent)
             for i, r, ctx in zip(dense_at, reduced, contexts):
                 out[i] = self.compression.decompress(r, ctx)
         else:
             submit_and_wait()
         for i, (values, indices) in gathered.items():
-            if self.op is ReduceOp.AVERAGE:  # the runtime's Average: integers divided exactly
-                values = ops.averaged(values, ops.size(self.process_set), 1.0)
-            out[i] = tf.IndexedSlices(values, indices, dense_shape=sparse[i].dense_shape)
+            out[i] = tf.IndexedSlices(sparse.reduced_values(values, self.op, rank_ops.size(self.process_set)), indices,
+                                      dense_shape=sparse_at[i].dense_shape)
         return out
 
-    def _submit_and_wait(self, dense: Dict[int, tf.Tensor], sparse: Dict[int, tf.IndexedSlices]):
+    def _submit_and_wait(self, dense: Dict[int, tf.Tensor], sparse_at: Dict[int, tf.IndexedSlices]):
         """Submit every bucket, then wait once: ({index: reduced}, {index: [values, indices]})."""
-        production_order = sorted(set(dense) | set(sparse), reverse=True)  # last variables first
-        items = [buckets.Item(i, None, sparse=True) if i in sparse
+        production_order = sorted(set(dense) | set(sparse_at), reverse=True)  # last variables first
+        items = [buckets.Item(i, None, sparse=True) if i in sparse_at
                  else buckets.Item(i, _nbytes(dense[i]), kind=dense[i].dtype.name) for i in production_order]
         units = buckets.plan(items, get_config().bucket_bytes)
         op, pre, post = self._scale_factors()
 
         def tensors_of(unit):
             if unit.sparse:
-                return [sparse[unit.indices[0]].values, sparse[unit.indices[0]].indices]
+                return [sparse_at[unit.indices[0]].values, sparse_at[unit.indices[0]].indices]
             return [dense[i] for i in unit.indices]
 
         order = None if tf.executing_eagerly() else SubmitOrder()
@@ -129,32 +133,6 @@ class GradientReducer:
             else:
                 reduced.update(zip(unit.indices, result))
         return reduced, gathered
-
-
-def _differentiable(reduce_dense, scale_factors, name, process_set=None):
-    """``reduce_dense`` (tensors -> reduced tensors) with the all-reduce's gradient: the incoming
-    gradients all-reduced with the same op and scale factors (Horovod's allreduce gradient)."""
-    op, pre, post = scale_factors
-
-    @tf.custom_gradient
-    def forward(*xs):
-        ys = reduce_dense(*xs)
-
-        def grad(*dys):
-            if op not in (ReduceOp.AVERAGE, ReduceOp.SUM):
-                raise BlinkflowError(f"no gradient for allreduce with op {op.name}: only Average and Sum "
-                                     "are differentiable")
-            dys = [tf.zeros_like(y) if dy is None else dy for dy, y in zip(dys, ys)]
-            return ops.grouped_allreduce(dys, op=op, name=name + ".grad", prescale_factor=pre,
-                                         postscale_factor=post, process_set=process_set)
-
-        return ys, grad
-
-    def call(*xs):
-        out = forward(*xs)
-        return list(out) if isinstance(out, (list, tuple)) else [out]
-
-    return call
 
 
 def _nbytes(tensor: tf.Tensor) -> Optional[int]:

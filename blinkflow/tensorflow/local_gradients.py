@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence
 
 import tensorflow as tf
 
-from . import ops
+from . import rank_ops
 
 
 class LocalSources:
@@ -43,7 +43,7 @@ class LocalSources:
         for i, reduced in zip(shared_at, reducer.reduce([grads[i] for i in shared_at])):
             out[i] = reduced
         if self.scale:
-            n = ops.size(self.process_set)
+            n = rank_ops.size(self.process_set)
             for i, is_local in enumerate(local):
                 if is_local and grads[i] is not None:
                     out[i] = _divided(grads[i], n)

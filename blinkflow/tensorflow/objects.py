@@ -1,21 +1,22 @@
 """Horovod's object collectives for TensorFlow programs: ``broadcast_object``,
 ``broadcast_object_fn``, ``allgather_object``.
 
-Objects are pickled and travel as numpy bytes through the runtime, which needs no TensorFlow
-session: the same calls work eagerly, inside a TF1 program and before any graph exists.
-``session`` is accepted for Horovod's signatures (its versions ran TF ops in that session).
+The runtime's object collectives (:mod:`blinkflow.runtime.objects`: pickled, travelling as
+numpy bytes) need no TensorFlow session, so the same calls work eagerly, inside a TF1 program
+and before any graph exists. ``session`` is accepted for Horovod's signatures (its versions ran
+TF ops in that session).
 """
 from __future__ import annotations
 
 from typing import Any, Callable, List, Optional
 
-from . import _bridge
+from ..runtime import objects
 
 
 def broadcast_object(obj: Any, root_rank: int = 0, session=None, name: Optional[str] = None,
                      process_set=None) -> Any:
     """``root_rank``'s ``obj`` on every rank of ``process_set``."""
-    return _bridge.runtime().broadcast_object(obj, root_rank, name=name, process_set=process_set)
+    return objects.broadcast_object(obj, root_rank, name=name, process_set=process_set)
 
 
 def broadcast_object_fn(root_rank: int = 0, session=None, name: Optional[str] = None,
@@ -35,4 +36,4 @@ def broadcast_object_fn(root_rank: int = 0, session=None, name: Optional[str] = 
 
 def allgather_object(obj: Any, session=None, name: Optional[str] = None, process_set=None) -> List[Any]:
     """Every rank's ``obj``, in rank order (of ``process_set``)."""
-    return _bridge.runtime().allgather_object(obj, name=name, process_set=process_set)
+    return objects.allgather_object(obj, name=name, process_set=process_set)

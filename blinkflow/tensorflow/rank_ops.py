@@ -1,5 +1,6 @@
-"""Horovod's rank and size as graph ops: ``size_op``, ``rank_op``, ``local_size_op``,
-``local_rank_op``, ``process_set_included_op``.
+"""Ranks and sizes for the TF binding: the Python helpers the collectives use (:func:`size`,
+:func:`rank`, :func:`set_rank`, :func:`set_id`), and Horovod's graph ops ``size_op``,
+``rank_op``, ``local_size_op``, ``local_rank_op``, ``process_set_included_op``.
 
 Horovod: "This operation determines the return value at the graph execution time, rather than at
 the graph construction time, and so allows for a graph to be constructed in a different
@@ -14,11 +15,41 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
+from ..errors import BlinkflowError
+from ..runtime.process_sets import set_id_of
 from . import _bridge
 
 #: ``process_set_included_op``'s answers besides 0 and 1 (Horovod's error codes).
 PROCESS_SET_ERROR_INIT = -1
 PROCESS_SET_ERROR_UNKNOWN_SET = -3
+
+
+def size(process_set=None) -> int:
+    """The number of ranks of ``process_set`` (default: the job)."""
+    if process_set is None or set_id_of(process_set) == 0:
+        return _bridge.runtime().size()
+    return process_set.size()
+
+
+def rank() -> int:
+    """This process's rank in the job."""
+    return _bridge.runtime().rank()
+
+
+def set_rank(process_set=None) -> int:
+    """This rank's place in ``process_set`` (its rank in the job for the global set)."""
+    if process_set is None or set_id_of(process_set) == 0:
+        return rank()
+    return process_set.rank()
+
+
+def set_id(process_set) -> int:
+    """The id of ``process_set`` for naming a call, -1 for one that is not registered: the
+    runtime raises that error on every rank when the call reaches it."""
+    try:
+        return set_id_of(process_set)
+    except BlinkflowError:
+        return -1
 
 
 def _at_run_time(query: Callable[[], int], name) -> tf.Tensor:

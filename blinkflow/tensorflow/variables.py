@@ -7,6 +7,7 @@ from typing import Optional
 import tensorflow as tf
 
 from . import _naming, ops
+from .rank_ops import set_id
 
 
 def _in_tf1_graph() -> bool:
@@ -26,8 +27,8 @@ def broadcast_variables(variables, root_rank: int = 0, process_set=None, inplace
     is the op that assigns them (Horovod's ``tf.group``), for ``Session.run``.
     """
     variables = list(variables)
-    set_id = ops._set_id(process_set)
-    name = _naming.resolve(name, "broadcast_variables", set_id)  # also for none: every rank negotiates the call
+    # Named also for no variables: every rank negotiates the call.
+    name = _naming.resolve(name, "broadcast_variables", set_id(process_set))
     values = ops.grouped_broadcast([tf.convert_to_tensor(v) for v in variables], root_rank, name=name,
                                    process_set=process_set)
     if _in_tf1_graph():

@@ -1,4 +1,4 @@
-"""The hardware graph: model, presets, parsers, JSON, and reading this machine (DESIGN §2).
+"""The hardware graph: model, presets, parsers, JSON, and reading this machine.
 
 Imports only the standard library, numpy and networkx — never MPI, CuPy or TensorFlow. The
 protocol that probes every rank of a job and merges the answers is the runtime's

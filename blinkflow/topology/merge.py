@@ -21,7 +21,7 @@ import dataclasses
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import TopologyError
-from .model import Link, Node, Topology, bidirectional
+from .model import Link, Node, Topology, bidirectional, hosts_by_first_appearance
 from .nvidia_smi import topology_from_nvidia_smi
 from .presets import NIC_GBPS, PCIE_GBPS, SHM_GBPS, join_hosts
 
@@ -66,7 +66,7 @@ def merge_probes(probes: Sequence[RankProbe]) -> JobTopology:
         without = [p.rank for p in probes if p.gpu is None]
         raise TopologyError(f"ranks {_fmt(with_gpu)} have a GPU but ranks {_fmt(without)} do not; run "
                             "every rank on a GPU host, or set BLINKFLOW_BACKEND=cpu", WHERE)
-    hosts = _hosts_in_order(probes)
+    hosts = list(hosts_by_first_appearance(p.host for p in probes))
     if not with_gpu:
         return _cpu_job(probes, hosts)
     return _gpu_job(probes, hosts)
@@ -168,14 +168,6 @@ def _checked(probes: Sequence[RankProbe]) -> List[RankProbe]:
         raise TopologyError(f"probes cover ranks {_fmt([p.rank for p in probes])}, expected 0..{len(probes) - 1}",
                             WHERE)
     return probes
-
-
-def _hosts_in_order(probes: Sequence[RankProbe]) -> List[str]:
-    hosts: List[str] = []
-    for p in probes:
-        if p.host not in hosts:
-            hosts.append(p.host)
-    return hosts
 
 
 def _fmt(ids) -> str:

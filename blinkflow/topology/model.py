@@ -181,11 +181,7 @@ class Topology:
     @property
     def hosts(self) -> Tuple[str, ...]:
         """Host names in order of first appearance among the compute devices."""
-        out: List[str] = []
-        for node in self.nodes:
-            if node.is_compute and node.host not in out:
-                out.append(node.host)
-        return tuple(out)
+        return hosts_by_first_appearance(node.host for node in self.nodes if node.is_compute)
 
     def compute_on_host(self, host: str) -> Tuple[int, ...]:
         return tuple(n.id for n in self._host_index.get(host, ()) if n.is_compute)
@@ -213,10 +209,6 @@ class Topology:
 
     def links_of_kind(self, *kinds: str) -> Tuple[Link, ...]:
         return tuple(link for link in self.links if link.kind in kinds)
-
-    def with_links(self, links: Iterable[Link], name: Optional[str] = None) -> "Topology":
-        """The same nodes with another set of links (e.g. only NVLink), validated."""
-        return Topology.build(name or self.name, self.nodes, links)
 
     # ---- subsetting -------------------------------------------------------------------------
     def subset(self, devices: Sequence[int], where: str = "--gpus") -> "Topology":
@@ -254,7 +246,8 @@ class Topology:
 
     # ---- serialisation ----------------------------------------------------------------------
     def to_dict(self) -> dict:
-        """The JSON shape of DESIGN §3.2 (plus optional ``detail`` and ``latency_us``)."""
+        """The JSON shape of ``blinkrun topo --json`` (README.md, "Topology"; plus optional
+        ``detail`` and ``latency_us``)."""
         nodes = []
         for n in self.nodes:
             entry = {"id": n.id, "kind": n.kind, "host": n.host}
@@ -275,6 +268,12 @@ class Topology:
     def digest(self) -> str:
         """A short stable hash of the graph (ranks compare it at init)."""
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def hosts_by_first_appearance(hosts: Iterable[str]) -> Tuple[str, ...]:
+    """Each host name of ``hosts`` once, in the order it first appears: how hosts are numbered
+    everywhere (host 0 holds the first device, or rank 0)."""
+    return tuple(dict.fromkeys(hosts))
 
 
 def _grouped(items, key) -> dict:

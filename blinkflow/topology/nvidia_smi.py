@@ -1,5 +1,5 @@
 """Parse the text of ``nvidia-smi topo -m`` into a :class:`Topology` (parsing only; running
-``nvidia-smi`` lives in :mod:`blinkflow.topology.probe`, STYLE habit 2).
+``nvidia-smi`` lives in :mod:`blinkflow.topology.probe`, so parsing is tested on captured text).
 
 The format (NVIDIA's ``nvidia-smi`` documentation, ``topo -m``; captures in
 ``tests/fixtures/nvidia-smi-topo-*.txt``): a header row of columns — ``GPU0 .. GPUn``, then NIC
@@ -75,10 +75,6 @@ class SmiMatrix:
     @property
     def gpu_labels(self) -> List[str]:
         return [c for c in self.columns if _GPU.fullmatch(c)]
-
-    @property
-    def nic_labels(self) -> List[str]:
-        return [c for c in self.columns if not _GPU.fullmatch(c)]
 
 
 def load_nvidia_smi(path: str, **options) -> Topology:

@@ -14,8 +14,6 @@ from .nccl_xml import topology_from_nccl_xml
 from .nvidia_smi import topology_from_nvidia_smi
 from .presets import get_preset
 
-FORMATS = ("json", "nccl-xml", "nvidia-smi")
-
 
 def resolve_topology(spec: str, where: str = "topology") -> Topology:
     """A preset name (``dgx1-v100``, ``cpu-host:8``, ``2xdgx1-v100``) or a file path.

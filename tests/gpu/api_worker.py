@@ -89,7 +89,7 @@ for nelems in ((16 << 20) + 5, 1000):
     close(f"allreduce sum float32 {nelems} after growth", bf.allreduce(mine, op=bf.Sum, name=f"big.{nelems}"),
           want, "float32", magnitude)
     if n > 1 and nelems > 1000:  # the case covers what it says: larger chunks ran, in grown slots
-        be = rt._engine._backends["cuda"]
+        be = rt.RUNTIME.engine._backends["cuda"]
         chunk = be._chunk_elems(1, 4 * nelems)
         check("a 64 MiB buffer gets larger chunks than a small one", chunk > be._chunk_elems(1, 4000), chunk)
         check("the receive slots grew to them", be._arena.slot_bytes >= chunk, (be._arena.slot_bytes, chunk))
@@ -131,7 +131,7 @@ close("reducescatter", bf.reducescatter(mine, op=bf.Sum, name="rs"), want[mine_r
 # The route: the cuda backend moved the data, the cpu backend nothing (a 1-rank job moves
 # nothing at all, so there is nothing to look at).
 if n > 1:
-    backends = rt._engine._backends
+    backends = rt.RUNTIME.engine._backends
     check("the cuda backend ran the collectives",
           "cuda" in backends and sum(backends["cuda"].state.sent.values()) > 0, sorted(backends))
     check("the cpu backend moved nothing", "cpu" not in backends or not any(backends["cpu"].state.sent.values()),

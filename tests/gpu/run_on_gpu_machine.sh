@@ -4,7 +4,8 @@
 # what ortools needs, for that machine's Python) go into a venv layered over the machine's own
 # site-packages, then:
 #   1. the GPU tests (tests/gpu; BLINKFLOW_EXPECT_GPU=1 turns a skip for a missing GPU into a failure),
-#      then the 4-rank training worker once more to print its loss,
+#      then the 4-rank training worker once more to print its loss, then the PyTorch worker
+#      (tests/gpu/torch_worker.py) at 1, 2 and 4 ranks with the machine's torch,
 #   2. python -m blinkflow.bench gpu at 1, 2 and 4 ranks sharing the GPU (chain and plan schedules),
 #   3. a first-time user's 2-rank job with no topology given (what discovery makes of this machine),
 #   4. python -m blinkflow.bench separate (CPU backend, out of place against MPI) at 2 and 4 ranks.
@@ -68,12 +69,14 @@ if [ "$rc" != 0 ]; then echo "set-up failed (status $rc): nothing else runs"; ex
 source "$VENV/bin/activate"
 MPIRUN=("$VENV/bin/mpirun" --allow-run-as-root --oversubscribe --bind-to none -x OMPI_MCA_osc -x PYTHONUNBUFFERED)
 
-step gpu-tests 240 env BLINKFLOW_EXPECT_GPU=1 python -m pytest -q -p no:cacheprovider -rs tests/gpu
+step gpu-tests 240 env BLINKFLOW_EXPECT_GPU=1 python -m pytest -q -p no:cacheprovider -rs tests/gpu \
+  --ignore=tests/gpu/test_torch_worker.py
 step train-np4 120 env BLINKFLOW_TOPOLOGY=hgx-h100 "${MPIRUN[@]}" -x BLINKFLOW_TOPOLOGY -np 4 python tests/gpu/train_worker.py
+step torch 150 env BLINKFLOW_EXPECT_GPU=1 python -m pytest -q -p no:cacheprovider -rs -s tests/gpu/test_torch_worker.py
 for spec in "1 chain" "2 chain" "2 plan" "4 plan"; do
   read -r ranks schedule <<<"$spec"
   step "bench-gpu-np$ranks-$schedule" 120 "${MPIRUN[@]}" -np "$ranks" python -m blinkflow.bench gpu \
-    --schedule "$schedule" --iters 20 --sizes 256KB,1MB,4MB,16MB,64MB,256MB
+    --schedule "$schedule" --iters 20 --sizes 256KiB,1MiB,4MiB,16MiB,64MiB,256MiB
 done
 step user-default-np2 60 "${MPIRUN[@]}" -np 2 python -c '
 import blinkflow as bf, cupy
@@ -81,7 +84,7 @@ bf.init()
 x = bf.allreduce(cupy.full(1 << 20, bf.rank() + 1.0, cupy.float32), op=bf.Sum)
 print("rank", bf.rank(), "of", bf.size(), type(x).__name__, float(x[0]), float(x[-1]))'
 for np_ in 2 4; do
-  step "bench-cpu-np$np_" 200 env BLINKFLOW_BACKEND=cpu python -m blinkflow.bench separate --np "$np_" --rounds 8 --sizes 16MB,64MB
+  step "bench-cpu-np$np_" 200 env BLINKFLOW_BACKEND=cpu python -m blinkflow.bench separate --np "$np_" --rounds 8 --sizes 16MiB,64MiB
 done
 
 echo "=== summary"

@@ -65,12 +65,12 @@ def test_scale_matches_cpu_backend_semantics(dtype, factor):
 def test_scale_bfloat16():
     import cupy
 
-    from blinkflow.backends.cuda.launch import host_factor, scale
+    from blinkflow.backends.cuda.launch import kernel_factor, scale
 
     x = f32_to_bf16(np.arange(-50, 50, dtype=np.float32) / 7)
     dev = cupy.asarray(x)
     scale(dev, 0.25, dtype="bfloat16")
-    want = f32_to_bf16(bf16_to_f32(x) * np.float32(host_factor("bfloat16", 0.25)))
+    want = f32_to_bf16(bf16_to_f32(x) * np.float32(kernel_factor("bfloat16", 0.25)))
     np.testing.assert_array_equal(cupy.asnumpy(dev), want)
 
 

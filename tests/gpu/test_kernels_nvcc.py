@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from blinkflow.backends.cuda import kernels
-from blinkflow.backends.cuda.launch import host_factor
+from blinkflow.scaling import kernel_factor
 from gpu_detect import nvidia_smi_gpus
 from kernel_reference import DTYPES, OPS, make_inputs, reference, storage
 
@@ -111,7 +111,7 @@ def test_scale_on_gpu(lib, dtype):
     buf = values.astype(dtype)
     want = buf.copy()
     Backend.scale(None, want, 1 / 3)
-    assert getattr(lib, f"scale_{dtype}")(ctypes.c_void_p(buf.ctypes.data), ctypes.c_double(host_factor(dtype, 1 / 3)),
+    assert getattr(lib, f"scale_{dtype}")(ctypes.c_void_p(buf.ctypes.data), ctypes.c_double(kernel_factor(dtype, 1 / 3)),
                                           ctypes.c_longlong(buf.size)) == 0
     np.testing.assert_array_equal(buf, want)
 

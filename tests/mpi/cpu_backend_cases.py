@@ -249,8 +249,7 @@ def run_deep_trees(config):
                 be.allreduce(buf, op, out=out)  # forwarding ranks keep forwarded ranges in their buffer
                 expect_reduced(out, inputs, op, f"deep trees into out n={n} {np.dtype(dtype).name} {op.name}")
                 check_same_everywhere(out, f"deep trees into out n={n}")
-    ops = set().union(*comm.allgather({a.op for a in be.programs.get("allreduce", 50001,
-                                                                   be._chunk_elems(np.dtype(np.float32))).actions}))
+    ops = set().union(*comm.allgather({a.op for a in be._program("allreduce", 50001, 4)[1].actions}))
     if SIZE > 2:  # somebody forwarded
         assert {"recv_send", "recv_reduce_send"} <= ops, ops
     be.close()
@@ -261,11 +260,12 @@ def run_single_copy_helping(be):
     neighbour-helper (the last rank) takes over the tail of its shard, and the results stay exact
     and bitwise identical, over pieces that chunks straddle."""
     from blinkflow.backends.cpu import single_copy, single_copy_path
+    from blinkflow.schedule import policy
 
     if be.single_copy is None or be.layout.nhosts > 1:
         skip("no cross-memory attach here, or the three-phase path (not balanced)")
-    thresholds = single_copy_path.MIN_SHARD_BYTES, single_copy_path.MIN_PIECE_BYTES
-    single_copy_path.MIN_SHARD_BYTES = single_copy_path.MIN_PIECE_BYTES = 0
+    thresholds = policy.SINGLE_COPY_MIN_SHARD_BYTES, policy.SINGLE_COPY_MIN_PIECE_BYTES
+    policy.SINGLE_COPY_MIN_SHARD_BYTES = policy.SINGLE_COPY_MIN_PIECE_BYTES = 0
     chunk_bytes, be.single_copy.chunk_bytes = be.single_copy.chunk_bytes, 4096  # many chunks per shard
     run = single_copy.ChunkReducer.run
     if RANK == 0:
@@ -290,7 +290,7 @@ def run_single_copy_helping(be):
     finally:
         single_copy.ChunkReducer.run = run
         be.single_copy.chunk_bytes = chunk_bytes
-        single_copy_path.MIN_SHARD_BYTES, single_copy_path.MIN_PIECE_BYTES = thresholds
+        policy.SINGLE_COPY_MIN_SHARD_BYTES, policy.SINGLE_COPY_MIN_PIECE_BYTES = thresholds
 
 
 def run_mailbox_rings():

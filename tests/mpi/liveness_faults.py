@@ -60,7 +60,7 @@ def victim_stops(r):
     elif MODE == "gil":
         ctypes.PyDLL(None).sleep(60)  # PyDLL keeps the GIL during the call
     elif MODE == "failed_alive":
-        backend = rt._engine._backends["cpu"]
+        backend = rt.RUNTIME.engine._backends["cpu"]
 
         def broken(*args, **kwargs):
             raise RuntimeError("injected backend failure")

@@ -267,7 +267,7 @@ def case_init_is_a_no_op_after_a_peer_shut_the_job_down(r, n):
         bf.shutdown()
     else:
         expect_error(bf.ShutdownError, lambda: bf.allreduce(np.ones(1), name="waits.for.rank0"), "shutdown() was called")
-        while rt._engine.alive:  # the stopped runtime's thread ends (init used to start a new one then)
+        while rt.RUNTIME.engine.alive:  # the stopped runtime's thread ends
             time.sleep(0.05)
         bf.init()  # a no-op (before: a new runtime started alone and waited for the ranks that left)
         assert bf.is_initialized()
@@ -283,7 +283,7 @@ def case_plan_of_a_set_is_the_plan_of_its_devices(r, n):
         skip("needs a DGX-1 topology (BLINKFLOW_TOPOLOGY=dgx1-v100) and a set of at least two ranks")
     s = bf.add_process_set(list(range(1, n)))
     if s.included():
-        loop = rt._engine.loop_for(s.process_set_id)
+        loop = rt.RUNTIME.engine.loop_for(s.process_set_id)
         plan = loop.job.plans.get("allreduce")
         devices = list(loop.job.devices)
         print(f"SETPLAN rank {r} devices {','.join(map(str, devices))} rate {plan.rate_gbps!r}", flush=True)

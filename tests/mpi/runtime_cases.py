@@ -448,27 +448,27 @@ def case_single_copy(r, n):
     tensors, a joined rank's zeros; inputs untouched, results bitwise identical on every rank.
     The path's size threshold (a speed choice, shards of 4 MiB) is lowered on every rank for the
     small cases; one tensor above the real threshold checks the default choice."""
-    from blinkflow.backends.cpu import single_copy_path as cpu_backend
+    from blinkflow.schedule import policy as cpu_backend
 
-    backend = rt._engine._backends["cpu"]
+    backend = rt.RUNTIME.engine._backends["cpu"]
     expect = os.environ.get("EXPECT_SINGLE_COPY")
     used = expect == "1" and n > 1 and os.environ.get("BLINKFLOW_CPU_SINGLE_COPY", "1") == "1"
     if expect is not None and n > 1 and os.environ.get("BLINKFLOW_CPU_SINGLE_COPY", "1") == "1":
         assert (backend.single_copy is not None) == (expect == "1"), (expect, backend.single_copy)
     counted = dict(backend.stats)
     hosts_ranks = max(len(ranks) for ranks in backend.layout.host_ranks)  # the same on every rank (uneven hosts)
-    large = cpu_backend.MIN_SHARD_BYTES * hosts_ranks // 4 + 3  # float32 elements
+    large = cpu_backend.SINGLE_COPY_MIN_SHARD_BYTES * hosts_ranks // 4 + 3  # float32 elements
     got = bf.allreduce(value(r, (large,), "float32"), op=bf.Sum, name="sc.large")
     close(got, expected_allreduce((large,), "float32", bf.Sum, n), "float32")
     if used:
         assert backend.stats["single_copy"] == counted["single_copy"] + 1, (counted, backend.stats)
-    threshold, cpu_backend.MIN_SHARD_BYTES = cpu_backend.MIN_SHARD_BYTES, 0
+    threshold, cpu_backend.SINGLE_COPY_MIN_SHARD_BYTES = cpu_backend.SINGLE_COPY_MIN_SHARD_BYTES, 0
     try:
         _single_copy_cases(r, n, backend, used)
         if os.environ.get("SINGLE_COPY_MANY_PIECES") == "1":
             _single_copy_many_pieces(r, n, cpu_backend, backend, used)
     finally:
-        cpu_backend.MIN_SHARD_BYTES = threshold
+        cpu_backend.SINGLE_COPY_MIN_SHARD_BYTES = threshold
     if os.environ.get("BLINKFLOW_CPU_SINGLE_COPY") == "0":
         assert backend.stats["single_copy"] == 0, backend.stats
 
@@ -479,15 +479,15 @@ def case_contested_chunks(r, n):
     Average, which would come out wrong were a push to land on a partial value. Short here;
     ``CONTESTED_CALLS`` (test_runtime) runs enough calls, with small chunks, for the meeting
     to fall mid-chunk (about 1 call in 1000 on the development VM before the fix)."""
-    from blinkflow.backends.cpu import single_copy_path as cpu_backend
+    from blinkflow.schedule import policy as cpu_backend
 
     calls = int(os.environ.get("CONTESTED_CALLS", "20"))
-    threshold, cpu_backend.MIN_SHARD_BYTES = cpu_backend.MIN_SHARD_BYTES, 0
+    threshold, cpu_backend.SINGLE_COPY_MIN_SHARD_BYTES = cpu_backend.SINGLE_COPY_MIN_SHARD_BYTES, 0
     try:
         ints, floats = value(r, (70_001,), "int32"), value(r, (70_001,), "float32")
         want_sum = expected_allreduce((70_001,), "int32", bf.Sum, n)
         want_average = expected_allreduce((70_001,), "float32", bf.Average, n)
-        backend = rt._engine._backends["cpu"]
+        backend = rt.RUNTIME.engine._backends["cpu"]
         counted = backend.stats["single_copy"]
         wrong = []
         for i in range(calls):
@@ -502,13 +502,13 @@ def case_contested_chunks(r, n):
         if os.environ.get("EXPECT_SINGLE_COPY") == "1" and n > 1:
             assert backend.stats["single_copy"] - counted == calls, (counted, backend.stats)
     finally:
-        cpu_backend.MIN_SHARD_BYTES = threshold
+        cpu_backend.SINGLE_COPY_MIN_SHARD_BYTES = threshold
 
 
 def _single_copy_many_pieces(r, n, cpu_backend, backend, used):
     """More pieces than a rank's address table holds (it then publishes a packed private copy),
     and tensors of every size straddling chunk boundaries (run with a small chunk)."""
-    piece, cpu_backend.MIN_PIECE_BYTES = cpu_backend.MIN_PIECE_BYTES, 0
+    piece, cpu_backend.SINGLE_COPY_MIN_PIECE_BYTES = cpu_backend.SINGLE_COPY_MIN_PIECE_BYTES, 0
     try:
         counted = dict(backend.stats)
         many = [np.full(1, r + 1 + i % 7, np.float32) for i in range(140_000)]
@@ -522,7 +522,7 @@ def _single_copy_many_pieces(r, n, cpu_backend, backend, used):
         if used:
             assert backend.stats["single_copy"] - counted["single_copy"] == 2, (counted, backend.stats)
     finally:
-        cpu_backend.MIN_PIECE_BYTES = piece
+        cpu_backend.SINGLE_COPY_MIN_PIECE_BYTES = piece
 
 
 def _single_copy_cases(r, n, backend, used):
@@ -617,7 +617,7 @@ def case_cache_fast_path(r, n):
     bf.grouped_allreduce([np.ones(3)] * 5, op=bf.Sum, name="steady")  # first time: full negotiation
     fence()
     fence()
-    stats = rt._engine.negotiator.stats
+    stats = rt.RUNTIME.engine.negotiator.stats
     before = dict(stats)
     for _ in range(10):
         outs = bf.grouped_allreduce([np.full(3, float(r))] * 5, op=bf.Sum, name="steady")

@@ -77,7 +77,7 @@ def crash():
     r, n = bf.rank(), bf.size()
     bf.allreduce(np.ones(8), name="warm")
     if r == n - 1:
-        backend = rt._engine._backends["cpu"]
+        backend = rt.RUNTIME.engine._backends["cpu"]
 
         def broken(*args, **kwargs):
             raise RuntimeError("injected backend failure")
@@ -150,13 +150,14 @@ def cma_failure(setup: bool):
     (``setup``) the rank cannot even set up its chunk reducer after the entry barrier: every
     rank must raise, naming it, instead of the others waiting in the exit barrier forever."""
     from blinkflow.backends.cpu import single_copy, single_copy_path
+    from blinkflow.schedule import policy
 
     r, n = bf.rank(), bf.size()
-    backend = rt._engine._backends["cpu"]
+    backend = rt.RUNTIME.engine._backends["cpu"]
     if backend.single_copy is None:
         print(f"NOCMA rank {r}", flush=True)
         return
-    single_copy_path.MIN_SHARD_BYTES = 0  # on every rank: this all-reduce takes the path
+    policy.SINGLE_COPY_MIN_SHARD_BYTES = 0  # on every rank: this all-reduce takes the path
     if r == n - 1 and setup:
         def no_memory(*args, **kwargs):
             raise MemoryError("injected: no scratch")

@@ -86,7 +86,7 @@ def main():
     faulthandler.dump_traceback_later(120, exit=True)
     config = dataclasses.replace(Config.from_env(), chunk_bytes=64 * 1024)  # several chunks per tree
     be = CpuBackend(standalone_context(MPI.COMM_WORLD, config))
-    chunk = be._chunk_elems(np.dtype(np.float32))
+    chunk = be._choose("allreduce", 0, 4).chunk_elems(4)
     peers = set()
     n = 100_003
     counts = [1000 + 7 * r for r in range(SIZE)]

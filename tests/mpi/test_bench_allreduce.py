@@ -9,7 +9,7 @@ from harness import run_ranks
 @pytest.mark.mpi
 @pytest.mark.parametrize("via", ["backend", "api"])
 def test_bench_allreduce_json(via):
-    out = run_ranks(2, ["python", "-m", "blinkflow.bench", "allreduce", "--sizes", "4KB,64KB", "--via", via, "--reps", "3", "--json"],
+    out = run_ranks(2, ["python", "-m", "blinkflow.bench", "allreduce", "--sizes", "4KiB,64KiB", "--via", via, "--reps", "3", "--json"],
                     timeout=240).stdout
     report = json.loads(out[out.index("{"):out.rindex("}") + 1])
     assert report["ranks"] == 2 and report["via"] == via
@@ -35,11 +35,11 @@ def test_bench_separate_times_each_side_in_its_own_job(tmp_path):
 
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = subprocess.run([sys.executable, "-m", "blinkflow.bench", "separate", "--np", "2", "--rounds", "1",
-                           "--sizes", "4KB", "--tree", f"a={here}", "--tree", f"b={here}", "--json"],
+                           "--sizes", "4KiB", "--tree", f"a={here}", "--tree", f"b={here}", "--json"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
-    assert report["ranks"] == 2 and set(report["cases"]) == {"4096B", "200 x 16KB"}
+    assert report["ranks"] == 2 and set(report["cases"]) == {"4KiB", "200 x 16KiB"}
     for row in report["cases"].values():
         assert set(row) == {"a", "b", "MPI"} and all(v["median_s"] > 0 for v in row.values())
         assert row["a"]["vs_mpi"] == pytest.approx(row["MPI"]["median_s"] / row["a"]["median_s"])

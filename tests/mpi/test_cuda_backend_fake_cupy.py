@@ -37,7 +37,7 @@ def test_gpu_bench_runs_on_fake_cupy():
     import json
 
     env = fake_cupy_env()
-    out = run_ranks(2, ["python", "-m", "blinkflow.bench", "gpu", "--sizes", "4KB,20KB", "--iters", "2", "--json"],
+    out = run_ranks(2, ["python", "-m", "blinkflow.bench", "gpu", "--sizes", "4KiB,20KiB", "--iters", "2", "--json"],
                     timeout=240, env=env)
     result = json.loads(out.stdout)
     assert result["ranks"] == 2 and len(result["kernels"]) == 4

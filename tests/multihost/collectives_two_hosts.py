@@ -33,7 +33,7 @@ def report(case, array):
 def main():
     bf.init()
     r, n = bf.rank(), bf.size()
-    job = rt._engine.job
+    job = rt.RUNTIME.engine.job
     print(f"LAYOUT {r} {n} {bf.local_rank()} {bf.local_size()} {bf.cross_rank()} {bf.cross_size()} "
           f"{','.join(job.hosts)} {job.plans.get('allreduce').is_three_phase} {get_config().chunk_bytes}", flush=True)
 

@@ -193,7 +193,7 @@ if os.environ.get("EXPECT_ROUTE") == "device":
 
     check("no tensor went through the host", _bridge.conversions["host"] == 0, dict(_bridge.conversions))
     check("tensors went by DLPack", _bridge.conversions["device"] > 50, dict(_bridge.conversions))
-    backends = rt._engine._backends
+    backends = rt.RUNTIME.engine._backends
     check("the cuda backend ran the collectives", "cuda" in backends and sum(backends["cuda"].state.sent.values()) > 0,
           sorted(backends))
     check("the cpu backend moved nothing", not any(backends["cpu"].state.sent.values()), backends["cpu"].state.sent)

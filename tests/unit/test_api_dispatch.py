@@ -11,9 +11,11 @@ from blinkflow import api
 
 def test_a_registered_binding_gets_its_frameworks_tensors(monkeypatch):
     framework = types.ModuleType("fakeframework")
-    framework.Tensor = type("Tensor", (), {"__module__": "fakeframework.core"})
+    framework.Tensor = type("Tensor", (), {"__module__": "elsewhere"})  # told by the binding, not by module
     binding = types.ModuleType("fakebinding")
+    binding.accepts = lambda value: isinstance(value, framework.Tensor)
     binding.allreduce = lambda tensor, **kwargs: ("bound", kwargs["name"])
+    monkeypatch.setitem(sys.modules, "fakeframework", framework)
     monkeypatch.setitem(sys.modules, "fakebinding", binding)
     monkeypatch.setattr(api, "_bindings", dict(api._bindings))
     monkeypatch.setattr(api, "_modules", dict(api._modules))

@@ -3,12 +3,10 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from blinkflow.backends.cuda import kernels
 from blinkflow.backends.cuda.device import choose_device
-from blinkflow.backends.cuda.launch import host_factor
 from blinkflow.errors import BackendError
 from blinkflow.ops import ReduceOp
 
@@ -40,11 +38,13 @@ def test_backend_without_cupy_raises_backend_error():
 
 
 def test_choose_device():
-    assert choose_device(2, (0, 1, 5, 3), 8) == 5  # distinct valid ordinals: use them
-    assert choose_device(3, (10, 11, 12, 13), 1) == 0  # virtual ids, one GPU: share it
-    assert choose_device(3, (0, 1, 2, 3), 2) == 1  # more ranks than GPUs: round-robin
+    # The local rank is the CUDA ordinal: topology ids (nvidia-smi indices) are not ordinals
+    # under a permuted CUDA_VISIBLE_DEVICES or CUDA_DEVICE_ORDER=FASTEST_FIRST.
+    assert choose_device(2, 8) == 2
+    assert choose_device(3, 1) == 0  # one GPU: ranks share it
+    assert choose_device(3, 2) == 1  # more ranks than GPUs (a given topology): round-robin
     with pytest.raises(BackendError):
-        choose_device(0, (0,), 0)
+        choose_device(0, 0)
 
 
 def test_name_expressions_cover_every_dtype_and_op():
@@ -57,16 +57,6 @@ def test_name_expressions_cover_every_dtype_and_op():
         kernels.reduce_name("complex64", ReduceOp.SUM)
     with pytest.raises(BackendError):
         kernels.pack_name("pack", 3)
-
-
-def test_host_factor_matches_numpy_rounding():
-    assert host_factor("float16", 1 / 3) == float(np.float32(1 / 3))  # float16 scales in float32 (Horovod)
-    assert host_factor("float32", 1 / 3) == float(np.float32(1 / 3))
-    assert host_factor("float64", 1 / 3) == 1 / 3
-    assert host_factor("int32", 0.5) == 0.5
-    bf = host_factor("bfloat16", 1 / 3)
-    assert np.float32(bf).view(np.uint32) & 0xFFFF == 0  # a bfloat16 value
-    assert abs(bf - 1 / 3) < 2 ** -9
 
 
 def test_automatic_chunks_grow_with_the_buffer():
@@ -99,3 +89,26 @@ def test_chunk_is_configured_or_automatic_and_fits_the_arena():
     # Eight local senders (a host of 8 beside one of 4) and six trees: the largest host caps it, everywhere.
     eight_and_four = [tuple(range(8)), tuple(range(8, 12))]
     assert chunk(backend(0, eight_and_four, 6), 2, 256 * mib) == (256 * mib // 192) // 256 * 256 // 2
+
+
+def test_peer_routes_ask_cuda_and_stop_at_the_peer_limit():
+    """Map a GPU's own memory and peers CUDA allows, stage the rest, and never a ninth peer
+    (CUDA's limit per device), under the fake CuPy with 11 GPUs, 0 and 1 without peer access."""
+    code = ("from cupy.cuda import runtime as rt\n"
+            "from blinkflow.backends.cuda.peers import PeerRoutes\n"
+            "routes = PeerRoutes(rt, 0)\n"
+            "bus = [rt.deviceGetPCIBusId(i) for i in range(rt.getDeviceCount())]\n"
+            "answers = []\n"
+            "for b in bus:\n"
+            "    answers.append(routes.can_map(b))\n"
+            "    if answers[-1]:\n"
+            "        routes.mapped(b)\n"
+            "print(answers, routes.can_map(bus[2]), routes.can_map('0000:EE:00.0'))\n")
+    fake = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fake_cupy")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([fake, os.environ.get("PYTHONPATH", "")]),
+               FAKE_CUPY_DEVICES="11", FAKE_CUPY_NO_PEER="0-1")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    # itself, not 1, then 2..9 (eight peers), then the limit; a mapped peer stays mappable; an
+    # unknown GPU past the limit is staged too.
+    assert out.stdout.split() == ["[True,", "False,"] + ["True,"] * 8 + ["False]", "True", "False"], out.stdout

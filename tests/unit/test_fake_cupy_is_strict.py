@@ -4,6 +4,11 @@ fake must never be imported into the test process itself."""
 import os
 import subprocess
 import sys
+import tempfile
+
+import pytest
+
+from mpi_launch import fake_cupy_env, run_mpi
 
 FAKE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fake_cupy")
 
@@ -40,3 +45,145 @@ def test_fake_cupy_refuses_what_a_gpu_would():
     assert lines[-1] == "OK"
     assert "own IPC handle" in lines[0] and "not the base" in lines[1] and "Interprocess" in lines[2]
     assert "never recorded" in lines[3] and "overlap" in lines[4]
+
+
+def _run(script, **env):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([FAKE, os.environ.get("PYTHONPATH", "")]), **env)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout.splitlines()
+
+
+DEVICES = r'''
+import threading
+import cupy
+from cupy.cuda import runtime as rt
+
+print(rt.getDeviceCount(), rt.getDevice())
+print([rt.deviceGetPCIBusId(i) for i in range(rt.getDeviceCount())])
+props = rt.getDeviceProperties(rt.getDeviceCount() - 1)
+print(props["pciBusID"], props["uuid"].hex())
+with cupy.cuda.Device(2):
+    a = cupy.zeros(4)
+    print("in", rt.getDevice(), a.device.id)
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(rt.getDevice()))
+    t.start(); t.join()
+    print("thread", seen[0])  # every thread starts on device 0
+print("out", rt.getDevice(), cupy.zeros(1).device.id, a[1:].device.id)
+cupy.cuda.Device(1).use()
+print("use", rt.getDevice(), cupy.cuda.Device().id)
+rt.setDevice(3)
+print("set", rt.getDevice())
+try:
+    rt.setDevice(4)
+except rt.CUDARuntimeError as e:
+    print("refused", e)
+'''
+
+
+def test_fake_cupy_has_several_devices_and_a_current_one_per_thread():
+    lines = _run(DEVICES, FAKE_CUPY_DEVICES="4")
+    assert lines[0] == "4 0"
+    assert len(set(eval(lines[1]))) == 4  # distinct PCI bus ids
+    assert lines[3] == "in 2 2" and lines[4] == "thread 0"
+    assert lines[5] == "out 0 0 2" and lines[6] == "use 1 1" and lines[7] == "set 3"
+    assert lines[8].startswith("refused") and "invalid device ordinal 4" in lines[8]
+
+
+def test_cuda_visible_devices_renumbers_the_fake_gpus():
+    script = ("from cupy.cuda import runtime as rt\n"
+              "print(rt.getDeviceCount(), [rt.getDeviceProperties(i)['pciBusID'] for i in range(rt.getDeviceCount())])\n")
+    everything = _run(script, FAKE_CUPY_DEVICES="4")[0]
+    buses = eval(everything.split(" ", 1)[1])
+    # Physical 3 then 1, the second by its uuid; the list ends at the first entry naming no GPU.
+    uuid = _run("from cupy import _devices; print(_devices.uuid_text(1))", FAKE_CUPY_DEVICES="4")[0]
+    picked = _run(script, FAKE_CUPY_DEVICES="4", CUDA_VISIBLE_DEVICES=f"3,{uuid},7,0")[0]
+    assert picked == f"2 {[buses[3], buses[1]]}"
+
+
+PEERS = r'''
+import cupy
+from cupy.cuda import runtime as rt
+
+print(rt.deviceCanAccessPeer(0, 1), rt.deviceCanAccessPeer(0, 3), rt.deviceCanAccessPeer(2, 1), rt.deviceCanAccessPeer(1, 1))
+with cupy.cuda.Device(3):
+    far = cupy.ones(4)
+with cupy.cuda.Device(1):
+    near = cupy.ones(4)
+print(cupy.concatenate([near, near]).device.id)  # made on the current device, 0; 0-1 can peer
+for name, fn in [("copy", lambda: far.copy()), ("concatenate", lambda: cupy.concatenate([near, far])),
+                 ("setitem", lambda: near.__setitem__(slice(None), far))]:
+    try:
+        fn()
+        print(name, "ran")
+    except ValueError as e:
+        print(name, "refused:", e)
+'''
+
+
+def test_fake_cupy_arrays_refuse_a_device_without_peer_access():
+    lines = _run(PEERS, FAKE_CUPY_DEVICES="4", FAKE_CUPY_NO_PEER="0-3,1-2")
+    assert lines[0] == "1 0 0 0" and lines[1] == "0"
+    assert all("refused" in line and "Peer access is unavailable" in line for line in lines[2:5]), lines
+
+
+IPC_PEERS = r'''
+import sys
+from mpi4py import MPI
+import cupy
+from cupy.cuda import runtime as rt
+
+comm = MPI.COMM_WORLD
+rt.setDevice(comm.rank)
+base = rt.malloc(1024)
+handles = comm.allgather(rt.ipcGetMemHandle(base))
+for peer, handle in enumerate(handles):
+    if peer != comm.rank:
+        try:
+            rt.ipcOpenMemHandle(handle)
+            print(comm.rank, peer, "opened")
+        except rt.CUDARuntimeError as e:
+            print(comm.rank, peer, "refused", str(e).split(":")[0])
+print(comm.rank, rt.pointerGetAttributes(base).device, rt.pointerGetAttributes(base + 1000).type,
+      rt.pointerGetAttributes(1).type)
+sys.stdout.flush()
+comm.Barrier()
+'''
+
+
+@pytest.mark.mpi
+def test_fake_ipc_handles_open_only_between_peers():
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(IPC_PEERS)
+    try:
+        out = run_mpi(3, ["python", f.name], timeout=120, env=fake_cupy_env(FAKE_CUPY_DEVICES="3",
+                                                                            FAKE_CUPY_NO_PEER="0-2"))
+    finally:
+        os.unlink(f.name)
+    lines = set(out.stdout.splitlines())
+    assert {"0 1 opened", "1 0 opened", "1 2 opened", "2 1 opened"} <= lines, out.stdout + out.stderr
+    assert {"0 2 refused cudaErrorPeerAccessUnsupported", "2 0 refused cudaErrorPeerAccessUnsupported"} <= lines
+    assert {"0 0 2 0", "1 1 2 0", "2 2 2 0"} <= lines
+
+
+DLPACK = r'''
+import numpy as np
+import cupy
+
+with cupy.cuda.Device(1):
+    a = cupy.arange(6) if hasattr(cupy, "arange") else cupy.asarray(np.arange(6.0))
+capsule = a.toDlpack()
+b = cupy.from_dlpack(capsule)
+print(b.device.id, b.data.ptr == a.data.ptr)
+try:
+    cupy.from_dlpack(np.arange(3.0).__dlpack__())
+except RuntimeError as e:
+    print("refused", e)
+'''
+
+
+def test_fake_dlpack_capsules_are_cuda_with_device_ids_and_host_ones_are_refused():
+    lines = _run(DLPACK, FAKE_CUPY_DEVICES="2")
+    assert lines[0] == "1 True"
+    assert lines[1].startswith("refused") and "kDLCUDA" in lines[1]

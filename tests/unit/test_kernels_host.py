@@ -1,82 +1,28 @@
-"""Run the real kernel bodies of ``kernels/*.cu`` on the CPU, thread by thread.
+"""Run the real kernel bodies of ``kernels/*.cu`` on the CPU, thread by thread (``kernel_host``).
 
-There is no GPU in CI, so the nvcc test alone would only prove the kernels compile. Here the
-same source (``module_source``) is compiled as C++ with a small shim (``__global__`` and
-``__device__`` vanish, ``blockIdx``/``threadIdx`` are globals, ``_Float16`` replaces the PTX
-conversions under ``BLINKFLOW_HOST_EMULATION``) and every block and thread of a small grid is
-run in turn. The kernels use grid-stride loops with no shared memory or barriers, so a
-sequential run computes what the GPU computes. Checked against numpy: every op x dtype, the
+There is no GPU in CI, so the nvcc test alone would only prove the kernels compile; a
+sequential run of every block and thread computes what the GPU computes. Checked against numpy: every op x dtype, the
 16-byte vector path and the misaligned scalar path, tails, in-place use, the forwarded second
 output, scale, and pack/unpack. Skipped only when no C++ compiler is installed.
 """
 import ctypes
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
 from blinkflow.backends.cuda import kernels
-from blinkflow.backends.cuda.launch import host_factor
 from blinkflow.ops import ReduceOp
+from blinkflow.scaling import kernel_factor
 
+from kernel_host import CXX, build
 from kernel_reference import DTYPES, OPS, bf16_to_f32, f32_to_bf16, make_inputs, reference, storage
 
-CXX = shutil.which("g++") or shutil.which("clang++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler")
-
-SHIM = r"""
-#include <cstring>
-#define BLINKFLOW_HOST_EMULATION 1
-#define __global__
-#define __device__
-#define __forceinline__ inline
-struct bf_dim3 { unsigned int x, y, z; };
-static bf_dim3 blockIdx, threadIdx, blockDim, gridDim;
-struct uint4 { unsigned int x, y, z, w; };
-static inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }
-static inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
-#define BF_FOR_EACH_THREAD(gx, gy, bx, body)                                                   \
-    gridDim = {(unsigned)(gx), (unsigned)(gy), 1}; blockDim = {(unsigned)(bx), 1, 1};            \
-    for (unsigned by_ = 0; by_ < gridDim.y; ++by_)                                               \
-        for (unsigned b_ = 0; b_ < gridDim.x; ++b_)                                              \
-            for (unsigned t_ = 0; t_ < blockDim.x; ++t_) {                                       \
-                blockIdx = {b_, by_, 0}; threadIdx = {t_, 0, 0}; body;                           \
-            }
-"""
-
-
-def _wrappers():
-    out = []
-    for dt, ctype in kernels.CTYPES.items():
-        for op, code in kernels.OP_CODES.items():
-            out.append(f"""extern "C" void reduce_{dt}_{code}(void* o, void* o2, void** in, int nin, long long n, int gx, int bx) {{
-    typedef {ctype} T; const T* p[8] = {{0}}; for (int j = 0; j < nin; ++j) p[j] = (const T*)in[j];
-    BF_FOR_EACH_THREAD(gx, 1, bx, (blinkflow_reduce<T, {code}>((T*)o, (T*)o2, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], nin, n)));
-}}""")
-        out.append(f"""extern "C" void scale_{dt}(void* o, const void* in, double f, long long n, int gx, int bx) {{
-    typedef {ctype} T; BF_FOR_EACH_THREAD(gx, 1, bx, (blinkflow_scale<T>((T*)o, (const T*)in, f, n)));
-}}""")
-    for size, word in kernels.WORDS.items():
-        for kind in ("pack", "unpack"):
-            flat = "void*" if kind == "pack" else "const void*"
-            out.append(f"""extern "C" void {kind}_{size}({flat} flat, const unsigned long long* ptrs, const long long* offs, int nt, int gx, int gy, int bx) {{
-    BF_FOR_EACH_THREAD(gx, gy, bx, (blinkflow_{kind}<{word}>(({'' if kind == 'pack' else 'const '}{word}*)flat, ptrs, offs, nt)));
-}}""")
-    return "\n".join(out)
 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    d = tmp_path_factory.mktemp("kernels_host")
-    src = d / "kernels_host.cpp"
-    body = "\n".join(kernels.module_source(n) for n in ("reduce.cu", "scale.cu", "pack.cu"))
-    src.write_text(SHIM + body + "\n" + _wrappers())
-    so = d / "kernels_host.so"
-    cmd = [CXX, "-std=c++17", "-O1", "-shared", "-fPIC", "-Wno-unknown-pragmas", "-o", str(so), str(src)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return ctypes.CDLL(str(so))
+    return build(tmp_path_factory.mktemp("kernels_host"))
 
 
 def _ptr(a):
@@ -145,7 +91,7 @@ def test_scale_matches_cpu_backend(lib, dtype, factor, offset):
     n = 1037
     if dtype == "bfloat16":
         host = f32_to_bf16(rng.normal(scale=20, size=n))
-        want = f32_to_bf16(bf16_to_f32(host) * np.float32(host_factor("bfloat16", factor)))
+        want = f32_to_bf16(bf16_to_f32(host) * np.float32(kernel_factor("bfloat16", factor)))
     else:
         values = rng.integers(0, 80, size=n) if dtype in ("uint8", "int32", "int64") else rng.normal(scale=20, size=n)
         host = values.astype(dtype)
@@ -153,7 +99,7 @@ def test_scale_matches_cpu_backend(lib, dtype, factor, offset):
         Backend.scale(None, want, factor)  # the semantics every backend shares
     buf = aligned(n, dtype, offset)
     buf[...] = host
-    getattr(lib, f"scale_{dtype}")(_ptr(buf), _ptr(buf), ctypes.c_double(host_factor(dtype, factor)),
+    getattr(lib, f"scale_{dtype}")(_ptr(buf), _ptr(buf), ctypes.c_double(kernel_factor(dtype, factor)),
                                    ctypes.c_longlong(n), ctypes.c_int(2), ctypes.c_int(64))
     np.testing.assert_array_equal(buf, want)
 

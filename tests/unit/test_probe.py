@@ -3,23 +3,16 @@ import types
 
 import pytest
 
-from blinkflow.errors import TopologyError
 from blinkflow.topology import topology_from_nvidia_smi
 from blinkflow.topology.probe import nvml_topology_text, probe_host_topology, visible_gpus
 
 
 @pytest.mark.parametrize("value, expected", [
-    (None, None), ("", []), ("0,1,4", [0, 1, 4]), (" 3 , 2", [3, 2]), ("0,-1,2", [0]),
+    (None, None), ("", []), ("0,1,4", [0, 1, 4]), (" 3 , 2", [3, 2]), ("0,-1,2", [0]), ("1,--1", [1]),
 ])
 def test_visible_gpus(value, expected):
     env = {} if value is None else {"CUDA_VISIBLE_DEVICES": value}
     assert visible_gpus(env) == expected
-
-
-@pytest.mark.parametrize("entry", ["GPU-1a2b", "\u00b2", "--1"])  # '²'.isdigit() is true, int('²') fails
-def test_visible_gpus_rejects_non_indexes(entry):
-    with pytest.raises(TopologyError, match=f"CUDA_VISIBLE_DEVICES: entry '{entry}' is not a GPU index"):
-        visible_gpus({"CUDA_VISIBLE_DEVICES": entry})
 
 
 def fake_nvml(bus_ids, nvlinks, levels):

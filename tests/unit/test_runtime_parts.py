@@ -445,30 +445,6 @@ def test_integer_average_is_exact_where_times_one_over_size_is_not(dtype):
     assert np.array_equal(entry.slot.result, x), entry.slot.result
 
 
-def test_average_truncates_toward_zero_without_overflow():
-    from blinkflow.runtime.executor import average
-
-    backend = _SummingBackend(1)
-    big = np.array([np.iinfo(np.int64).max, -7, 7, -128 * 3], np.int64)
-    average(backend, big, 3)
-    assert big.tolist() == [np.iinfo(np.int64).max // 3, -2, 2, -128]  # float64 would round the first
-    small = np.array([-128, -127, 127], np.int8)
-    average(backend, small, 2)
-    assert small.tolist() == [-64, -63, 63]
-    many = np.array([-128, 127, 0], np.int8)
-    average(backend, many, 200)  # more ranks than int8 can count
-    assert many.tolist() == [0, 0, 0]
-    unsigned = np.array([2**64 - 1], np.uint64)
-    average(backend, unsigned, 5)
-    assert unsigned.tolist() == [(2**64 - 1) // 5]
-    scaled = np.array([10, -10], np.int32)
-    average(backend, scaled, 4, postscale=2.0)
-    assert scaled.tolist() == [5, -5]
-    floats = np.array([3.0, -1.5], np.float32)
-    average(backend, floats, 3)
-    assert np.allclose(floats, [1.0, -0.5])
-
-
 def test_handles_of_a_stopped_runtime_never_name_a_new_runtimes_calls():
     # init(), a call, shutdown(), init(): the first runtime's handle must not synchronize the new
     # runtime's call that happens to get the same number.

@@ -8,7 +8,7 @@ from blinkflow.launcher.cli import main
 from blinkflow.launcher.simulate_cmd import parse_size
 from blinkflow.topology.presets import get_preset, preset_names
 
-KEYS = {"topology", "gpus", "collective", "size_bytes", "blinkflow", "baseline", "speedup"}
+KEYS = {"topology", "gpus", "collective", "size_bytes", "blinkflow", "baseline", "speedup", "policy"}
 
 
 def _run(capsys, *argv):

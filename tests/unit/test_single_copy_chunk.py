@@ -2,6 +2,7 @@
 import pytest
 
 from blinkflow.backends.cpu import single_copy
+from blinkflow.schedule import policy
 
 
 @pytest.mark.parametrize("l2,chunk", [
@@ -12,7 +13,7 @@ from blinkflow.backends.cpu import single_copy
     (None, 1 << 20),        # unknown: the upper bound
 ])
 def test_chunk_fits_three_times_in_l2(l2, chunk):
-    assert single_copy.chunk_bytes_for(l2) == chunk
+    assert policy.single_copy_chunk_bytes(l2) == chunk
 
 
 def _cache(root, entries):

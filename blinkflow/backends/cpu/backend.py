@@ -16,6 +16,7 @@ runtime's contract).
 """
 from __future__ import annotations
 
+import dataclasses
 import platform
 from typing import Optional, Sequence
 
@@ -23,10 +24,12 @@ import numpy as np
 
 from ...errors import BackendError
 from ...ops import ReduceOp
+from ...schedule import policy
 from ...schedule.cache import Programs
 from ...schedule.runner import SequenceState, run_program, settle
 from .. import teardown
 from ..base import Backend, BackendContext
+from ..policy_agreement import agree_policy
 from ..wire import MpiWire
 from . import cma, kernels, single_copy
 from .mailbox import Mailbox, shared_memory_ordered
@@ -34,11 +37,6 @@ from .shm import SharedArena
 from .single_copy_path import SingleCopyAllreduce
 from .transport import CpuTransport, scaled_copy
 
-#: Pipeline chunk of the lowered schedules (``BLINKFLOW_CHUNK_BYTES`` 0). Inside a host the
-#: cpu-host plan is one-hop stars, where chunks only add steps (each a few messages and tens of
-#: microseconds of Python); between hosts 4 MiB messages run MPI near its bandwidth while the
-#: phases still overlap on large buffers.
-DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
 #: Most received chunks one reduction folds in: a star's root combines all its children in one
 #: pass over memory (cache-blocked by ``kernels.reduce_into``) instead of one pass per child.
 FUSE_INPUTS = 64
@@ -64,20 +62,29 @@ class CpuBackend(Backend):
         self.local = ctx.local_comm
         self.rank, self.size = layout.rank, layout.size
         config = ctx.config
+        self.config = config
         self.chunk_bytes = config.chunk_bytes if config is not None else 0
+        """``BLINKFLOW_CHUNK_BYTES`` (0: the policy's chunks); tests set it to force many chunks."""
         self.arena = SharedArena(self.local)
         self._wire_comm = self.comm.Dup()  # the transport's messages never meet another layer's
         self.mailbox = self._open_mailbox(config)
         self.wire = MpiWire(self._wire_comm, self.mailbox)
         self.transport = CpuTransport(self.wire, layout, self.arena)
         self.state = SequenceState()
-        self.programs = Programs(ctx.plan_for, layout.devices, layout.rank, fuse_inputs=FUSE_INPUTS)
+        self.programs = Programs(ctx.plan_for, layout.devices, layout.rank, fuse_inputs=FUSE_INPUTS,
+                                 check=bool(config is not None and config.check_schedules),
+                                 window=policy.DEVICE_WINDOW)
         self.trace: Optional[list] = None
         """Set to a list to record every transfer the runner makes (tests)."""
         self.stats = {"single_copy": 0, "packed": 0, "helped_chunks": 0}
         """All-reduces of pieces by path, and chunks done for a slower neighbour (tests, debugging)."""
+        self.l2_bytes = single_copy.l2_bytes()
         self.single_copy: Optional[SingleCopyAllreduce] = self._probe_single_copy(config)
+        self.caps = policy.Capabilities("cpu", single_copy=self.single_copy is not None, l2_bytes=self.l2_bytes)
+        self.last_choice: Optional[policy.Choice] = None
+        """The policy's choice for the latest collective (tests, debugging)."""
         self._closed = False
+        agree_policy(self.comm, config, self.caps, layout)
 
     def _open_mailbox(self, config) -> Optional[Mailbox]:
         """The shared-memory rings of the host's control messages (:mod:`.mailbox`), or None for
@@ -109,7 +116,7 @@ class CpuBackend(Backend):
                 cma.disallow_peers()
         if memory is None:
             return None
-        chunk = self.chunk_bytes or single_copy.chunk_bytes_for(single_copy.l2_bytes())
+        chunk = self.chunk_bytes or policy.single_copy_chunk_bytes(self.l2_bytes)
         return SingleCopyAllreduce(layout, self.local, self.comm, self.arena, memory, pids, self.transport,
                                    self.state, chunk, self._mark)
 
@@ -136,12 +143,34 @@ class CpuBackend(Backend):
         np.copyto(work, arr)
         return work
 
-    def _chunk_elems(self, dtype: np.dtype) -> int:
-        return max(1, (self.chunk_bytes or DEFAULT_CHUNK_BYTES) // dtype.itemsize)
+    def _choose(self, collective: str, nbytes: int, itemsize: int, npieces: int = 1, program=None) -> policy.Choice:
+        """The policy's algorithm and chunk for this call (the same on every rank: its inputs
+        were agreed at construction, and every rank makes the same call)."""
+        stars = collective == "allreduce" and self.single_copy is not None and program is not None \
+            and self.single_copy.shape(program).usable
+        caps = self.caps if stars or not self.caps.single_copy else dataclasses.replace(self.caps, single_copy=False)
+        config = self.config if self.config is None or self.config.chunk_bytes == self.chunk_bytes \
+            else dataclasses.replace(self.config, chunk_bytes=self.chunk_bytes)
+        choice = policy.choose(collective, nbytes, itemsize, self.layout, config, caps, npieces=npieces)
+        self.last_choice = choice
+        return choice
 
-    def _run(self, program, buf: np.ndarray, ufunc=None, out: Optional[np.ndarray] = None, scale: float = 1.0) -> None:
+    def _program(self, collective: str, n: int, itemsize: int, root=None, counts=None):
+        """The call's choice (pipelined runner or device executor) and its program."""
+        choice = self._choose(collective, n * itemsize, itemsize)
+        return choice, self.programs.get(collective, n, choice.chunk_elems(itemsize), root=root, counts=counts)
+
+    def _run(self, choice: policy.Choice, program, buf: np.ndarray, ufunc=None, out: Optional[np.ndarray] = None,
+             scale: float = 1.0) -> None:
+        self._mark("start", choice.phase)
+        try:
+            self._run_runner(choice, program, buf, ufunc, out, scale)
+        finally:
+            self._mark("end", choice.phase)
+
+    def _run_runner(self, choice: policy.Choice, program, buf: np.ndarray, ufunc, out, scale) -> None:
         self.transport.trace = self.trace
-        where = self.transport.prepare(buf, ufunc, out, scale, kernels.chunk_elems(self.chunk_bytes, buf.itemsize))
+        where = self.transport.prepare(buf, ufunc, out, scale, max(1, choice.block_bytes // buf.itemsize))
         self._mark("start", "RUN_SCHEDULE")
         # On a slot of :meth:`buffer`, with peers on this host only, the releases are waited for
         # when the slot is next handed out. (An ``Isend`` to another host must complete before
@@ -172,13 +201,13 @@ class CpuBackend(Backend):
                 scaled_copy(buf, result, scale)
             return
         work = self._shared(buf)
-        program = self.programs.get("allreduce", n, self._chunk_elems(buf.dtype))
+        choice, program = self._program("allreduce", n, buf.itemsize)
         if result is None:
-            self._run(program, work, ufunc)
+            self._run(choice, program, work, ufunc)
             if work is not buf:
                 np.copyto(buf, work)
         else:
-            self._run(program, work, ufunc, out=result, scale=scale)
+            self._run(choice, program, work, ufunc, out=result, scale=scale)
 
     def allreduce_pieces(self, pieces: Sequence[np.ndarray], op: ReduceOp, out, scale: float = 1.0) -> None:
         """All-reduce the concatenation of ``pieces`` into ``out`` (see Backend.allreduce_pieces):
@@ -192,11 +221,16 @@ class CpuBackend(Backend):
                 if scale != 1.0:
                     scaled_copy(result, result, scale)
             return
-        program = self.programs.get("allreduce", n, self._chunk_elems(result.dtype))
-        if self.single_copy is not None and self.single_copy.suits(program, pieces, result.nbytes):
+        runner, program = self._program("allreduce", n, result.itemsize)
+        choice = self._choose("allreduce", result.nbytes, result.itemsize, npieces=len(pieces), program=program)
+        if choice.algorithm == "single_copy":
             self.stats["single_copy"] += 1
             before = self.single_copy.helped_chunks
-            self.single_copy.run(program, [_flat(p) for p in pieces], kernels.combiner(op), result, scale)
+            self._mark("start", choice.phase)
+            try:
+                self.single_copy.run(program, [_flat(p) for p in pieces], kernels.combiner(op), result, scale)
+            finally:
+                self._mark("end", choice.phase)
             self.stats["helped_chunks"] += self.single_copy.helped_chunks - before
             return
         self.stats["packed"] += 1
@@ -204,7 +238,7 @@ class CpuBackend(Backend):
         buf = self.buffer(n, result.dtype)
         np.concatenate(pieces, out=buf)  # (flat and contiguous: Backend.allreduce_pieces' contract)
         self._mark("end", "COPY_IN")
-        self._run(program, buf, kernels.combiner(op), out=result, scale=scale)
+        self._run(choice, program, buf, kernels.combiner(op), out=result, scale=scale)
 
     def broadcast(self, buf, root: int) -> None:
         buf = _flat(buf)
@@ -215,9 +249,9 @@ class CpuBackend(Backend):
         work = self.buffer(buf.shape[0], buf.dtype)  # on every rank: a window may grow (collective)
         if self.rank == root:
             np.copyto(work, buf)
-        program = self.programs.get("broadcast", buf.shape[0], self._chunk_elems(buf.dtype), root=root)
+        choice, program = self._program("broadcast", buf.shape[0], buf.itemsize, root=root)
         # Receives that are the last word on their range land in ``buf`` directly.
-        self._run(program, work, out=None if self.rank == root else buf)
+        self._run(choice, program, work, out=None if self.rank == root else buf)
 
     def allgather(self, send, recv, counts: Sequence[int]) -> None:
         send, recv = _flat(send), _flat(recv)
@@ -230,8 +264,8 @@ class CpuBackend(Backend):
             return
         work = self.buffer(total, send.dtype)
         np.copyto(work[lo:lo + counts[self.rank]], send)
-        program = self.programs.get("allgather", total, self._chunk_elems(send.dtype), counts=counts)
-        self._run(program, work, out=recv[:total])
+        choice, program = self._program("allgather", total, send.itemsize, counts=counts)
+        self._run(choice, program, work, out=recv[:total])
 
     def reducescatter(self, send, recv, counts: Sequence[int], op: ReduceOp) -> None:
         send, recv = _flat(send), _flat(recv)
@@ -248,8 +282,8 @@ class CpuBackend(Backend):
         # A private working copy: ``recv`` may alias ``send`` (MPI's in-place convention).
         work = self.buffer(total, send.dtype)
         np.copyto(work, send)
-        program = self.programs.get("reducescatter", total, self._chunk_elems(send.dtype), counts=counts)
-        self._run(program, work, ufunc)
+        choice, program = self._program("reducescatter", total, send.itemsize, counts=counts)
+        self._run(choice, program, work, ufunc)
         np.copyto(recv[:n], work[lo:lo + n])
 
     def alltoall(self, send, send_counts: Sequence[int], recv, recv_counts: Sequence[int]) -> None:
@@ -265,8 +299,13 @@ class CpuBackend(Backend):
         from mpi4py import MPI
 
         # No plan: an all-to-all moves different data between every pair (Blink has no trees for it).
-        self.comm.Alltoallv([send.view(np.uint8), (sc, [int(x) for x in sd]), MPI.BYTE],
-                            [recv.view(np.uint8), (rc, [int(x) for x in rd]), MPI.BYTE])
+        choice = self._choose("alltoall", sum(sc), item)
+        self._mark("start", choice.phase)
+        try:
+            self.comm.Alltoallv([send.view(np.uint8), (sc, [int(x) for x in sd]), MPI.BYTE],
+                                [recv.view(np.uint8), (rc, [int(x) for x in rd]), MPI.BYTE])
+        finally:
+            self._mark("end", choice.phase)
 
     def close(self) -> None:
         if not self._closed:

@@ -27,23 +27,12 @@ _UFUNCS = {
     ReduceOp.PRODUCT: np.multiply,
 }
 
-#: Default chunk: a Zen 4 core's L2 holds the output chunk while inputs stream; smaller chunks
-#: cost more in Python calls than they win in locality (measured: 16 KiB 6.2 ms, 1 MiB 2.9 ms,
-#: whole 2.6 ms for a 4-way 16 MiB float32 reduce on one idle core).
-DEFAULT_CHUNK_BYTES = 1024 * 1024
-
-
 def combiner(op: ReduceOp) -> np.ufunc:
     """The ufunc of an elementwise combiner. Average and scaling never reach a backend."""
     try:
         return _UFUNCS[ReduceOp(op).combiner]
     except (KeyError, ValueError):
         raise BackendError(f"the cpu backend cannot combine with {op!r}") from None
-
-
-def chunk_elems(chunk_bytes: int, itemsize: int) -> int:
-    """Elements per pipeline chunk (``chunk_bytes`` 0 = the default)."""
-    return max(1, (chunk_bytes or DEFAULT_CHUNK_BYTES) // itemsize)
 
 
 def reduce_into(out: np.ndarray, inputs: Sequence[np.ndarray], ufunc: np.ufunc, chunk: int) -> None:

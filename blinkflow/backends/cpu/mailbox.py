@@ -1,11 +1,11 @@
 """Control messages between the ranks of one host through shared memory: a ring per pair.
 
-The runner's control messages (READY and FREE, six integers) inside a host used to travel as MPI
-messages. From Python each costs an ``Isend``, a ``Testsome`` that finds it and a new ``Irecv``:
-a round trip measured 10.4 us at 2 ranks on the development VM, both sides spinning, where
-writing the same six integers into a peer's shared memory and watching a counter took 3.8 us
-(``python -m blinkflow.bench control``; docs/benchmarks.md). A 2-rank all-reduce sends four such messages a call,
-two of them on its critical path. NCCL signals the same way inside a node: a flag in memory
+The runner's control messages (READY and FREE, six integers) inside a host go through here
+rather than MPI: from Python an MPI message costs an ``Isend``, a ``Testsome`` that finds it and
+a new ``Irecv``; a round trip measured 10.4 us at 2 ranks on the development VM, both sides
+spinning, where writing the same six integers into a peer's shared memory and watching a counter
+took 3.8 us (``python -m blinkflow.bench control``; docs/benchmarks.md). A 2-rank all-reduce
+sends four such messages a call, two of them on its critical path. NCCL signals the same way inside a node: a flag in memory
 both sides map (its LL / simple protocols' head and tail counters).
 
 Layout: every local rank owns one segment of a shared window (:mod:`.shm`); in it, one *box*

@@ -22,7 +22,7 @@ holds a partial value: both sides write, and push into each other's result, the 
 (:meth:`ChunkReducer.run`). The two sides still end up to one chunk apart (250-300 us at 16 MiB
 there); finer chunks where they meet closed that gap without making the call faster on that VM,
 whose ranks share one saturated memory system: while one waits, the other runs faster
-(docs/benchmarks.md, session 6).
+(measured on the 2-core development VM).
 """
 from __future__ import annotations
 
@@ -36,28 +36,10 @@ from .transport import scaled_copy
 
 #: Bytes of a cache line (x86-64, most aarch64): the unit of copy alignment.
 LINE = 64
-#: Chunk bounds of the loop (see :func:`chunk_bytes_for`); the upper one is also the chunk where
-#: the L2 size cannot be read.
-MIN_CHUNK_BYTES, MAX_CHUNK_BYTES = 256 * 1024, 1024 * 1024
 _CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"
 #: Where a rank's progress words sit, counted from the end of its control segment.
 FRONT, BACK = 2, 1
 PROGRESS_WORDS = 2
-
-
-def chunk_bytes_for(l2_bytes: Optional[int]) -> int:
-    """The loop's chunk for a core with ``l2_bytes`` of L2: the largest power of two, within
-    [MIN_CHUNK_BYTES, MAX_CHUNK_BYTES], of which three fit in it. A chunk's step touches three
-    chunk-sized arrays (this rank's slice, the peer's slice landed in scratch, the result), so
-    they stay in L2 from the landing to the write-back. Measured at 2 ranks, 16 MiB, on a Xeon with
-    2 MiB of L2 (docs/benchmarks.md, 2026-11-26): 512 KiB chunks 2.46-2.84 ms against 1 MiB chunks
-    (three of which spill) 2.88-2.95 ms, alternating."""
-    if not l2_bytes:
-        return MAX_CHUNK_BYTES
-    chunk = MAX_CHUNK_BYTES
-    while chunk > MIN_CHUNK_BYTES and 3 * chunk > l2_bytes:
-        chunk //= 2
-    return chunk
 
 
 def l2_bytes(cache_dir: str = _CACHE_DIR) -> Optional[int]:

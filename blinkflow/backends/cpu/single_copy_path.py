@@ -28,13 +28,6 @@ from .transport import CpuTransport, Scratch, scaled_copy
 
 #: Bytes of the control window per rank: where its tensors are, for peers reading them in place.
 CONTROL_BYTES = 1 << 20
-#: Reading tensors in place pays system calls, page pinning and a second synchronisation: it wins
-#: only for shards of at least this many bytes (measured at 2 and 4 ranks: level at 4 MiB shards,
-#: 13-25 % faster at 8-16 MiB, slower below) and tensors of at least 64 KiB on average (below, a
-#: system call per tensor and chunk costs more than packing them). The same answer on every
-#: rank: sizes and shapes are.
-MIN_SHARD_BYTES = 4 * 1024 * 1024
-MIN_PIECE_BYTES = 64 * 1024
 
 
 class _Shape:
@@ -105,13 +98,6 @@ class SingleCopyAllreduce:
                 self._shapes.pop(next(iter(self._shapes)))
         return shape
 
-    def suits(self, program: RankProgram, pieces: Sequence[np.ndarray], nbytes: int) -> bool:
-        """Whether this call takes the path: the same answer on every rank (the probe's answer is
-        every host's, the schedule and the sizes are everyone's)."""
-        if nbytes < MIN_SHARD_BYTES * self.layout.local_size or nbytes < MIN_PIECE_BYTES * max(1, len(pieces)):
-            return False
-        return self.shape(program).usable
-
     def run(self, program: RankProgram, pieces: Sequence[np.ndarray], ufunc, result: np.ndarray, scale: float) -> None:
         shape = self.shape(program)
         layout, me, mark = self.layout, self.layout.local_rank, self.mark
@@ -147,7 +133,7 @@ class SingleCopyAllreduce:
         if not one_host:
             mark("start", "CROSS_ALLREDUCE")
             # Even after a local failure: the other hosts wait for our part of phase 2.
-            self.transport.prepare(result, ufunc, chunk=chunk)
+            self.transport.prepare(result, ufunc, None, 1.0, chunk)
             run_program(shape.cross, self.transport, self.state)
             if failure is None:
                 try:

@@ -26,23 +26,12 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...errors import BackendError
+from ...scaling import scaled_copy
 from ...schedule.transport import FREE, READY, Event, Transport
 from ..base import Layout
 from ..wire import MpiWire
 from . import kernels
 from .shm import SharedArena
-
-
-def scaled_copy(src: np.ndarray, dst: np.ndarray, scale: float) -> None:
-    """``dst = src * scale`` in one pass (a plain copy when ``scale`` is 1). float16 is scaled in
-    float32 and rounded once, Horovod's arithmetic (and the GPU kernels'); other floats in their
-    own precision."""
-    if scale == 1.0:
-        np.copyto(dst, src)
-    elif dst.dtype == np.float16:
-        np.multiply(src, np.float32(scale), out=dst, dtype=np.float32)
-    else:
-        np.multiply(src, dst.dtype.type(scale), out=dst)
 
 
 class Scratch:
@@ -73,8 +62,8 @@ class CpuTransport(Transport):
         self.out: Optional[np.ndarray] = None
         self._reach_of: dict = {}  # id(program) -> (program, _reach(program))
 
-    def prepare(self, buf: np.ndarray, ufunc=None, out: Optional[np.ndarray] = None, scale: float = 1.0,
-                chunk: int = 1 << 18) -> Tuple[int, int]:
+    def prepare(self, buf: np.ndarray, ufunc, out: Optional[np.ndarray], scale: float,
+                chunk: int) -> Tuple[int, int]:
         """The next program runs on ``buf`` (combining with ``ufunc``); with ``out`` its result
         lands there, times ``scale``. Returns where ``buf`` lies (``SharedArena.locate``)."""
         self.buf, self.ufunc, self.out, self.scale, self.chunk = buf, ufunc, out, scale, chunk

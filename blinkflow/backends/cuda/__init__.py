@@ -12,13 +12,15 @@ Modules, one job each:
 ``program``    pure: compiles one rank's schedule into ordered actions (no CuPy)
 ``pipeline``   pure: the per-rank issue loop and the READY/FREE slot protocol (no CuPy)
 ``schedules``  pure: one-hop and chain schedules built without the planner
-``ipc``        receive slots and events shared through CUDA IPC
+``ipc``        receive slots and events shared through CUDA IPC (or pinned host memory)
+``peers``      whether a local peer's memory can be mapped or must be staged
 ``issuer``     enqueues actions on one stream per tree
 ``messenger``  READY/FREE control messages over MPI
 ``crosshost``  the cross-machine phase (NCCL, CUDA-aware MPI, or pinned host staging)
 ``device``     which GPU a rank drives; what CUDA and MPI can do here
 ``backend``    :class:`CudaBackend`, the :class:`~blinkflow.backends.base.Backend`
 ``dlpack``     zero-copy TensorFlow <-> CuPy
+``capsule``    a DLPack capsule's device id, read and rewritten
 
 Importing this package does not import CuPy; ``CudaBackend`` is resolved on first use.
 """

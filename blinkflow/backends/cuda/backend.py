@@ -26,9 +26,10 @@ from .. import teardown
 from ..base import Backend, BackendContext
 from ..wire import MpiWire
 from . import kernels
-from .device import choose_device, cuda_aware_mpi, require_cupy
-from .ipc import IpcArena
+from .device import cuda_aware_mpi, rank_device, require_cupy
+from .ipc import IpcArena, local_links
 from .launch import dtype_name, scale as scale_kernel
+from .peers import PeerRoutes
 from .transport import CudaTransport, StreamSet
 
 DEFAULT_CHUNK_BYTES = 1 << 20
@@ -82,8 +83,10 @@ class CudaBackend(Backend):
         if len(set(self.local_devices)) != len(self.local_devices):
             raise BackendError(f"ranks {layout.local_ranks} on one host drive topology devices {self.local_devices}; "
                                "each rank needs its own device id (give shared GPUs distinct virtual ids)")
-        self.device = choose_device(layout.local_rank, self.local_devices, cupy.cuda.runtime.getDeviceCount())
+        self.device = rank_device(layout)
         self._dev = cupy.cuda.Device(self.device)
+        with self._dev:
+            self._routes = PeerRoutes(cupy.cuda.runtime, self.device)
         self._wire_comm = self.comm.Dup()
         self.wire = MpiWire(self._wire_comm)
         self._streams = StreamSet()
@@ -92,8 +95,14 @@ class CudaBackend(Backend):
         self.programs = Programs(ctx.plan_for, layout.devices, layout.rank, fuse_inputs=kernels.MAX_INPUTS - 1,
                                  schedule_for=schedule_for)
         self._arena: Optional[IpcArena] = None
+        self._arena_channels = 0
         self._fusion = None
         self._closed = False
+
+    def device_scope(self):
+        """A context in which the calling thread works on this rank's GPU (CuPy's arrays, kernels
+        and current stream follow the thread's current device; every thread starts on device 0)."""
+        return self.cupy.cuda.Device(self.device)
 
     # ---- buffers ----------------------------------------------------------------------------
     def buffer(self, nelems: int, dtype):
@@ -202,7 +211,12 @@ class CudaBackend(Backend):
         if not buf.flags.c_contiguous:
             raise BackendError("the cuda backend needs C-contiguous buffers")
         if buf.device.id != self.device:
-            raise BackendError(f"buffer lives on GPU {buf.device.id}; this rank drives GPU {self.device}")
+            raise BackendError(f"buffer lives on GPU {buf.device.id}; this rank drives GPU {self.device} (make the "
+                               f"arrays there: cupy.cuda.Device({self.device}).use())")
+        current = self.cupy.cuda.runtime.getDevice()
+        if current != self.device:
+            raise BackendError(f"called from a thread on GPU {current}; this rank drives GPU {self.device}, and its "
+                               "callers must work there too (backend.device_scope())")
         name = dtype or dtype_name(buf.dtype)
         if reduce and name not in kernels.CTYPES:
             raise BackendError(f"the cuda backend reduces {', '.join(kernels.CTYPES)}; got {name}")
@@ -231,12 +245,18 @@ class CudaBackend(Backend):
                 return program
             self._max_channels = program.nchannels
 
-    def _ensure_arena(self, slot_bytes: int) -> None:
-        """Receive slots for ``_max_channels`` trees (rebuilt, smaller, when that grows; larger
-        when a program's chunk outgrows them)."""
+    def _ensure_arena(self, program, slot_bytes: int) -> None:
+        """Receive slots for the host's links that the schedules so far use (rebuilt when a
+        schedule uses a new one; smaller when ``_max_channels`` grows; larger when a program's
+        chunk outgrows them)."""
         arena = self._arena
-        if arena is not None and arena.nchannels == self._max_channels and slot_bytes <= arena.slot_bytes:
-            return
+        rank_of, layout = self.programs.rank_of, self.layout
+        links = local_links(program.schedule, lambda d: layout.local_rank_of[rank_of[d]],
+                            lambda d: layout.same_host(rank_of[d]))
+        if arena is not None:
+            if links <= arena.links and self._arena_channels == self._max_channels and slot_bytes <= arena.slot_bytes:
+                return
+            links = links | arena.links
         # Every local rank runs the same schedules in the same order, so all rebuild together.
         if arena is not None:
             self._dev.synchronize()
@@ -248,11 +268,12 @@ class CudaBackend(Backend):
         # small programs share one arena; a larger buffer's chunk grows it (above), the same call
         # on every local rank.
         per_slot = self._chunk_elems(1, 0)
-        self._arena = IpcArena(self.local_comm, self._max_channels, self.nslots, max(slot_bytes, per_slot))
+        self._arena = IpcArena(self.local_comm, links, self.nslots, max(slot_bytes, per_slot), self._routes)
+        self._arena_channels = self._max_channels
 
     def _run(self, collective: str, buf, dtype: Optional[str], op: Optional[ReduceOp], root=None, counts=None) -> None:
         program = self._program(collective, buf.size, buf.dtype.itemsize, root=root, counts=counts)
-        self._ensure_arena(program.slot_elems * buf.dtype.itemsize)
+        self._ensure_arena(program, program.slot_elems * buf.dtype.itemsize)
         self.transport.prepare(self._arena, buf, dtype, op)
         run_program(program, self.transport, self.state)
 

@@ -10,8 +10,6 @@ import ctypes
 import functools
 import importlib
 import os
-from typing import Sequence
-
 from ...errors import BackendError
 
 
@@ -37,20 +35,23 @@ def require_cupy():
     return cupy
 
 
-def choose_device(local_rank: int, local_devices: Sequence[int], device_count: int) -> int:
-    """The CUDA ordinal a rank drives.
-
-    When the topology ids of the host's ranks are distinct CUDA ordinals (the usual case: one
-    rank per GPU, ids as ``nvidia-smi`` shows them) each rank takes its own id. Otherwise (more
-    ranks than GPUs, e.g. tests with 2-4 ranks sharing one GPU, or CUDA_VISIBLE_DEVICES
-    renumbering) ranks go round-robin by local rank.
-    """
+def choose_device(local_rank: int, device_count: int) -> int:
+    """The CUDA ordinal a rank drives: local rank k drives CUDA device k of those its process
+    sees, as discovery assumed when it named the rank's GPU by PCI bus id
+    (:mod:`blinkflow.topology.visible_devices`), and as Horovod's
+    ``set_visible_devices(gpus[local_rank])`` does. Ranks beyond the devices (a given topology
+    with virtual ids, e.g. 2-4 ranks sharing one GPU in tests) go round-robin; discovery refuses
+    that case before a backend is built."""
     if device_count <= 0:
         raise BackendError("no CUDA device")
-    ids = list(local_devices)
-    if len(set(ids)) == len(ids) and all(0 <= d < device_count for d in ids):
-        return ids[local_rank]
     return local_rank % device_count
+
+
+def rank_device(layout) -> int:
+    """The CUDA ordinal this rank drives (the cuda backend's, and the bridge's for TF tensors)."""
+    import cupy
+
+    return choose_device(layout.local_rank, cupy.cuda.runtime.getDeviceCount())
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,14 +9,27 @@ CuPy has no bfloat16 dtype: a bfloat16 tensor is bit-cast to uint16 first (``tf.
 reinterprets, it does not convert) and the dtype name travels beside the array, so the
 kernels still reduce it as bfloat16 (``CudaBackend.allreduce(buf, op, dtype="bfloat16")``).
 
+Device ids: TF labels a capsule with its logical id, CuPy with the CUDA ordinal; the two differ
+once TF sees fewer GPUs than the process (``tf.config.set_visible_devices``). A capsule from TF is
+relabelled with the device its memory really lives on (``cudaPointerGetAttributes``), and the
+pairing is remembered, so a capsule going back to TF carries TF's id for that GPU
+(:mod:`.capsule`).
+
 Ordering: the legacy DLPack capsule TF produces carries no stream, and TF computes on its own
-streams. With ``sync=True`` (the default) the device is synchronised before the array is
-handed on, which orders TF's pending work before ours. Callers that already synchronised
-(e.g. a whole fused batch at once) pass ``sync=False``.
+streams, which it does not expose: no event can order our work after TF's or TF's after ours. So
+with ``sync=True`` (the default) the array's device — the memory's real one — is synchronised
+before the array is handed on, which orders TF's pending work before ours, and before a result
+goes back to TF. Callers that already synchronised (e.g. a whole fused batch at once) pass
+``sync=False``.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
+
+from . import capsule as dl
+
+_tf_label: Dict[int, int] = {}
+"""CUDA ordinal -> TensorFlow's logical id of that GPU, as TF's own capsules showed it."""
 
 
 def tf_to_cupy(tensor, sync: bool = True) -> Tuple[object, str]:
@@ -29,10 +42,36 @@ def tf_to_cupy(tensor, sync: bool = True) -> Tuple[object, str]:
     if name == "bfloat16":
         tensor = tf.bitcast(tensor, tf.uint16)
     capsule = tf.experimental.dlpack.to_dlpack(tensor)
+    kind, label = dl.device(capsule)
+    if kind == dl.KDL_CUDA:
+        ordinal = real_device(cupy, dl.data_pointer(capsule), label)
+        _tf_label[ordinal] = label
+        dl.set_device_id(capsule, ordinal)
     array = _from_capsule(cupy, capsule)
     if sync:
         cupy.cuda.Device(array.device.id).synchronize()
     return array, name
+
+
+def real_device(cupy, pointer: int, label: int) -> int:
+    """The CUDA ordinal of the GPU ``pointer`` lives on (``label`` where CUDA cannot say)."""
+    if not pointer:  # an empty tensor: no memory to ask about
+        return label
+    attributes = cupy.cuda.runtime.pointerGetAttributes(pointer)
+    device = int(getattr(attributes, "device", -1))
+    return device if getattr(attributes, "type", 0) in (2, 3) and device >= 0 else label  # device or managed
+
+
+def tf_label(ordinal: int) -> int:
+    """TensorFlow's logical id of the GPU CUDA calls ``ordinal``: as TF's capsules showed it, else
+    from TF's visible devices (whose physical ids are CUDA ordinals), else the ordinal."""
+    known = _tf_label.get(ordinal)
+    if known is not None:
+        return known
+    import tensorflow as tf
+
+    visible = [int(d.name.rsplit(":", 1)[-1]) for d in tf.config.get_visible_devices("GPU")]
+    return visible.index(ordinal) if ordinal in visible else ordinal
 
 
 def cupy_to_tf(array, dtype_name: Optional[str] = None, sync: bool = True):
@@ -43,6 +82,7 @@ def cupy_to_tf(array, dtype_name: Optional[str] = None, sync: bool = True):
     if sync:
         cupy.cuda.Device(array.device.id).synchronize()  # our kernels ran on our streams
     capsule = array.toDlpack() if hasattr(array, "toDlpack") else array.__dlpack__()
+    dl.set_device_id(capsule, tf_label(array.device.id))
     tensor = tf.experimental.dlpack.from_dlpack(capsule)
     if dtype_name == "bfloat16":
         tensor = tf.bitcast(tensor, tf.bfloat16)

@@ -12,6 +12,7 @@ import numpy as np
 
 from ...errors import BackendError
 from ...ops import ReduceOp
+from ...scaling import kernel_factor
 from . import kernels
 from .device import multiprocessor_count
 
@@ -59,19 +60,6 @@ def reduce(out, inputs: Sequence, op: ReduceOp, out2=None, dtype: Optional[str] 
                 out2.data.ptr if out2 is not None else 0)
 
 
-def host_factor(dtype: str, factor: float) -> float:
-    """The factor as the kernel must see it to match ``Backend.scale`` on the CPU: float32 and
-    float16 buffers multiply by the factor rounded to float32 (float16 is computed in float32,
-    Horovod's arithmetic), bfloat16 by the factor rounded to bfloat16."""
-    if dtype in ("float16", "float32"):
-        return float(np.float32(factor))
-    if dtype == "bfloat16":
-        bits = np.array([factor], dtype=np.float32).view(np.uint32)
-        bits = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
-        return float(bits.view(np.float32)[0])
-    return float(factor)
-
-
 def scale(buf, factor: float, out=None, dtype: Optional[str] = None) -> None:
     """``out = buf * factor`` (in place when ``out`` is None)."""
     out = buf if out is None else out
@@ -82,7 +70,7 @@ def scale(buf, factor: float, out=None, dtype: Optional[str] = None) -> None:
     name = dtype or dtype_name(buf.dtype)
     kernel = kernels.get_kernel("scale.cu", kernels.scale_name(name))
     kernel((_grid(buf.size, buf.dtype.itemsize),), (THREADS,),
-           (out, buf, np.float64(host_factor(name, factor)), np.int64(buf.size)))
+           (out, buf, np.float64(kernel_factor(name, factor)), np.int64(buf.size)))
 
 
 def _tables(arrays: Sequence, dst_size: int):

@@ -7,7 +7,9 @@ own links). Within a channel, stream order serialises actions; a dependency on a
 becomes an event wait; a dependency on a peer becomes a wait on the peer's IPC event.
 
 Inside a host, push (``window`` = the arena's slots): the sender copies its chunk into its slot
-in the receiver's arena (a peer copy over NVLink, or the copy engine when ranks share a GPU),
+in the receiver's arena (a peer copy over NVLink, or the copy engine when ranks share a GPU; for
+a pair of GPUs without peer access, into the receiver's pinned host slot, which the receiver
+copies up after the READY event),
 records its READY event for that slot and posts READY; the receiver waits on that event in the
 channel's stream, reduces (or copies) the slot into its buffer — ``recv_reduce_send`` is one
 kernel that also writes the parent's slot, and several children's slots fold into one kernel —
@@ -145,12 +147,14 @@ class CudaTransport(Transport):
         nbytes = a.count * self.itemsize
         incoming: List[int] = []
         for (src, _), seq in zip(a.inputs, recv_seqs):
-            incoming.append(self._incoming(stream, src, a.channel, seq))
+            incoming.append(self._incoming(stream, src, a.channel, seq, nbytes))
         outgoing = 0
+        staged = False  # the receiver's slot is in host memory: copies reach it, kernels do not
         dst = a.send_to
         if send_seq >= 0 and self._local[dst]:
             slot = send_seq % self.arena.nslots
             outgoing = self.arena.peer_slot(self._local_rank[dst], a.channel, slot)
+            staged = self._local_rank[dst] in self.arena.staged_to
             if wait_free:
                 self.rt.streamWaitEvent(sp, self.arena.free_at[(self._local_rank[dst], a.channel, slot)], 0)
 
@@ -168,7 +172,10 @@ class CudaTransport(Transport):
         elif a.reduces:
             # Fused: local = op(local, inputs...), also written to the parent's slot when forwarding.
             with stream:
-                reduce_ptrs(self.dtype, self.op, local, [local] + incoming, a.count, self.itemsize, outgoing)
+                reduce_ptrs(self.dtype, self.op, local, [local] + incoming, a.count, self.itemsize,
+                            0 if staged else outgoing)
+            if staged and outgoing:
+                self.rt.memcpyAsync(outgoing, local, nbytes, d2d, sp)
         elif a.op == "copy":
             self.rt.memcpyAsync(local, self.base + a.src_offset * self.itemsize, nbytes, d2d, sp)
 
@@ -189,12 +196,18 @@ class CudaTransport(Transport):
         if program.cross_stream_deps[a.index]:
             self._step_events[a.index] = stream.record()
 
-    def _incoming(self, stream, src: int, channel: int, seq: int) -> int:
-        """Device address of a received chunk, the stream ordered after its arrival."""
+    def _incoming(self, stream, src: int, channel: int, seq: int, nbytes: int) -> int:
+        """Device address of a received chunk, the stream ordered after its arrival (a chunk
+        staged through host memory is first copied up into the device slot)."""
         if self._local[src]:
             slot = seq % self.arena.nslots
-            self.rt.streamWaitEvent(stream.ptr, self.arena.ready_from[(self._local_rank[src], channel, slot)], 0)
-            return self.arena.my_slot(self._local_rank[src], channel, slot)
+            sender = self._local_rank[src]
+            self.rt.streamWaitEvent(stream.ptr, self.arena.ready_from[(sender, channel, slot)], 0)
+            mine = self.arena.my_slot(sender, channel, slot)
+            if sender in self.arena.staged_from:
+                self.rt.memcpyAsync(mine, self.arena.staged_slot(sender, channel, slot), nbytes, _MEMCPY_DEFAULT,
+                                    stream.ptr)
+            return mine
         landing, staged = self._landed.pop((src, channel, seq))
         if staged is not landing:
             landing.set(staged, stream=stream)  # host -> device, in the channel's order

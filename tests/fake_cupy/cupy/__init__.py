@@ -1,9 +1,13 @@
-"""Fake CuPy for the CPU suite (see ../README.md). numpy arrays with ``.data.ptr``/``.device``."""
+"""Fake CuPy for the CPU suite (see ../README.md). numpy arrays with ``.data.ptr``/``.device``
+that remember the device they were made on (the calling thread's current one) and refuse use from
+another device without peer access, as CuPy's kernels do."""
 import re
+import sys
+import weakref
 
 import numpy as np
 
-from . import cuda  # noqa: F401
+from . import _devices, _dlpack, cuda  # noqa: F401
 
 uint8, uint16, int32, int64 = np.uint8, np.uint16, np.int32, np.int64
 float16, float32, float64 = np.float16, np.float32, np.float64
@@ -15,18 +19,38 @@ class _Ptr:
         self.ptr = ptr
 
 
-class _Dev:
-    id = 0
+def _touch(where, *arrays):
+    """Arrays a kernel on the current device reads or writes must live there or on a peer."""
+    here = _devices.current()
+    for a in arrays:
+        if isinstance(a, ndarray):
+            _devices.check_access(where, a._device, here)
 
 
 class ndarray(np.ndarray):
+    def __array_finalize__(self, obj):
+        # A view lives where its base does; a new array on the calling thread's device.
+        self._device = getattr(obj, "_device", None)
+        if self._device is None:
+            self._device = _devices.current()
+
     @property
     def data(self):
         return _Ptr(self.__array_interface__["data"][0])
 
     @property
     def device(self):
-        return _Dev()
+        return cuda.Device(self._device)
+
+    def __setitem__(self, key, value):
+        _touch("setitem", self, value)
+        super().__setitem__(key, value)
+
+    @property
+    def __cuda_array_interface__(self):
+        # CuPy's arrays expose it, and blinkflow recognises GPU arrays by it (blinkflow.arrays).
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.data.ptr, False),
+                "strides": None if self.flags.c_contiguous else self.strides, "version": 3}
 
     def get(self, out=None, stream=None):
         if out is None:
@@ -38,15 +62,22 @@ class ndarray(np.ndarray):
         np.asarray(self)[...] = arr
 
     def toDlpack(self):
-        return np.asarray(self).__dlpack__()
+        """A capsule of device type CUDA carrying this array's device ordinal."""
+        return _dlpack.relabel(np.asarray(self).__dlpack__(), _dlpack.KDL_CUDA, self._device)
+
+    def __dlpack__(self, stream=None, **kwargs):
+        return self.toDlpack()
+
+    def __dlpack_device__(self):
+        return (_dlpack.KDL_CUDA, self._device)
 
     def copy(self, order="C"):
+        _touch("copy", self)
         return _wrap(self)
 
 
 class _Capsule:
-    """A DLPack capsule of host memory, presented the way numpy consumes it (TF's host tensors
-    play the GPU's part under the fake: their capsules point at CPU memory)."""
+    """A capsule relabelled as host memory, presented the way numpy consumes it."""
 
     def __init__(self, capsule):
         self.capsule = capsule
@@ -55,18 +86,32 @@ class _Capsule:
         return self.capsule
 
     def __dlpack_device__(self):
-        return (1, 0)  # kDLCPU
+        return (_dlpack.KDL_CPU, 0)
 
 
 def from_dlpack(capsule):
-    """Zero-copy, like CuPy's: the array views the producer's memory."""
-    return np.from_dlpack(_Capsule(capsule)).view(ndarray)
+    """Zero-copy, like CuPy's: the array views the producer's memory and takes the capsule's
+    device id as its device (CuPy trusts the label). A host capsule is refused, as CuPy does."""
+    from . import _tf_gpu
+
+    _tf_gpu.install()
+    if hasattr(capsule, "__dlpack__"):
+        capsule = capsule.__dlpack__()
+    kind, ordinal = _dlpack.device(capsule)
+    if kind != _dlpack.KDL_CUDA:
+        raise RuntimeError(f"fake cupy.from_dlpack: the capsule holds memory of DLPack device type {kind}; "
+                           "CuPy takes only CUDA device memory (kDLCUDA)")
+    _devices.check(ordinal)
+    array = np.from_dlpack(_Capsule(_dlpack.relabel(capsule, _dlpack.KDL_CPU, 0))).view(ndarray)
+    array._device = ordinal
+    return array
 
 
 fromDlpack = from_dlpack
 
 
 def concatenate(arrays, out=None):
+    _touch("concatenate", *arrays, out)
     if out is None:
         return _wrap(np.concatenate([np.asarray(a) for a in arrays]))
     np.concatenate([np.asarray(a) for a in arrays], out=np.asarray(out))
@@ -74,10 +119,12 @@ def concatenate(arrays, out=None):
 
 
 def array(a, dtype=None, order="C", copy=True):
+    _touch("array", a)
     return _wrap(np.array(a, dtype=dtype, order=order, copy=copy))
 
 
 def ascontiguousarray(a):
+    _touch("ascontiguousarray", a)
     return _wrap(a)
 
 
@@ -88,7 +135,10 @@ def _aligned_empty(shape, dtype):
     dtype = np.dtype(dtype)
     count = int(np.prod(shape, dtype=np.int64))
     raw = np.empty(count * dtype.itemsize + _ALIGN, dtype=np.uint8)
-    skip = -raw.__array_interface__["data"][0] % _ALIGN
+    start = raw.__array_interface__["data"][0]
+    _devices.memory.add(start, raw.nbytes, _devices.current())
+    weakref.finalize(raw, _devices.memory.remove, start)
+    skip = -start % _ALIGN
     return raw[skip:skip + count * dtype.itemsize].view(dtype).reshape(shape)
 
 
@@ -103,7 +153,7 @@ def asarray(a, dtype=None):
     return _wrap(np.array(a, dtype=dtype))
 
 
-def asnumpy(a):
+def asnumpy(a, stream=None):
     return np.array(a)
 
 
@@ -121,6 +171,12 @@ def ones(n, dtype=np.float64):
 
 def zeros_like(a):
     return _wrap(np.zeros_like(a))
+
+
+if "tensorflow" in sys.modules:
+    from . import _tf_gpu
+
+    _tf_gpu.install()
 
 
 _CTYPES = {"bf_half": np.float16, "float": np.float32, "double": np.float64, "int": np.int32,

@@ -1,4 +1,6 @@
-"""Fake ``cupy.cuda``: one device, streams and events that order nothing (work is synchronous)."""
+"""Fake ``cupy.cuda``: several devices with a current one per thread (see ``.._devices``);
+streams and events that order nothing (work is synchronous)."""
+from .. import _devices
 from . import runtime  # noqa: F401
 
 
@@ -45,21 +47,37 @@ def get_elapsed_time(start, end):
 
 
 class Device:
+    """A CUDA device; ``Device()`` is the calling thread's current one. As a context manager it
+    makes itself current and restores the previous device on exit (per thread, like CuPy's)."""
+
     def __init__(self, device=None):
-        self.id = device or 0
+        self.id = _devices.current() if device is None else _devices.check(int(device))
         self.attributes = {"MultiProcessorCount": 4}
+        self._before = []
 
     def synchronize(self):
         pass
 
     def use(self):
-        pass
+        _devices.set_current(self.id)
 
     def __enter__(self):
+        self._before.append(_devices.current())
+        _devices.set_current(self.id)
         return self
 
     def __exit__(self, *exc):
+        _devices.set_current(self._before.pop())
         return False
+
+    def __eq__(self, other):
+        return isinstance(other, Device) and other.id == self.id
+
+    def __hash__(self):
+        return hash(self.id)
+
+    def __repr__(self):
+        return f"<CUDA Device {self.id}>"
 
 
 def alloc_pinned_memory(nbytes):

@@ -1,13 +1,19 @@
 """Fake ``cupy.cuda.runtime``: cudaMalloc is shared memory so IPC handles open across processes.
 
 Strict where a real GPU would be silently wrong or would refuse: an IPC handle only for the base
-of a ``malloc``, never opened by the process that made it; an IPC event handle only for an event
-created with ``cudaEventInterprocess | cudaEventDisableTiming``; a stream wait on an event that
-was never recorded (on a GPU a no-op, i.e. a race) raises; so does an overlapping copy.
+of a ``malloc``, never opened by the process that made it, and opened only from a device that
+can access the owner's peer-to-peer, by at most 8 peer devices; an IPC event handle only for an
+event created with ``cudaEventInterprocess | cudaEventDisableTiming``; a stream wait on an event
+that was never recorded (on a GPU a no-op, i.e. a race) raises; so does an overlapping copy.
+Devices are those of :mod:`.._devices` (``FAKE_CUPY_DEVICES``, ``CUDA_VISIBLE_DEVICES``).
 """
 import ctypes
 import itertools
+import types
 from multiprocessing import shared_memory
+
+from .. import _devices
+from .._devices import CUDARuntimeError  # noqa: F401  (cupy.cuda.runtime.CUDARuntimeError)
 
 _segments = {}  # address -> SharedMemory (kept alive; creator unlinks on free)
 _events = itertools.count(1)
@@ -19,27 +25,55 @@ def _address(shm):
     return ctypes.addressof(ctypes.c_char.from_buffer(shm.buf))
 
 
+_peers_mapped = {}  # physical device -> physical devices whose memory it has mapped
+
+
 def getDevice():
-    return 0
+    return _devices.current()
+
+
+def setDevice(device):
+    _devices.set_current(device)
 
 
 def getDeviceCount():
-    return 1
+    return _devices.count()
 
 
 def deviceGetPCIBusId(device):
-    return f"0000:00:00.{device}"  # every rank "shares" one GPU, like the GPU tests do
+    return f"0000:{_devices.pci_bus(_devices.VISIBLE[_devices.check(device)]):02X}:00.0"
+
+
+def getDeviceProperties(device):
+    physical = _devices.VISIBLE[_devices.check(device)]
+    return {"name": b"Fake GPU", "totalGlobalMem": 16 << 30, "multiProcessorCount": 4, "pciDomainID": 0,
+            "pciBusID": _devices.pci_bus(physical), "pciDeviceID": 0, "uuid": _devices.uuid_of(physical)}
+
+
+def deviceCanAccessPeer(device, peer):
+    return int(_devices.can_access_peer(device, peer))
+
+
+def pointerGetAttributes(ptr):
+    """cudaPointerAttributes: ``type`` 2 (device memory) and its ``device`` for memory the fake
+    allocated or mapped; ``type`` 0 (unregistered host memory), device -2, for anything else."""
+    device = _devices.memory.find(int(ptr))
+    if device is None:
+        return types.SimpleNamespace(type=0, device=-2, devicePointer=0, hostPointer=int(ptr))
+    return types.SimpleNamespace(type=2, device=device, devicePointer=int(ptr), hostPointer=0)
 
 
 def malloc(nbytes):
     shm = shared_memory.SharedMemory(create=True, size=max(1, nbytes))
     addr = _address(shm)
-    _segments[addr] = (shm, True)
+    _segments[addr] = (shm, True, _devices.current())
+    _devices.memory.add(addr, nbytes, _devices.current())
     return addr
 
 
 def free(addr):
-    shm, owner = _segments.pop(addr)
+    shm, owner, _ = _segments.pop(addr)
+    _devices.memory.remove(addr)
     if owner:
         shm.unlink()  # the mapping itself goes with the process (ctypes still points into it)
 
@@ -47,8 +81,9 @@ def free(addr):
 def ipcGetMemHandle(addr):
     if addr not in _segments or not _segments[addr][1]:
         raise RuntimeError(f"fake cudaIpcGetMemHandle: {addr:#x} is not the base of a cudaMalloc of this process")
-    name = _segments[addr][0].name.encode()
-    return name.ljust(64, b"\0")
+    shm, _, device = _segments[addr]
+    # The handle names the segment and the (physical) GPU the memory lives on.
+    return shm.name.encode().ljust(62, b"\0") + bytes([0, _devices.VISIBLE[device]])
 
 
 def _attach(handle):
@@ -65,12 +100,23 @@ def _attach(handle):
 
 
 def ipcOpenMemHandle(handle, flags=1):
-    name = handle.rstrip(b"\0").decode()
-    if any(shm.name == name and owner for shm, owner in _segments.values()):
+    name = handle[:62].rstrip(b"\0").decode()
+    if any(shm.name == name and owner for shm, owner, _ in _segments.values()):
         raise RuntimeError("fake cudaIpcOpenMemHandle: a process cannot open its own IPC handle")
-    shm = _attach(handle)
+    owner_gpu, here = handle[63], _devices.VISIBLE[_devices.current()]
+    if owner_gpu != here:
+        if (here, owner_gpu) in _devices._NO_PEER:
+            raise CUDARuntimeError(f"cudaErrorPeerAccessUnsupported: GPU {here} cannot map GPU {owner_gpu}'s memory "
+                                   "(no peer-to-peer path between them)")
+        mapped = _peers_mapped.setdefault(here, set())
+        if owner_gpu not in mapped and len(mapped) >= _devices.PEER_LIMIT:
+            raise CUDARuntimeError(f"cudaErrorTooManyPeers: GPU {here} already maps {_devices.PEER_LIMIT} peers")
+        mapped.add(owner_gpu)
+    shm = _attach(handle[:62])
     addr = _address(shm)
-    _segments[addr] = (shm, False)
+    ordinal = _devices.VISIBLE.index(owner_gpu) if owner_gpu in _devices.VISIBLE else _devices.current()
+    _segments[addr] = (shm, False, ordinal)
+    _devices.memory.add(addr, shm.size, ordinal)
     return addr
 
 
@@ -125,3 +171,18 @@ def memcpyAsync(dst, src, nbytes, kind, stream):
     if dst != src and dst < src + nbytes and src < dst + nbytes:
         raise RuntimeError("fake cudaMemcpyAsync: source and target overlap (undefined on a GPU)")
     ctypes.memmove(dst, src, nbytes)
+
+
+_pinned = {}  # address -> bytes page-locked by hostRegister
+
+
+def hostRegister(addr, nbytes, flags):
+    if addr in _pinned or _devices.memory.find(addr) is not None:
+        raise CUDARuntimeError("cudaErrorHostMemoryAlreadyRegistered: fake cudaHostRegister of registered or device "
+                               f"memory at {addr:#x}")
+    _pinned[addr] = nbytes
+
+
+def hostUnregister(addr):
+    if _pinned.pop(addr, None) is None:
+        raise CUDARuntimeError(f"cudaErrorHostMemoryNotRegistered: {addr:#x}")

@@ -1,0 +1,111 @@
+"""Horovod's pre/post-scale arithmetic, the one definition every backend and binding uses.
+
+A collective's ``prescale_factor``, ``postscale_factor`` and Average's division by the number of
+ranks multiply a buffer by a factor. Horovod computes that product
+
+- for integers (and bool) in float64, truncated toward zero;
+- for float16 in float32, the factor rounded to float32, the product rounded once to float16;
+- for other floats in their own precision (the factor rounded to the buffer's dtype);
+
+and an Average of integers without a postscale divides exactly (integer division truncated
+toward zero, no float64 rounding of large int64, no ``49 * (1/49) = 0.999...`` that truncates
+one too low). Horovod's results are then matched bit for bit at up to three ranks.
+
+The forms, held to each other by ``tests/unit/test_scaling.py``:
+
+- arrays (numpy, and CuPy for dtypes its kernel lacks): :func:`scale`, :func:`scaled_copy`,
+  :func:`average`;
+- TensorFlow tensors (TensorFlow imported on first use): :func:`tf_scaled`, :func:`tf_averaged`;
+- the CUDA kernel (``kernels/scale.cu``), which multiplies in the precision above by the factor
+  the host hands it: :func:`kernel_factor`.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+
+def scale(buf, factor: float) -> None:
+    """``buf *= factor`` in place, with Horovod's arithmetic."""
+    if factor != 1.0:
+        scaled_copy(buf, buf, factor)
+
+
+def scaled_copy(src, dst, factor: float) -> None:
+    """``dst = src * factor`` in one pass (a plain copy when ``factor`` is 1), with Horovod's
+    arithmetic; ``dst`` may be ``src``."""
+    if factor == 1.0:
+        if dst is not src:
+            np.copyto(dst, src)
+    elif dst.dtype.kind in "iub":
+        dst[...] = (src * factor).astype(dst.dtype)  # a Python float makes the product float64
+    elif dst.dtype == np.float16 and isinstance(dst, np.ndarray):
+        np.multiply(src, np.float32(factor), out=dst, dtype=np.float32)
+    else:
+        np.multiply(src, dst.dtype.type(factor), out=dst)
+
+
+def average(buf, size: int, postscale: float = 1.0, scale: Callable[[object, float], None] = scale) -> None:
+    """Divide a summed ``buf`` by ``size`` ranks and multiply by ``postscale``, in place.
+
+    Floats (and bool) are multiplied by ``postscale / size`` through ``scale`` (a backend passes
+    its own, a kernel on the GPU). Integers without a postscale are divided exactly, truncated
+    toward zero; with one, ``sum * postscale / size`` is computed in float64 and truncated.
+    """
+    if buf.dtype.kind not in "iu":
+        scale(buf, postscale / size)
+        return
+    if postscale == 1.0:
+        # In 64 bits: ``int8 // 200`` would not even accept the size. Floor division, then
+        # truncation toward zero where a negative sum leaves a remainder.
+        wide = buf.astype("uint64" if buf.dtype.kind == "u" else "int64", copy=False)
+        quotient = wide // size
+        if buf.dtype.kind == "i":
+            quotient += ((wide - quotient * size) != 0) & (wide < 0)
+        buf[...] = quotient
+    else:
+        buf[...] = (buf.astype("float64") * postscale / size).astype(buf.dtype)
+
+
+def tf_scaled(tensor, factor: float):
+    """``tensor * factor`` for a ``tf.Tensor``, with Horovod's arithmetic."""
+    if factor == 1.0:
+        return tensor
+    import tensorflow as tf
+
+    dtype = tensor.dtype
+    if dtype.is_integer or dtype == tf.bool:
+        return tf.cast(tf.cast(tensor, tf.float64) * factor, dtype)
+    if dtype == tf.float16:
+        return tf.cast(tf.cast(tensor, tf.float32) * np.float32(factor), dtype)
+    if dtype == tf.bfloat16:  # the kernel's factor: rounded to float32, then to bfloat16
+        return tensor * tf.cast(np.float32(factor), dtype)
+    return tensor * tf.constant(factor, dtype)  # tf.cast(factor, ...) would round it to float32 first
+
+
+def tf_averaged(summed, size: int, postscale: float = 1.0):
+    """:func:`average` of a ``tf.Tensor``: ``summed`` over ``size`` ranks, times ``postscale``."""
+    import tensorflow as tf
+
+    if summed.dtype.is_floating or summed.dtype == tf.bool:
+        return tf_scaled(summed, postscale / size)
+    if postscale == 1.0:  # in 64 bits, as the array form: ``int8`` cannot even hold 200 ranks
+        wide = tf.uint64 if summed.dtype.is_unsigned else tf.int64
+        return tf.cast(tf.truncatediv(tf.cast(summed, wide), tf.constant(size, wide)), summed.dtype)
+    return tf.cast(tf.cast(summed, tf.float64) * postscale / size, summed.dtype)
+
+
+def kernel_factor(dtype: str, factor: float) -> float:
+    """The factor the host hands the scale kernel for a buffer of ``dtype`` (a name), so that
+    the kernel's product is :func:`scale`'s: float32 and float16 buffers multiply by the factor
+    rounded to float32 (float16 is computed in float32), bfloat16 by the factor rounded to
+    bfloat16 (round to nearest even), every other dtype by the factor as it is (float64; the
+    kernel truncates integer products toward zero)."""
+    if dtype in ("float16", "float32"):
+        return float(np.float32(factor))
+    if dtype == "bfloat16":
+        bits = np.array([factor], dtype=np.float32).view(np.uint32)
+        bits = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+        return float(bits.view(np.float32)[0])
+    return float(factor)

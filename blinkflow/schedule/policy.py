@@ -1,0 +1,190 @@
+"""The call-shape policy: which registered algorithm moves a call's bytes, and in which chunks.
+
+One function, :func:`choose`, decides for every call of every backend and for ``blinkrun
+simulate``, from (collective, bytes, dtype, layout, config) and what the backend found it can do
+(:class:`Capabilities`). Every way bytes can move is one entry of :data:`ALGORITHMS` (NCCL's
+``ncclGetAlgoInfo`` beside ``calcCollChunking``): a name, the collectives and backends it serves,
+and whether the simulator can model it. Every chunk rule lives here too, so a grep finds them:
+
+* the host runner's pipeline chunk (cpu: 4 MiB, so 4 MiB messages run MPI near its bandwidth
+  between hosts while the one-hop stars inside a host add no steps; cuda: a sixteenth of the
+  buffer, a power of two from 1 to 16 MiB, the host's per-chunk messages being tens of
+  microseconds against a GPU's microsecond per MiB), and the cpu reduction's cache block (1 MiB);
+* the single-copy all-reduce's chunk: the largest power of two in [256 KiB, 1 MiB] of which
+  three fit in the core's L2 (a step touches three chunk-sized arrays);
+* the device executor's chunk: a sixteenth of the buffer per tree, a power of two from 64 KiB
+  to 1 MiB, with :data:`DEVICE_WINDOW` slots per connection (its per-chunk cost is a flag
+  handshake on the device, not host messages);
+* ``BLINKFLOW_CHUNK_BYTES`` (non-zero) overrides every pipeline chunk, ``BLINKFLOW_ALGORITHM``
+  the choice among the algorithms that can run the call.
+
+Every input is agreed: the config's fields by the job's config check, and :meth:`Capabilities.digest`
+(with the layout) by the backend at construction (``blinkflow.backends.policy_agreement``), so all
+ranks choose the same algorithm and lower the same schedule for every call.
+
+Pure: no MPI, CuPy or TensorFlow.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Optional, Tuple
+
+from ..errors import ConfigError
+
+from ..config import ALGORITHMS as ALGORITHM_SETTINGS
+
+
+@dataclasses.dataclass(frozen=True)
+class Algorithm:
+    """One way bytes can move."""
+
+    name: str
+    collectives: Tuple[str, ...]
+    backends: Tuple[str, ...]
+    simulated: bool
+    """``blinkrun simulate`` can predict its time (it runs the lowered schedule)."""
+    what: str
+    chunk_cost_us: Tuple[Tuple[str, float], ...] = ()
+    """(backend, microseconds) a chunk costs a tree edge besides its bytes: what the simulator
+    charges per chunk for this algorithm on that backend."""
+
+    def cost_us(self, backend: str) -> float:
+        return dict(self.chunk_cost_us).get(backend, 2.0)
+
+
+COLLECTIVES = ("allreduce", "broadcast", "allgather", "reducescatter")
+ALGORITHMS = {a.name: a for a in (
+    # The runner's chunk costs the host 6-12 CUDA calls, 1-2 launches and about 4 control messages
+    # per rank, 30-50 us per action as measured on one H100; on the cpu a chunk is a few messages
+    # and tens of microseconds of Python too.
+    Algorithm("runner", COLLECTIVES, ("cpu", "cuda"), True,
+              "the host-driven runner over the backend's transport, chunk by chunk",
+              chunk_cost_us=(("cpu", 40.0), ("cuda", 40.0))),
+    # On the device a chunk is a flag handshake through peer memory (NCCL's Simple protocol):
+    # a few microseconds, a projection until the kernel is measured.
+    Algorithm("device", COLLECTIVES, ("cpu", "cuda"), True,
+              "the device executor: one launch runs every rank's block tables (on the cpu backend, "
+              "its numpy emulator)", chunk_cost_us=(("cuda", 2.0), ("cpu", 40.0))),
+    Algorithm("single_copy", ("allreduce",), ("cpu",), False,
+              "the cpu all-reduce that reads peers' tensors in place (cross-memory attach)"),
+    Algorithm("alltoall", ("alltoall",), ("cpu", "cuda"), False, "one MPI Alltoallv"),
+)}
+
+CPU_RUNNER_CHUNK_BYTES = 4 << 20
+CPU_REDUCE_BLOCK_BYTES = 1 << 20
+CUDA_MIN_CHUNK_BYTES, CUDA_MAX_CHUNK_BYTES, CUDA_CHUNKS_PER_BUFFER = 1 << 20, 16 << 20, 16
+SINGLE_COPY_MIN_CHUNK_BYTES, SINGLE_COPY_MAX_CHUNK_BYTES = 256 << 10, 1 << 20
+SINGLE_COPY_MIN_SHARD_BYTES = 4 << 20
+"""Reading tensors in place pays system calls, page pinning and a second synchronisation: it wins
+only for shards of at least this many bytes (measured at 2 and 4 ranks: level at 4 MiB shards,
+13-25 % faster at 8-16 MiB, slower below)."""
+SINGLE_COPY_MIN_PIECE_BYTES = 64 << 10
+"""... and tensors of at least this many bytes on average (below, a system call per tensor and
+chunk costs more than packing them)."""
+DEVICE_MIN_CHUNK_BYTES, DEVICE_MAX_CHUNK_BYTES, DEVICE_CHUNKS_PER_TREE = 64 << 10, 1 << 20, 16
+DEVICE_WINDOW = 4
+"""Slots per (peer, channel) connection of the device executor: chunks a sender runs ahead."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a backend found it can do, once, at construction (the same on every rank of a host;
+    :meth:`digest` is compared across the job)."""
+
+    backend: str
+    """"cpu" or "cuda"."""
+    single_copy: bool = False
+    """Every local rank may read the others' memory and the host's trees are one-hop stars."""
+    l2_bytes: Optional[int] = None
+    """L2 of the host's CPU 0 (None: unknown), which sizes the single copy's chunk."""
+    device_executor: bool = False
+    """The backend can run device tables (the cuda kernel, or the cpu backend's emulator)."""
+
+    def digest(self, layout) -> str:
+        """What every rank of the job must share: the capabilities and the layout's shape. The L2
+        size is left out: it sizes the single copy's chunks inside one host, whose ranks read the
+        same CPU 0 (hosts of different CPUs may run one job)."""
+        text = repr((self.backend, self.single_copy, self.device_executor, layout.hosts, layout.devices))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """The policy's answer for one call."""
+
+    algorithm: str
+    chunk_bytes: int
+    """The pipeline chunk (runner, device) or the single copy's chunk; 0 where none applies."""
+    block_bytes: int = 0
+    """The cpu reduction's cache block."""
+    window: int = 0
+    """Slots per connection (device executor)."""
+
+    def chunk_elems(self, itemsize: int) -> int:
+        return max(1, self.chunk_bytes // itemsize)
+
+    @property
+    def phase(self) -> str:
+        """The timeline phase that names this algorithm."""
+        return "ALGORITHM_" + self.algorithm.upper()
+
+
+def choose(collective: str, nbytes: int, itemsize: int, layout, config, caps: Capabilities,
+           npieces: int = 1, ntrees: int = 1) -> Choice:
+    """The algorithm and chunk of one call: ``nbytes`` of elements of ``itemsize`` bytes
+    (``npieces`` tensors of an all-reduce that were not packed; ``ntrees`` of the call's plan,
+    which the device executor cuts its chunks by). Raises ConfigError when
+    ``BLINKFLOW_ALGORITHM`` names an algorithm that cannot run this call."""
+    fixed = config.chunk_bytes if config is not None else 0
+    wanted = getattr(config, "algorithm", "auto") if config is not None else "auto"
+    if collective == "alltoall":
+        return Choice("alltoall", 0)
+    if collective not in COLLECTIVES:
+        raise ConfigError(f"no algorithm runs {collective!r}; the collectives are {', '.join(COLLECTIVES)}")
+    if wanted not in ALGORITHM_SETTINGS:
+        raise ConfigError(f"BLINKFLOW_ALGORITHM must be one of {', '.join(ALGORITHM_SETTINGS)}, got {wanted!r}")
+    if wanted == "device" or (wanted == "auto" and caps.backend == "cuda" and caps.device_executor):
+        if not caps.device_executor:
+            raise ConfigError(f"BLINKFLOW_ALGORITHM=device: the {caps.backend} backend of this job has no device "
+                              "executor; set BLINKFLOW_ALGORITHM=auto")
+        return Choice("device", fixed or device_chunk_bytes(nbytes, ntrees), window=DEVICE_WINDOW)
+    single = (collective == "allreduce" and caps.single_copy and nbytes >= SINGLE_COPY_MIN_SHARD_BYTES * layout.local_size
+              and nbytes >= SINGLE_COPY_MIN_PIECE_BYTES * max(1, npieces))
+    if wanted == "single_copy" and not (collective == "allreduce" and caps.single_copy):
+        raise ConfigError("BLINKFLOW_ALGORITHM=single_copy runs all-reduces of the cpu backend where ranks may read "
+                          "each other's memory; set BLINKFLOW_ALGORITHM=auto")
+    if (single and wanted == "auto") or (wanted == "single_copy" and collective == "allreduce"):
+        return Choice("single_copy", fixed or single_copy_chunk_bytes(caps.l2_bytes))
+    if caps.backend == "cuda":
+        return Choice("runner", fixed or cuda_runner_chunk_bytes(nbytes))
+    return Choice("runner", fixed or CPU_RUNNER_CHUNK_BYTES, block_bytes=fixed or CPU_REDUCE_BLOCK_BYTES)
+
+
+def cuda_runner_chunk_bytes(nbytes: int) -> int:
+    """The largest power of two not above a sixteenth of ``nbytes``, within [1, 16] MiB: on one
+    H100 shared by 2 ranks 1 MiB chunks held a 256 MiB all-reduce to 11-18 GB/s bus bandwidth where
+    4 and 16 MiB gave 61 and 51; at 16 MiB and below 1 MiB was the fastest."""
+    want = max(1, nbytes // CUDA_CHUNKS_PER_BUFFER)
+    return min(CUDA_MAX_CHUNK_BYTES, max(CUDA_MIN_CHUNK_BYTES, 1 << (want.bit_length() - 1)))
+
+
+def device_chunk_bytes(nbytes: int, ntrees: int) -> int:
+    """A sixteenth of a tree's share, as a power of two within [64 KiB, 1 MiB]: on the device a
+    chunk costs a flag handshake, so chunks stay small enough to fill the pipeline early."""
+    want = max(1, nbytes // max(1, ntrees) // DEVICE_CHUNKS_PER_TREE)
+    return min(DEVICE_MAX_CHUNK_BYTES, max(DEVICE_MIN_CHUNK_BYTES, 1 << (want.bit_length() - 1)))
+
+
+def single_copy_chunk_bytes(l2_bytes: Optional[int]) -> int:
+    """The largest power of two in [256 KiB, 1 MiB] of which three fit in ``l2_bytes`` (1 MiB
+    when unknown). A chunk's step touches three chunk-sized arrays (this rank's slice, the peer's
+    slice landed in scratch, the result), so they stay in L2 from the landing to the write-back.
+    Measured at 2 ranks, 16 MiB, on a Xeon with 2 MiB of L2: 512 KiB chunks 2.46-2.84 ms against
+    1 MiB chunks (three of which spill) 2.88-2.95 ms, alternating."""
+    if not l2_bytes:
+        return SINGLE_COPY_MAX_CHUNK_BYTES
+    chunk = SINGLE_COPY_MAX_CHUNK_BYTES
+    while chunk > SINGLE_COPY_MIN_CHUNK_BYTES and 3 * chunk > l2_bytes:
+        chunk //= 2
+    return chunk

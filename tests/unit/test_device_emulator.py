@@ -1,0 +1,66 @@
+"""The device executor's protocol, emulated (one thread per rank and block): bitwise the host
+runner's results, across calls (counters continue), and a hung table aborts every block."""
+import random
+
+import numpy as np
+import pytest
+
+from blinkflow.errors import BackendError
+from blinkflow.backends.device_emulator import run_emulated
+from blinkflow.schedule.device_tables import BlockTable, DeviceStep, RankTables, build_tables
+from blinkflow.schedule.lower import lower
+
+from plan_factory import plan_for, three_phase_plan
+from test_runner import run_ranks
+
+OPS = {"sum": np.add, "max": np.maximum}
+
+
+def _inputs(schedule, ncalls, dtype, seed):
+    rng = np.random.default_rng(seed)
+    return [[(rng.standard_normal(schedule.nelems) * 100).astype(dtype) for _ in range(ncalls)]
+            for _ in schedule.devices]
+
+
+def _emulate(schedules, inputs, window, fuse, op):
+    memory, out = None, {}
+    for call, schedule in enumerate(schedules):
+        rank_of = {d: r for r, d in enumerate(schedule.devices)}
+        tables = build_tables(schedule, rank_of, window, fuse)
+        bufs = [inputs[r][call].copy() for r in range(len(schedule.devices))]
+        memory = run_emulated([tables[r] for r in range(len(bufs))], bufs, OPS[op], memory)
+        out.update({(r, call): b for r, b in enumerate(bufs)})
+    return out
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "broadcast", "reduce", "allgather", "reducescatter"])
+@pytest.mark.parametrize("nranks", [1, 2, 4])
+@pytest.mark.parametrize("window,fuse", [(1, 1), (4, 64)])
+def test_bitwise_the_runners_result(collective, nranks, window, fuse):
+    rng = random.Random(nranks)
+    plan = plan_for(collective, range(nranks), rng, root=nranks - 1 if collective in ("broadcast", "reduce") else None)
+    if nranks == 1 and collective != "allreduce":
+        pytest.skip("one rank moves no data; its plan is the all-reduce's")
+    schedule = lower(plan, 257, 16)
+    for dtype, op in ((np.float32, "sum"), (np.float16, "sum"), (np.int64, "max")):
+        inputs = _inputs(schedule, 2, dtype, nranks)
+        want = run_ranks([schedule, schedule], inputs, nslots=window, op=op, fuse=fuse)
+        got = _emulate([schedule, schedule], inputs, window, fuse, op)
+        for key, value in want.items():
+            assert got[key].tobytes() == value.tobytes(), (key, dtype, op)
+
+
+@pytest.mark.parametrize("hosts", [[[0, 1], [2, 3]], [[0, 1, 2], [3, 4, 5]]])
+def test_two_hosts_three_phase_bitwise(hosts):
+    schedule = lower(three_phase_plan(hosts, random.Random(1)), 301, 13)
+    inputs = _inputs(schedule, 1, np.float32, 5)
+    want = run_ranks([schedule], inputs, nslots=2, fuse=64)
+    got = _emulate([schedule], inputs, 2, 64, "sum")
+    assert all(got[k].tobytes() == v.tobytes() for k, v in want.items())
+
+
+def test_a_table_that_waits_forever_aborts_every_block():
+    t = RankTables(0, 8, 1, 4, (BlockTable(0, (DeviceStep("copy", 0, 2, src_offset=4, waits=((1, 1),)),)),
+                                BlockTable(1, (DeviceStep("copy", 2, 2, src_offset=6, waits=((0, 1),)),))), (), ())
+    with pytest.raises(BackendError, match="not reached within 0.5 s"):
+        run_emulated([t], [np.zeros(8, np.float32)], np.add, timeout=0.5)

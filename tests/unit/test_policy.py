@@ -1,0 +1,83 @@
+"""The one call-shape policy: which algorithm and chunk each call gets, from agreed inputs."""
+import dataclasses
+import pathlib
+import re
+
+import pytest
+
+from blinkflow.backends.base import Layout
+from blinkflow.config import Config
+from blinkflow.errors import ConfigError
+from blinkflow.schedule import policy
+from blinkflow.schedule.policy import Capabilities, choose
+
+ONE_HOST = Layout(0, (0, 0, 0, 0), (0, 1, 2, 3))
+TWO_HOSTS = Layout(0, (0, 0, 1, 1), (0, 1, 2, 3))
+CPU = Capabilities("cpu", single_copy=True, l2_bytes=2 << 20)
+MIB = 1 << 20
+
+
+def test_cpu_runner_chunks_and_reduce_block():
+    c = choose("broadcast", 64 * MIB, 4, ONE_HOST, Config(), CPU)
+    assert (c.algorithm, c.chunk_bytes, c.block_bytes) == ("runner", 4 * MIB, 1 * MIB)
+    assert c.chunk_elems(4) == MIB and c.phase == "ALGORITHM_RUNNER"
+
+
+def test_single_copy_takes_large_allreduces_of_large_pieces():
+    assert choose("allreduce", 16 * MIB * 4, 4, ONE_HOST, Config(), CPU).algorithm == "single_copy"
+    assert choose("allreduce", 16 * MIB * 4, 4, ONE_HOST, Config(), CPU).chunk_bytes == 512 << 10  # 2 MiB of L2
+    assert choose("allreduce", 16 * MIB - 1, 4, ONE_HOST, Config(), CPU).algorithm == "runner"  # 4 MiB per rank
+    assert choose("allreduce", 64 * MIB, 4, ONE_HOST, Config(), CPU, npieces=2000).algorithm == "runner"
+    assert choose("allreduce", 64 * MIB, 4, ONE_HOST, Config(), dataclasses.replace(CPU, single_copy=False)).algorithm == "runner"
+
+
+def test_chunk_bytes_setting_overrides_every_chunk():
+    config = Config(chunk_bytes=4096)
+    for collective, n in (("broadcast", 10), ("allreduce", 64 * MIB)):
+        assert choose(collective, n, 4, ONE_HOST, config, CPU).chunk_bytes == 4096
+    assert choose("allreduce", 64 * MIB, 4, ONE_HOST, config, Capabilities("cuda")).chunk_bytes == 4096
+
+
+@pytest.mark.parametrize("nbytes,chunk", [(0, MIB), (4 * MIB, MIB), (32 * MIB, 2 * MIB), (64 * MIB, 4 * MIB),
+                                          (256 * MIB, 16 * MIB), (4096 * MIB, 16 * MIB)])
+def test_cuda_runner_chunk_grows_with_the_buffer(nbytes, chunk):
+    assert choose("allreduce", nbytes, 4, ONE_HOST, Config(), Capabilities("cuda")).chunk_bytes == chunk
+
+
+def test_device_executor_where_one_exists_or_asked_for():
+    gpu = Capabilities("cuda", device_executor=True)
+    c = choose("allreduce", 256 * MIB, 4, ONE_HOST, Config(), gpu)
+    assert (c.algorithm, c.window) == ("device", policy.DEVICE_WINDOW)
+    assert policy.DEVICE_MIN_CHUNK_BYTES <= c.chunk_bytes <= policy.DEVICE_MAX_CHUNK_BYTES
+    assert choose("allreduce", 256 * MIB, 4, ONE_HOST, Config(algorithm="runner"), gpu).algorithm == "runner"
+    emulated = dataclasses.replace(CPU, device_executor=True)
+    assert choose("allreduce", 256 * MIB, 4, ONE_HOST, Config(), emulated).algorithm == "single_copy"
+    assert choose("allgather", 100, 4, TWO_HOSTS, Config(algorithm="device"), emulated).algorithm == "device"
+
+
+def test_an_algorithm_that_cannot_run_the_call_is_a_config_error():
+    with pytest.raises(ConfigError, match="no device executor"):
+        choose("allreduce", 100, 4, ONE_HOST, Config(algorithm="device"), CPU)
+    with pytest.raises(ConfigError, match="single_copy runs all-reduces"):
+        choose("broadcast", 100, 4, ONE_HOST, Config(algorithm="single_copy"), CPU)
+    with pytest.raises(ConfigError, match="BLINKFLOW_ALGORITHM must be one of"):
+        Config(algorithm="fast")
+
+
+def test_alltoall_is_its_own_algorithm():
+    assert choose("alltoall", 100, 4, ONE_HOST, Config(), CPU).algorithm == "alltoall"
+
+
+def test_capabilities_digest_covers_the_layout_but_not_the_l2():
+    assert CPU.digest(ONE_HOST) != CPU.digest(TWO_HOSTS)
+    assert CPU.digest(ONE_HOST) == dataclasses.replace(CPU, l2_bytes=1 << 20).digest(ONE_HOST)
+    assert CPU.digest(ONE_HOST) != dataclasses.replace(CPU, single_copy=False).digest(ONE_HOST)
+
+
+def test_one_place_holds_the_chunk_rules():
+    """No backend keeps a chunk constant or rule of its own: they all live in the policy."""
+    root = pathlib.Path(policy.__file__).resolve().parents[1] / "backends" / "cpu"
+    pattern = re.compile(r"^(DEFAULT_CHUNK_BYTES|MIN_SHARD_BYTES|MIN_PIECE_BYTES|MAX_CHUNK_BYTES)\s*=|def chunk_bytes_for|def chunk_elems",
+                         re.M)
+    offenders = [p.name for p in root.glob("*.py") if pattern.search(p.read_text())]
+    assert offenders == []
