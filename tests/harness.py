@@ -299,7 +299,7 @@ class Launch:
     stdout: str
     stderr: str
     returncode: Optional[int]    # None: killed at its timeout
-    order: List[str]              # the cases the job was asked to run, in order
+    order: List[str]              # the cases the job was asked to run, in the order they run
 
     @property
     def records(self) -> Dict[str, Dict[int, Tuple[str, str]]]:
@@ -355,11 +355,12 @@ def launch(n: int, script: str, args: Sequence[str] = (), env: Optional[Mapping[
     test of one of its cases reads the same launch."""
     key = (n, script, tuple(args), tuple(sorted((env or {}).items())), tuple(cases), tuple(mpi_options))
     if key not in _LAUNCHES:
+        order = [name for name in case_names(script) if not cases or name in cases]   # as run_cases runs them
         try:
             proc = run_ranks(n, [sys.executable, script, *args, *cases], env=env, timeout=timeout, check=False,
                              mpi_options=mpi_options)
-            result = Launch(n, proc.stdout, proc.stderr, proc.returncode, list(cases) or case_names(script))
+            result = Launch(n, proc.stdout, proc.stderr, proc.returncode, order)
         except LaunchTimeout as e:
-            result = Launch(n, e.stdout, e.stderr, None, list(cases) or case_names(script))
+            result = Launch(n, e.stdout, e.stderr, None, order)
         _LAUNCHES[key] = result
     return _LAUNCHES[key]
