@@ -179,9 +179,14 @@ def mpirun_command(n: int, argv: Sequence[str], env: Optional[Mapping[str, str]]
     from blinkflow.launcher.mpirun_argv import LaunchSpec, build_mpirun_argv
     from blinkflow.launcher.run_cmd import local_cores
 
-    spec = LaunchSpec(np=n, command=tuple(argv), settings=dict(env or {}), mpi_args=tuple(mpi_options),
-                      wrapped=False)
-    return build_mpirun_argv(_mpi(), spec, python=sys.executable, environ=os.environ,
+    # The test process's BLINKFLOW_* settings reach every rank, on this host or another (a rank
+    # elsewhere sees only what -x names, and ranks must agree on them).
+    settings = {k: v for k, v in os.environ.items() if k.startswith("BLINKFLOW_")}
+    settings.update(env or {})
+    spec = LaunchSpec(np=n, command=tuple(argv), settings=settings, mpi_args=tuple(mpi_options), wrapped=False)
+    # A variable set for the ranks is forwarded with its value only, not again from this process.
+    environ = {k: v for k, v in os.environ.items() if k not in settings}
+    return build_mpirun_argv(_mpi(), spec, python=sys.executable, environ=environ,
                              is_root=hasattr(os, "geteuid") and os.geteuid() == 0, local_cores=local_cores())
 
 
@@ -308,6 +313,15 @@ class Launch:
     def _tail(self) -> str:
         return f"\n--- stdout ---\n{self.stdout[-4000:]}\n--- stderr ---\n{self.stderr[-4000:]}"
 
+    def _first_unfinished(self, records) -> Optional[str]:
+        """The first case, in running order, that failed or lacks a record from some rank: where
+        the job ended, if it ended early."""
+        for name in self.order:
+            mine = records.get(name, {})
+            if len(mine) < self.n or any(status == FAIL for status, _ in mine.values()):
+                return name
+        return None
+
     def verdict(self, case: str) -> Tuple[str, str]:
         """(PASS|SKIP|FAIL, why) of ``case`` over every rank."""
         records = self.records
@@ -315,23 +329,22 @@ class Launch:
         failed = {r: text for r, (status, text) in mine.items() if status == FAIL}
         if failed:
             return FAIL, "\n".join(f"rank {r}:\n{text}" for r, text in sorted(failed.items()))
+        stopped_at = self._first_unfinished(records)
         missing = [r for r in range(self.n) if r not in mine]
         if missing:
-            earlier = [c for c in self.order[:self.order.index(case)] if any(
-                s == FAIL for s, _ in records.get(c, {}).values())] if case in self.order else []
-            if earlier:
-                return FAIL, f"not run: case {earlier[0]!r} failed before it and ended the job"
+            if stopped_at is not None and stopped_at != case and case in self.order and \
+                    self.order.index(stopped_at) < self.order.index(case):
+                return FAIL, f"not run: the job ended in case {stopped_at!r}, before this one"
             how = "was killed at its timeout" if self.returncode is None else f"exited {self.returncode}"
-            return FAIL, f"no record from ranks {missing}: the job {how} during or before this case" + self._tail()
+            return FAIL, f"no record from ranks {missing}: the job {how} during this case" + self._tail()
         statuses = {status for status, _ in mine.values()}
         if statuses == {SKIP}:
             reasons = sorted({text for _, text in mine.values()})
             return SKIP, "; ".join(reasons)
         if statuses != {PASS}:
             return FAIL, f"ranks disagree whether the case applies: {sorted(mine.items())}"
-        explained = any(status == FAIL for ranks in records.values() for status, _ in ranks.values())
-        if not explained and (self.returncode != 0 or finished_ranks(self.stdout) != list(range(self.n))):
-            return FAIL, (f"every rank passed this case, but the job did not end cleanly (exit status "
+        if stopped_at is None and (self.returncode != 0 or finished_ranks(self.stdout) != list(range(self.n))):
+            return FAIL, (f"every rank passed every case, but the job did not end cleanly (exit status "
                           f"{self.returncode}, finished ranks {finished_ranks(self.stdout)})" + self._tail())
         return PASS, ""
 

@@ -509,7 +509,9 @@ def case_single_copy_helping(r, n):
 
 def main():
     global BACKEND, CONFIG
-    faulthandler.dump_traceback_later(90, exit=True)  # a hang shows where every rank waits
+    # A hang shows where every rank waits, before the test's timeout ends the job (a slow run
+    # on a loaded machine goes on).
+    faulthandler.dump_traceback_later(240, exit=False)
     CONFIG = Config.from_env()
     BACKEND = CpuBackend(standalone_context(MPI.COMM_WORLD, CONFIG))
     run_cases(globals(), RANK, SIZE, sys.argv[1:])

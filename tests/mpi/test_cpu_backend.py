@@ -37,4 +37,4 @@ def test_cpu_backend_collectives(nprocs, split_hosts, chunk_bytes, control, case
     env["BLINKFLOW_CPU_CONTROL"] = control
     if chunk_bytes:
         env["BLINKFLOW_CHUNK_BYTES"] = str(chunk_bytes)
-    launch(nprocs, CASES, env=env, cases=_cases(chunk_bytes), timeout=180).expect(case)
+    launch(nprocs, CASES, env=env, cases=_cases(chunk_bytes), timeout=300).expect(case)

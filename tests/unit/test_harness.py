@@ -89,7 +89,7 @@ def test_a_failure_names_the_rank_and_the_cases_it_kept_from_running():
     status, why = launch.verdict("fails_on_rank_1")
     assert status == harness.FAIL and "rank 1:" in why and "rank 1 is wrong" in why
     status, why = launch.verdict("after_the_failure")
-    assert status == harness.FAIL and "'fails_on_rank_1' failed before it" in why
+    assert status == harness.FAIL and "ended in case 'fails_on_rank_1', before this one" in why
     with pytest.raises(pytest.fail.Exception):
         launch.expect("fails_on_rank_1")
 
@@ -100,6 +100,20 @@ def test_every_case_passing_is_not_enough_when_the_job_did_not_end_cleanly():
     assert status == harness.FAIL and "did not end cleanly" in why
     killed = harness.Launch(2, "", "", None, ["passes"])
     assert killed.verdict("passes")[0] == harness.FAIL and "killed at its timeout" in killed.verdict("passes")[1]
+
+
+def test_a_job_that_dies_inside_a_case_blames_that_case_alone():
+    """A rank that dies without a record (a crash, a watchdog): the cases every rank finished
+    before it pass, the case it died in fails with the job's output, the later ones did not run."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):   # rank 0 died in the second case, rank 1 finished it
+        for rank, case in ((0, "passes"), (1, "passes"), (1, "after_the_failure")):
+            harness.record(case, rank, harness.PASS)
+    launch = harness.Launch(2, out.getvalue(), "Timeout (0:01:30)!", 1, ["passes", "after_the_failure", "never_reached"])
+    assert launch.verdict("passes") == (harness.PASS, "")
+    status, why = launch.verdict("after_the_failure")
+    assert status == harness.FAIL and "during this case" in why and "Timeout (0:01:30)!" in why
+    assert "ended in case 'after_the_failure'" in launch.verdict("never_reached")[1]
 
 
 def _case_scripts():
