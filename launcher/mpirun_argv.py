@@ -1,5 +1,5 @@
 """Build the ``mpirun`` argument list — a pure function of its inputs, unit-tested without MPI
-(STYLE habit 11). Nothing here reads the environment, the clock or the file system.
+(tests/unit/test_launcher_argv.py). Nothing here reads the environment, the clock or the file system.
 
 Every rank runs ``python -m blinkflow.launcher.rank_exec -- COMMAND ...``: the wrapper tags the
 rank's output lines, records how it failed and takes the job down (see rank_exec.py).

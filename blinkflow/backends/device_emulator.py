@@ -1,134 +1,196 @@
 """A numpy emulator of the device executor's table interpreter: one thread per (rank, block).
 
-It runs the tables of :mod:`blinkflow.schedule.device_tables` with exactly the protocol written
-there (and that the CUDA interpreter kernel is to implement), so the protocol is exercised on
-every CI run without a GPU. Per step, all waits before any work:
+:func:`interpret_block` is what one thread block of ``kernels/interpreter.cu`` does, line for
+line, on the same launch arrays (:mod:`.device_abi`) and the same raw addresses: slots and
+counters may live anywhere a pointer reaches (numpy arrays here; shared memory between processes
+under the fake CuPy, whose interpreter "kernel" runs this function per block). Per step, all
+waits before any work:
 
-1. ``progress[b] >= v`` for each wait (cross-block dependencies);
-2. a receive waits ``tail[recv_conn] >= base + recv_seq + 1``;
-3. a send waits ``head[send_conn] >= base + send_seq + 1 - window``;
+1. ``progress[b] >= c * stride + v`` for each wait (cross-block dependencies);
+2. a receive waits ``tail >= base + recv_seq + 1`` (``base = c * transfers``, call ``c``);
+3. a send waits ``head >= base + send_seq + 1 - window`` (the slot was consumed);
 4. the work: a receive copies slot ``(base + seq) % window`` of its connection into the range or
    combines it in (``buffer (op) slot``, the runner's order: the local value first); ``copy``
-   moves a range; a send then writes the range into the peer's slot;
-5. the posts: the receiver's ``head`` (the slot is free again), the sender's ``tail`` (the data is
-   there), the block's ``progress``.
+   moves a range; a send then writes the range into the receiver's slot;
+5. the posts: the sender's ``head`` (the slot is free again), the receiver's ``tail`` (the data
+   is there), the block's ``progress``.
 
-Memory layout, per rank (:class:`RankMemory`): the slots of every connection it *receives* on
-(``window x slot_elems`` each, written by the sender), ``tail`` counters of those connections
-(written by the sender), ``head`` counters of the connections it *sends* on (written by the
-receiver), ``progress`` per block. Counters are int64 and monotonic across calls (``base`` is
-the transfers of earlier calls), so a late peer never mistakes one call's chunk for another's.
-Slot data is written before its ``tail`` is raised; in Python the interpreter lock orders the
-two, where the kernel needs a system-scope fence.
+Slot data is written before its ``tail`` is raised (program order of one thread, which x86
+keeps for other processes too; the kernel puts a system-scope fence there). Every wait polls the
+abort flag (an int32): whoever raises it (a watchdog past its deadline, the host on a stall)
+ends every block; :func:`interpret_block` then returns what the block was waiting for.
 
-This module emulates every rank of one call in one process (slots and counters in numpy arrays
-the threads share); a wait that outlasts ``timeout`` raises the abort flag, which every wait loop
-polls, so a hung table ends every thread with a :class:`BackendError` instead of hanging.
+:func:`run_emulated` runs every rank of one call in one process, with slots and counters in
+numpy arrays the threads share (the unit tests compare it bitwise with the host runner).
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 
 from ..errors import BackendError
 from ..schedule.device_tables import RankTables
+from . import device_abi as abi
+from .device_abi import EncodedTables
 
 
-class RankMemory:
-    """One rank's device memory for the tables ``t``: its buffer, receive slots and counters."""
-
-    def __init__(self, t: RankTables, buf: np.ndarray):
-        self.tables = t
-        self.buf = buf
-        self.slots = np.zeros((len(t.recvs), t.window, max(1, t.slot_elems)), buf.dtype)
-        self.tail = np.zeros(len(t.recvs), np.int64)
-        self.head = np.zeros(len(t.sends), np.int64)
-        self.progress = np.zeros(len(t.blocks), np.int64)
-        self.recv_base = np.zeros(len(t.recvs), np.int64)
-        self.send_base = np.zeros(len(t.sends), np.int64)
+def view(address: int, count: int, dtype) -> np.ndarray:
+    """``count`` elements of ``dtype`` at ``address`` (memory this process can reach)."""
+    dtype = np.dtype(dtype)
+    nbytes = max(1, count) * dtype.itemsize
+    return np.frombuffer((ctypes.c_char * nbytes).from_address(int(address)), dtype=dtype)[:count]
 
 
-def run_emulated(tables: Sequence[RankTables], bufs: Sequence[np.ndarray], ufunc,
-                 memory: Optional[List[RankMemory]] = None, timeout: float = 30.0) -> List[RankMemory]:
-    """Run one call of every rank's ``tables`` on ``bufs`` (index = rank) in place; return the
-    memories (pass them back in to run the next call with counters continuing)."""
-    if memory is None:
-        memory = [RankMemory(t, b) for t, b in zip(tables, bufs)]
-    else:
-        for m, b in zip(memory, bufs):
-            m.buf = b
-            m.progress[:] = 0
-    # where rank r's send connection i lands: (peer memory, its receive connection index)
-    landing: Dict[int, List[tuple]] = {}
-    for m in memory:
-        t = m.tables
-        landing[t.rank] = []
-        for c in t.sends:
-            peer = memory[c.peer]
-            landing[t.rank].append((peer, [(x.peer, x.channel) for x in peer.tables.recvs].index((t.rank, c.channel))))
-    abort = threading.Event()
-    errors: List[BaseException] = []
-    deadline = time.monotonic() + timeout
+def address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
 
-    def wait(array, index, value, what):
-        while array[index] < value:
-            if abort.is_set():
-                raise BackendError(f"device emulator aborted while waiting for {what}")
-            if time.monotonic() > deadline:
-                abort.set()
-                raise BackendError(f"device emulator: {what} not reached within {timeout} s; every block aborts")
-            time.sleep(0)
 
-    def block_main(m: RankMemory, b: int):
-        t = m.tables
+def interpret_block(enc: EncodedTables, b: int, buf: np.ndarray, conns: np.ndarray, progress: np.ndarray,
+                    abort: np.ndarray, call: int, ufunc) -> Optional[str]:
+    """Run block ``b``'s steps of call ``call`` on ``buf``; ``conns`` holds the connections'
+    addresses (:mod:`.device_abi`), ``progress`` the rank's per-block counters, ``abort`` the flag.
+    Returns None when the block finished, else what it waited for when the flag stopped it."""
+    window, slot_elems, dtype = enc.window, enc.slot_elems, buf.dtype
+    stride = enc.progress_stride
+    counters = {}
+
+    def counter(addr: int) -> np.ndarray:
+        c = counters.get(addr)
+        if c is None:
+            c = counters[addr] = view(addr, 1, np.int64)
+        return c
+
+    def wait(c: np.ndarray, value: int) -> bool:
+        spins = 0
+        while c[0] < value:
+            if abort[0]:
+                return False
+            spins += 1
+            time.sleep(0 if spins < 64 else 1e-4)
+        return True
+
+    def slot(row: int, seq: int, count: int) -> np.ndarray:
+        start = int(conns[row, abi.CONN_SLOTS]) + (seq % window) * slot_elems * dtype.itemsize
+        return view(start, count, dtype)
+
+    for i in range(int(enc.block_start[b]), int(enc.block_start[b + 1])):
+        (op, offset, count, src, recv_row, recv_seq, send_row, send_seq, wstart, wcount,
+         posts) = (int(x) for x in enc.steps[i])
+        for w in range(wstart, wstart + wcount):
+            other, value = int(enc.waits[w, 0]), int(enc.waits[w, 1])
+            if not wait(progress[other:other + 1], call * stride + value):
+                return f"block {other}'s progress {value}"
+        if recv_row >= 0:
+            rseq = call * int(conns[recv_row, abi.CONN_TRANSFERS]) + recv_seq
+            if not wait(counter(int(conns[recv_row, abi.CONN_TAIL])), rseq + 1):
+                return f"transfer #{rseq} on receive connection {recv_row}"
+        if send_row >= 0:
+            sseq = call * int(conns[send_row, abi.CONN_TRANSFERS]) + send_seq
+            if not wait(counter(int(conns[send_row, abi.CONN_HEAD])), sseq + 1 - window):
+                return f"a free slot for transfer #{sseq} on send connection {send_row - enc.nrecv}"
+        span = buf[offset:offset + count]
+        if recv_row >= 0:
+            incoming = slot(recv_row, rseq, count)
+            if op in (abi.OP_CODES["recv"], abi.OP_CODES["recv_send"]):
+                span[...] = incoming
+            else:
+                ufunc(span, incoming, out=span)
+        elif op == abi.OP_CODES["copy"]:
+            span[...] = buf[src:src + count]
+        if send_row >= 0:
+            slot(send_row, sseq, count)[...] = span
+        if recv_row >= 0:  # the slot is free again: the sender's head
+            counter(int(conns[recv_row, abi.CONN_HEAD]))[0] = rseq + 1
+        if send_row >= 0:  # the data is there: the receiver's tail
+            counter(int(conns[send_row, abi.CONN_TAIL]))[0] = sseq + 1
+        if posts:
+            progress[b] = call * stride + (i - int(enc.block_start[b])) + 1
+    return None
+
+
+def run_blocks(enc: EncodedTables, buf: np.ndarray, conns: np.ndarray, progress: np.ndarray, abort: np.ndarray,
+               call: int, ufunc) -> List[str]:
+    """Every block of one rank's launch, one thread each (the blocks of a launch are co-resident);
+    returns what aborted blocks waited for (empty when the launch completed)."""
+    stuck: List[str] = []
+
+    def block(b: int) -> None:
         try:
-            for i, s in enumerate(t.blocks[b].steps):
-                for other, v in s.waits:
-                    wait(m.progress, other, v, f"rank {t.rank} block {other} progress {v}")
-                if s.recv_conn >= 0:
-                    seq = int(m.recv_base[s.recv_conn]) + s.recv_seq
-                    wait(m.tail, s.recv_conn, seq + 1, f"rank {t.rank} receive #{seq} on connection {s.recv_conn}")
-                if s.send_conn >= 0:
-                    peer, at = landing[t.rank][s.send_conn]
-                    sseq = int(m.send_base[s.send_conn]) + s.send_seq
-                    wait(m.head, s.send_conn, sseq + 1 - t.window, f"rank {t.rank} slot for send #{sseq}")
-                span = slice(s.offset, s.offset + s.count)
-                if s.recv_conn >= 0:
-                    slot = m.slots[s.recv_conn, seq % t.window, :s.count]
-                    if s.op in ("recv", "recv_send"):
-                        m.buf[span] = slot
-                    else:
-                        ufunc(m.buf[span], slot, out=m.buf[span])
-                elif s.op == "copy":
-                    m.buf[span] = m.buf[s.src_offset:s.src_offset + s.count]
-                if s.send_conn >= 0:
-                    peer.slots[at, sseq % t.window, :s.count] = m.buf[span]
-                if s.recv_conn >= 0:  # the slot is free again: the sender's head
-                    src = memory[t.recvs[s.recv_conn].peer]
-                    back = [(x.peer, x.channel) for x in src.tables.sends].index((t.rank, t.recvs[s.recv_conn].channel))
-                    src.head[back] = seq + 1
-                if s.send_conn >= 0:  # the data is there: the receiver's tail
-                    peer.tail[at] = sseq + 1
-                if s.posts_progress:
-                    m.progress[b] = i + 1
-        except BaseException as e:  # noqa: BLE001 - every block's failure is reported by the caller
-            abort.set()
-            errors.append(e)
+            why = interpret_block(enc, b, buf, conns, progress, abort, call, ufunc)
+        except BaseException as e:  # noqa: BLE001 - a broken block stops the others, as a trap would
+            abort[0] = 1
+            why = f"an error: {e!r}"
+        if why is not None:
+            stuck.append(f"block {b} waited for {why}")
 
-    threads = [threading.Thread(target=block_main, args=(m, b), daemon=True)
-               for m in memory for b in range(len(m.tables.blocks))]
+    threads = [threading.Thread(target=block, args=(b,), daemon=True) for b in range(enc.nblocks)]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
-    if errors:
-        raise next((e for e in errors if "not reached" in str(e)), errors[0])
+    return stuck
+
+
+class RankMemory:
+    """One emulated rank's memory for the tables ``t``: receive rings and tails, heads of its
+    sends, per-block progress; ``calls`` so far."""
+
+    def __init__(self, t: RankTables, dtype):
+        self.tables = t
+        self.encoded = abi.encode(t)
+        nbytes = self.encoded.window * self.encoded.slot_elems * np.dtype(dtype).itemsize
+        self.rings = [np.zeros(nbytes, np.uint8) for _ in t.recvs]
+        self.tail = np.zeros(len(t.recvs), np.int64)
+        self.head = np.zeros(len(t.sends), np.int64)
+        self.progress = np.zeros(len(t.blocks), np.int64)
+        self.calls = 0
+
+
+def run_emulated(tables: Sequence[RankTables], bufs: Sequence[np.ndarray], ufunc,
+                 memory: Optional[List[RankMemory]] = None, timeout: float = 30.0) -> List[RankMemory]:
+    """Run one call of every rank's ``tables`` on ``bufs`` (index = rank) in place, every block
+    of every rank a thread; return the memories (pass them back in to run the next call with
+    counters continuing). A call that outlasts ``timeout`` raises the abort flag and a
+    :class:`BackendError`."""
+    if memory is None:
+        memory = [RankMemory(t, b.dtype) for t, b in zip(tables, bufs)]
+    conns = []
     for m in memory:
-        for i, c in enumerate(m.tables.recvs):
-            m.recv_base[i] += c.transfers
-        for i, c in enumerate(m.tables.sends):
-            m.send_base[i] += c.transfers
+        t = m.tables
+        rows_slots, rows_tail, rows_head = [], [], []
+        for i, c in enumerate(t.recvs):  # my ring and tail; the sender's head
+            sender = memory[c.peer]
+            j = [(x.peer, x.channel) for x in sender.tables.sends].index((t.rank, c.channel))
+            rows_slots.append(address(m.rings[i]))
+            rows_tail.append(address(m.tail) + 8 * i)
+            rows_head.append(address(sender.head) + 8 * j)
+        for j, c in enumerate(t.sends):  # the receiver's ring and tail; my head
+            receiver = memory[c.peer]
+            i = [(x.peer, x.channel) for x in receiver.tables.recvs].index((t.rank, c.channel))
+            rows_slots.append(address(receiver.rings[i]))
+            rows_tail.append(address(receiver.tail) + 8 * i)
+            rows_head.append(address(m.head) + 8 * j)
+        conns.append(m.encoded.conns(rows_slots, rows_tail, rows_head))
+    abort = np.zeros(1, np.int32)
+    stuck: List[str] = []
+    ranks = [threading.Thread(target=lambda r=r, m=m: stuck.extend(
+        f"rank {m.tables.rank} {s}" for s in run_blocks(m.encoded, bufs[r], conns[r], m.progress, abort, m.calls, ufunc)),
+        daemon=True) for r, m in enumerate(memory)]
+    for th in ranks:
+        th.start()
+    deadline = time.monotonic() + timeout
+    for th in ranks:
+        th.join(max(0.0, deadline - time.monotonic()))
+        if th.is_alive():
+            abort[0] = 1
+            th.join()
+    if abort[0]:
+        raise BackendError(f"device emulator: the call was not done within {timeout} s; every block aborts ("
+                           + "; ".join(sorted(stuck)[:8]) + ")")
+    for m in memory:
+        m.calls += 1
     return memory

@@ -47,6 +47,8 @@ def submit(what: str, name, process_set, /, **call) -> int:
     name = call_name(name, what, loop.set_id)
     try:
         fields, arrays, finish = collective.prepare(loop, **call)
+        if fields.get("device") == "cuda":
+            _on_rank_gpu(arrays, loop, name)
     except Exception as e:  # noqa: BLE001 - whatever this rank refuses, every rank must hear of it
         return enqueue_refusal(loop, collective.kind, name, e)
     return enqueue(loop, [(Request(name, collective.kind, **fields), arrays)], finish)
@@ -68,6 +70,20 @@ def _group(parts, device: str, **fields) -> Dict[str, Any]:
     dtypes = {d for d, _ in parts}
     return dict(dtype=dtypes.pop() if len(dtypes) == 1 else "mixed", shape=(len(parts),), device=device,
                 parts=parts, **fields)
+
+
+def _on_rank_gpu(arrays, loop, name: str) -> None:
+    """GPU arrays must live on the GPU this rank drives: the backend packs and reduces there, and
+    another GPU's memory may not even be reachable from it (no peer access)."""
+    from ..backends.cuda.device import rank_device
+
+    mine = rank_device(RUNTIME.running("blinkflow").job.layout)
+    elsewhere = sorted({a.device.id for a in (arrays if isinstance(arrays, (list, tuple)) else [arrays])} - {mine})
+    if elsewhere:
+        raise InvalidArgumentError(
+            f"{name!r}: the tensor lives on GPU {elsewhere[0]}, but this rank drives GPU {mine}; make it there "
+            f"(init() makes GPU {mine} current in the thread that called it; in another thread, "
+            f"cupy.cuda.Device({mine}).use() or torch.cuda.set_device({mine}))")
 
 
 def _one_device(devices: List[str]) -> str:

@@ -42,7 +42,9 @@ def init(comm=None, process_sets=None) -> None:
                     and not _same_processes(comm, running.job.comm):
                 raise BlinkflowError("blinkflow.init(comm): blinkflow is already running on another communicator "
                                      f"({running.job.size} ranks); call blinkflow.shutdown() on every rank first")
-            return  # Horovod's rule: a no-op; a stopped job says so at the next collective
+            if running.alive:
+                _use_rank_gpu(running)  # init() from another thread: that thread works on the rank's GPU too
+            return  # Horovod's rule: otherwise a no-op; a stopped job says so at the next collective
         if RUNTIME.broken_by is not None and comm is None:
             raise ShutdownError(f"blinkflow cannot start again on a job whose rank failed ({RUNTIME.broken_by}); "
                                 "restart the job", rank=getattr(RUNTIME.broken_by, "rank", None))
@@ -65,6 +67,15 @@ def init(comm=None, process_sets=None) -> None:
         RUNTIME.engine = engine
         RUNTIME.forget_names()
         register_entries(engine, entries)
+        _use_rank_gpu(engine)
+
+
+def _use_rank_gpu(engine) -> None:
+    """The rank's GPU becomes current in the calling thread when the cuda backend is in reach
+    (:func:`blinkflow.backends.cuda.device.use_rank_device`)."""
+    from ..backends.cuda.device import use_rank_device
+
+    use_rank_device(engine.job.layout, engine.config.backend)
 
 
 def _communicator(comm):

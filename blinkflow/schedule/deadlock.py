@@ -19,7 +19,7 @@ import collections
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ScheduleError
-from .device_tables import RankTables, build_tables
+from .device_tables import RankTables, all_tables
 from .ir import Schedule
 
 Counter = Tuple  # ("tail"|"head", src, dst, channel) or ("progress", rank, block)
@@ -65,7 +65,7 @@ def check_schedule(schedule: Schedule, window: int, fuse_inputs: int = 1,
     """Build the tables of every rank of ``schedule`` (devices are ranks in schedule order
     unless ``rank_of`` says otherwise) with ``window`` slots and :func:`check_tables` them."""
     rank_of = dict(rank_of) if rank_of is not None else {d: r for r, d in enumerate(schedule.devices)}
-    check_tables(list(build_tables(schedule, rank_of, window, fuse_inputs).values()))
+    check_tables(list(all_tables(schedule, rank_of, window, fuse_inputs).values()))
 
 
 def _check_connections(by_rank: Dict[int, RankTables]) -> None:

@@ -40,7 +40,7 @@ hang can be replayed offline.
 """
 from __future__ import annotations
 
-import bisect
+import heapq
 import dataclasses
 import json
 import weakref
@@ -175,54 +175,72 @@ def device_order(programs: Mapping[int, RankProgram], window: int) -> Dict[int, 
     free slot among ``window`` per connection, receives consume their connection in order and
     runnable actions go lowest index first (what :func:`~.runner.run_program` does with a windowed
     transport). Every rank derives the same orders from the same schedule. Raises
-    :class:`ScheduleError` when no such order runs every action."""
+    :class:`ScheduleError` when no such order runs every action.
+
+    Event-driven: an action whose dependencies are done but whose connection is not ready parks
+    on the exact counter value it needs (a connection's ``posted`` or ``consumed`` count, each
+    rising by one per transfer) and wakes when that value is reached, so the work is linear in
+    the actions (a 40 MiB buffer in 4 KiB chunks: about 10^5 of them)."""
     posted: Dict[Tuple[int, int, int], int] = {}    # (src, dst, channel) -> transfers sent
     consumed: Dict[Tuple[int, int, int], int] = {}  # (src, dst, channel) -> transfers received
     waiting = {r: [len(a.deps) for a in p.actions] for r, p in programs.items()}
-    runnable = {r: [i for i, n in enumerate(w) if n == 0] for r, w in waiting.items()}
+    ready = {r: [i for i, n in enumerate(w) if n == 0] for r, w in waiting.items()}  # heaps
+    parked: Dict[tuple, List[Tuple[int, int]]] = {}
     order: Dict[int, List[int]] = {r: [] for r in programs}
-    left = sum(len(p.actions) for p in programs.values())
-    while left:
+    ranks = list(programs)
+
+    def wake(kind: str, key, value: int) -> None:
+        for r, i in parked.pop((kind, key, value), ()):
+            heapq.heappush(ready[r], i)
+
+    moved = True
+    while moved:
         moved = False
-        for r, p in programs.items():
-            ready = runnable[r]
-            at = 0
-            while at < len(ready):
-                i = ready[at]
+        for r in ranks:
+            p, heap = programs[r], ready[r]
+            while heap:
+                i = heapq.heappop(heap)
                 a = p.actions[i]
-                if not _can_run(r, a, posted, consumed, window):
-                    at += 1
+                need = _unmet(r, a, posted, consumed, window)
+                if need is not None:
+                    parked.setdefault(need, []).append((r, i))
                     continue
-                ready.pop(at)
                 for (src, seq), (_, ch) in zip(a.inputs, a.in_keys):
                     consumed[(src, r, ch)] = seq + 1
+                    wake("consumed", (src, r, ch), seq + 1)
                 if a.send_key is not None:
-                    posted[(r, a.send_to, a.channel)] = a.send_seq + 1
+                    key = (r, a.send_to, a.channel)
+                    posted[key] = a.send_seq + 1
+                    wake("posted", key, a.send_seq + 1)
                 order[r].append(i)
-                left -= 1
                 moved = True
                 for j in p.dependents[i]:
                     waiting[r][j] -= 1
                     if waiting[r][j] == 0:
-                        bisect.insort(ready, j)
-                at = 0  # a lower index may have become runnable
-        if not moved:
-            stuck = [f"rank {r} action {runnable[r][0] if runnable[r] else '?'}" for r in programs
-                     if len(order[r]) < len(programs[r].actions)]
-            raise ScheduleError(f"no order of the device executor with {window} slots per connection runs this "
-                                f"schedule; stuck: {', '.join(stuck[:8])}")
+                        heapq.heappush(heap, j)
+    stuck = [f"rank {r} action {min(set(range(len(p.actions))) - set(order[r]))}"
+             for r, p in programs.items() if len(order[r]) < len(p.actions)]
+    if stuck:
+        raise ScheduleError(f"no order of the device executor with {window} slots per connection runs this "
+                            f"schedule; stuck: {', '.join(stuck[:8])}")
     return order
 
 
-def _can_run(rank: int, a, posted, consumed, window: int) -> bool:
+def _unmet(rank: int, a, posted, consumed, window: int) -> Optional[tuple]:
+    """The first connection count ``a`` waits for, as (kind, connection, value), or None."""
     for (src, seq), (_, ch) in zip(a.inputs, a.in_keys):
-        if consumed.get((src, rank, ch), 0) != seq or posted.get((src, rank, ch), 0) <= seq:
-            return False  # not its turn on the connection, or not sent yet
+        key = (src, rank, ch)
+        if consumed.get(key, 0) < seq:
+            return "consumed", key, seq  # not its turn on the connection
+        if posted.get(key, 0) <= seq:
+            return "posted", key, seq + 1  # not sent yet
     if a.send_key is not None:
         key = (rank, a.send_to, a.channel)
-        if posted.get(key, 0) != a.send_seq or consumed.get(key, 0) < a.send_seq + 1 - window:
-            return False
-    return True
+        if posted.get(key, 0) < a.send_seq:
+            return "posted", key, a.send_seq
+        if consumed.get(key, 0) < a.send_seq + 1 - window:
+            return "consumed", key, a.send_seq + 1 - window
+    return None
 
 
 def _tables(program: RankProgram, order: Sequence[int], window: int) -> RankTables:
@@ -287,6 +305,12 @@ def tables_for(program: RankProgram, rank_of: Mapping[int, int], window: int, fu
     schedule = program.schedule
     if schedule is None:
         raise ScheduleError("device tables need the program's schedule (compile_program keeps it)")
+    return all_tables(schedule, rank_of, window, fuse_inputs)[program.rank]
+
+
+def all_tables(schedule: Schedule, rank_of: Mapping[int, int], window: int, fuse_inputs: int = 1) -> Dict[int, RankTables]:
+    """Every rank's tables of ``schedule`` (:func:`build_tables`), made once per schedule and
+    settings: the deadlock check and the executor share them."""
     per = _TABLES.get(id(schedule))
     if per is None or per[0]() is not schedule:
         per = (weakref.ref(schedule, lambda _, k=id(schedule): _TABLES.pop(k, None)), {})
@@ -295,4 +319,4 @@ def tables_for(program: RankProgram, rank_of: Mapping[int, int], window: int, fu
     tables = per[1].get(key)
     if tables is None:
         tables = per[1][key] = build_tables(schedule, rank_of, window, fuse_inputs)
-    return tables[program.rank]
+    return tables

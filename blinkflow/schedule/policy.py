@@ -16,7 +16,8 @@ and whether the simulator can model it. Every chunk rule lives here too, so a gr
   to 1 MiB, with :data:`DEVICE_WINDOW` slots per connection (its per-chunk cost is a flag
   handshake on the device, not host messages);
 * ``BLINKFLOW_CHUNK_BYTES`` (non-zero) overrides every pipeline chunk, ``BLINKFLOW_ALGORITHM``
-  the choice among the algorithms that can run the call.
+  the choice among the algorithms that can run the call. ``auto`` never picks the device
+  executor yet: its kernel has not run on a GPU (``BLINKFLOW_ALGORITHM=device`` runs it).
 
 Every input is agreed: the config's fields by the job's config check, and :meth:`Capabilities.digest`
 (with the layout) by the backend at construction (``blinkflow.backends.policy_agreement``), so all
@@ -63,9 +64,9 @@ ALGORITHMS = {a.name: a for a in (
               chunk_cost_us=(("cpu", 40.0), ("cuda", 40.0))),
     # On the device a chunk is a flag handshake through peer memory (NCCL's Simple protocol):
     # a few microseconds, a projection until the kernel is measured.
-    Algorithm("device", COLLECTIVES, ("cpu", "cuda"), True,
-              "the device executor: one launch runs every rank's block tables (on the cpu backend, "
-              "its numpy emulator)", chunk_cost_us=(("cuda", 2.0), ("cpu", 40.0))),
+    Algorithm("device", COLLECTIVES, ("cuda",), True,
+              "the device executor: one launch runs every rank's block tables (BLINKFLOW_ALGORITHM=device)",
+              chunk_cost_us=(("cuda", 2.0),)),
     Algorithm("single_copy", ("allreduce",), ("cpu",), False,
               "the cpu all-reduce that reads peers' tensors in place (cross-memory attach)"),
     Algorithm("alltoall", ("alltoall",), ("cpu", "cuda"), False, "one MPI Alltoallv"),
@@ -99,7 +100,7 @@ class Capabilities:
     l2_bytes: Optional[int] = None
     """L2 of the host's CPU 0 (None: unknown), which sizes the single copy's chunk."""
     device_executor: bool = False
-    """The backend can run device tables (the cuda kernel, or the cpu backend's emulator)."""
+    """The backend can run device tables (the cuda backend, where every local GPU pair maps)."""
 
     def digest(self, layout) -> str:
         """What every rank of the job must share: the capabilities and the layout's shape. The L2
@@ -144,7 +145,9 @@ def choose(collective: str, nbytes: int, itemsize: int, layout, config, caps: Ca
         raise ConfigError(f"no algorithm runs {collective!r}; the collectives are {', '.join(COLLECTIVES)}")
     if wanted not in ALGORITHM_SETTINGS:
         raise ConfigError(f"BLINKFLOW_ALGORITHM must be one of {', '.join(ALGORITHM_SETTINGS)}, got {wanted!r}")
-    if wanted == "device" or (wanted == "auto" and caps.backend == "cuda" and caps.device_executor):
+    # ``auto`` keeps the host-driven runner on GPUs: the device executor's kernel has been
+    # compiled and emulated but has not yet run on a GPU, so it runs only when asked for.
+    if wanted == "device":
         if not caps.device_executor:
             raise ConfigError(f"BLINKFLOW_ALGORITHM=device: the {caps.backend} backend of this job has no device "
                               "executor; set BLINKFLOW_ALGORITHM=auto")

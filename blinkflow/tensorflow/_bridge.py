@@ -106,7 +106,9 @@ def _to_arrays(tensors) -> list:
 
 def _rank_device() -> int:
     """The CUDA ordinal the cuda backend drives for this rank (asked once per job)."""
-    layout = runtime()._running("a collective on GPU tensors").job.layout
+    from ..runtime.global_state import RUNTIME
+
+    layout = RUNTIME.running("a collective on GPU tensors").job.layout
     known = _route_cache.get("device")
     if known is None or known[0] is not layout:
         from ..backends.cuda.device import rank_device

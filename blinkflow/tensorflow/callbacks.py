@@ -2,6 +2,12 @@
 
 They talk to the optimizer through Keras 3's ``learning_rate`` (a variable, so new values reach
 an already traced train step) and read the model's and optimizer's ``variables`` properties.
+
+Ranks whose shards have different numbers of batches stay in step: the callbacks that
+communicate at an epoch's end (:class:`BroadcastGlobalVariablesCallback`,
+:class:`MetricAverageCallback`, or :class:`AlignEpochsCallback` alone) first wait, joined, for
+every rank's epoch to end and take the state of the rank that ran the most batches
+(:mod:`.uneven_epochs`).
 """
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ import keras
 import numpy as np
 
 from ..ops import ReduceOp
-from . import _bridge
+from . import _bridge, uneven_epochs
 from ._compat import learning_rate_of
 from .variables import broadcast_variables
 
@@ -25,7 +31,8 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     Runs at the end of the first batch, once the optimizer's slot variables exist, and again on
     the first batch of any later ``fit``; ranks that started from different weights are identical
     from then on. ``local_variables`` (Horovod's): variables each rank keeps its own of (model
-    parallel parts), left out. ``device`` is accepted for Horovod's signature.
+    parallel parts), left out. ``device`` is accepted for Horovod's signature. At each epoch's
+    end it aligns the ranks' epochs (:mod:`.uneven_epochs`).
     """
 
     def __init__(self, root_rank: int = 0, device: str = "", local_variables=None):
@@ -37,6 +44,10 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self.broadcast_done = False
+        uneven_epochs.start_training(self.model)
+
+    def on_epoch_end(self, epoch, logs=None):
+        uneven_epochs.align(self.model, epoch)
 
     def on_train_batch_end(self, batch, logs=None):
         if self.broadcast_done:
@@ -59,7 +70,11 @@ class MetricAverageCallback(keras.callbacks.Callback):
         super().__init__()
         self.device = device
 
+    def on_train_begin(self, logs=None):
+        uneven_epochs.start_training(self.model)
+
     def on_epoch_end(self, epoch, logs=None):
+        uneven_epochs.align(self.model, epoch)  # every rank's epoch has ended, whatever its batches
         if not logs:
             return
         keys = sorted(k for k, v in logs.items() if np.ndim(v) == 0 and np.issubdtype(np.asarray(v).dtype, np.number))
@@ -68,6 +83,18 @@ class MetricAverageCallback(keras.callbacks.Callback):
         averaged = rt.synchronize(rt.allreduce_async(values, op=ReduceOp.AVERAGE, name=f"MetricAverage.{epoch}"))
         for key, value in zip(keys, np.asarray(averaged)):
             logs[key] = float(value)
+
+
+class AlignEpochsCallback(keras.callbacks.Callback):
+    """At each epoch's end, wait (joined) until every rank's epoch has ended, then give every rank
+    the state of the rank that ran the most batches (:mod:`.uneven_epochs`). The two callbacks
+    above do this too; this one is for a ``fit`` that uses neither."""
+
+    def on_train_begin(self, logs=None):
+        uneven_epochs.start_training(self.model)
+
+    def on_epoch_end(self, epoch, logs=None):
+        uneven_epochs.align(self.model, epoch)
 
 
 class LearningRateScheduleCallback(keras.callbacks.Callback):

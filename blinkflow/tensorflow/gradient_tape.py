@@ -13,8 +13,9 @@ from .local_gradients import LocalSources, layer_variables
 class DistributedGradientTape:
     """Wraps a ``tf.GradientTape`` (composition, not a subclass: the tape's internals change
     between TF releases). ``gradient`` returns the gradients all-reduced in one grouped call
-    over ``process_set`` (default: every rank); everything else (``watch``, ``stop_recording``,
-    ...) is the wrapped tape's. Horovod's ``register_local_source(variable)`` keeps a source's
+    over ``process_set`` (default: every rank), each paired with the same source's gradient on
+    the other ranks (a rank whose gradient is ``None`` contributes zeros: :mod:`.gradients`);
+    everything else (``watch``, ``stop_recording``, ...) is the wrapped tape's. Horovod's ``register_local_source(variable)`` keeps a source's
     gradient local (divided by the set's size with ``scale_local_gradients``). ``device_dense``,
     ``device_sparse``, ``groups`` and ``num_groups`` are accepted for Horovod's callers: the
     step's gradients are one group, fused by the runtime."""
@@ -39,11 +40,7 @@ class DistributedGradientTape:
                  unconnected_gradients=tf.UnconnectedGradients.NONE):
         grads = self._tape.gradient(target, sources, output_gradients=output_gradients,
                                     unconnected_gradients=unconnected_gradients)
-        flat = tf.nest.flatten(grads)
-        if self._local:
-            reduced = self._local.reduce(self._reducer, flat, tf.nest.flatten(sources))
-        else:
-            reduced = self._reducer.reduce(flat)
+        reduced = self._local.reduce(self._reducer, tf.nest.flatten(grads), tf.nest.flatten(sources))
         return tf.nest.pack_sequence_as(grads, reduced)
 
     def __enter__(self):

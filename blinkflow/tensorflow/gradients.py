@@ -15,9 +15,18 @@ blocks, and the only op that blocks, the wait, needs every submission of its ran
 so it runs after all of them; buckets are matched across ranks by name, in whatever order
 the ranks' executors happen to submit them.
 
+A gradient is identified by its variable, not by which gradients a rank happens to have: the
+buckets are planned from the variables (their static sizes), so every rank forms the same buckets
+whatever its batch used. A rank whose gradient of a variable is ``None`` contributes zeros (the
+rule of Horovod's PyTorch optimizer), so the result is the gradient of the ranks that had one,
+over the set's size, on every rank; where no rank had one it is zeros. A variable of a dtype that
+cannot have a gradient (integers) stays ``None``.
+
 ``IndexedSlices`` (embedding gradients) travel through an allgather of values and indices,
 submitted the same way, unless ``sparse_as_dense`` or the step is XLA-compiled (an all-gather has
-no static shape there, :mod:`._xla`); ``None`` gradients stay ``None``.
+no static shape there, :mod:`._xla`). Which gradients are sparse must agree across ranks; each
+step checks it before submitting (:mod:`.sparse_agreement`) and stops with a
+TensorMismatchError naming the variable on every rank where it does not.
 ``gradient_predivide_factor`` splits the averaging as Horovod does: scale by 1/f before the sum
 and by f/size after it. Compression casts each gradient before its bucket is submitted and back
 after the wait. The reduced dense gradients are differentiable (their gradient is all-reduced
@@ -33,7 +42,7 @@ from ..compression import Compression
 from ..config import get_config
 from ..errors import BlinkflowError
 from ..ops import ReduceOp, as_reduce_op
-from . import _xla, async_ops, buckets, differentiable, rank_ops, sparse
+from . import _xla, async_ops, buckets, differentiable, rank_ops, sparse, sparse_agreement
 from .submit_order import SubmitOrder
 
 
@@ -60,28 +69,42 @@ class GradientReducer:
         return ReduceOp.SUM, 1.0 / f, f / rank_ops.size(self.process_set)
 
     @tf.autograph.experimental.do_not_convert
-    def reduce(self, grads: Sequence[Optional[tf.Tensor]]) -> List[Optional[tf.Tensor]]:
-        grads = list(grads)
+    def reduce(self, grads: Sequence[Optional[tf.Tensor]], sources: Sequence) -> List[Optional[tf.Tensor]]:
+        """The gradients of ``sources`` (variables or tape sources, the same on every rank),
+        reduced over the process set."""
+        grads, sources = list(grads), list(sources)
+        if len(grads) != len(sources):
+            raise BlinkflowError(f"{self.name}: {len(grads)} gradients for {len(sources)} variables")
         out: List[Optional[tf.Tensor]] = [None] * len(grads)
+        all_dense = self.sparse_as_dense or _xla.in_xla_context()
         dense_at, sent, contexts, sparse_at = [], [], [], {}
-        for i, g in enumerate(grads):
-            if g is None:
-                continue
+        for i, (g, source) in enumerate(zip(grads, sources)):
             # Inside an XLA-compiled step an all-gather has no static shape: slices go dense there.
-            if isinstance(g, tf.IndexedSlices) and not (self.sparse_as_dense or _xla.in_xla_context()):
+            if isinstance(g, tf.IndexedSlices) and not all_dense:
                 sparse.check_op(self.op)
                 sparse_at[i] = g
                 continue
+            if g is None:
+                g = absent_gradient(source)
+                if g is None:
+                    continue
             t, ctx = self.compression.compress(tf.convert_to_tensor(g))
             dense_at.append(i)
             sent.append(t)
             contexts.append(ctx)
         if not dense_at and not sparse_at:
             return out
+        agreed = None
+        if not all_dense and rank_ops.size(self.process_set) > 1:
+            flags = [i in sparse_at for i in range(len(grads))]
+            agreed = sparse_agreement.agree(f"{self.name}.sparse_agreement", flags,
+                                            [sparse_agreement.variable_label(s, i) for i, s in enumerate(sources)],
+                                            self.process_set)
         gathered: Dict[int, List[tf.Tensor]] = {}
 
         def submit_and_wait(*dense):
-            reduced, gathered_now = self._submit_and_wait(dict(zip(dense_at, dense)), sparse_at)
+            with tf.control_dependencies([] if agreed is None else [agreed]):
+                reduced, gathered_now = self._submit_and_wait(dict(zip(dense_at, dense)), sparse_at)
             gathered.update(gathered_now)
             return [reduced[i] for i in dense_at]
 
@@ -139,3 +162,15 @@ def _nbytes(tensor: tf.Tensor) -> Optional[int]:
     """Bytes ``tensor`` sends, or None when its shape is not static."""
     n = tensor.shape.num_elements()
     return None if n is None else n * tensor.dtype.size
+
+
+def absent_gradient(source) -> Optional[tf.Tensor]:
+    """What a rank without a gradient for ``source`` contributes: zeros of its shape and dtype, or
+    None for a dtype that has no gradients (the same on every rank)."""
+    dtype = tf.as_dtype(source.dtype)
+    if not (dtype.is_floating or dtype.is_complex):
+        return None
+    shape = tf.TensorShape(source.shape)
+    if shape.is_fully_defined():
+        return tf.zeros(shape, dtype)
+    return tf.zeros_like(tf.convert_to_tensor(source))

@@ -8,7 +8,7 @@ by the number of ranks for the shared gradients, means the same for them (Horovo
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 import tensorflow as tf
 
@@ -32,15 +32,16 @@ class LocalSources:
     def __bool__(self) -> bool:
         return bool(self._ids)
 
-    def reduce(self, reducer, grads: Sequence, sources: Optional[Sequence]) -> List:
+    def reduce(self, reducer, grads: Sequence, sources: Sequence) -> List:
         """``reducer.reduce`` of the gradients of shared sources; local ones kept (scaled)."""
-        grads = list(grads)
-        if not self._ids or sources is None:
-            return reducer.reduce(grads)
+        grads, sources = list(grads), list(sources)
+        if not self._ids:
+            return reducer.reduce(grads, sources)
         local = [id(s) in self._ids for s in sources]
         shared_at = [i for i, is_local in enumerate(local) if not is_local]
         out = list(grads)
-        for i, reduced in zip(shared_at, reducer.reduce([grads[i] for i in shared_at])):
+        shared = reducer.reduce([grads[i] for i in shared_at], [sources[i] for i in shared_at])
+        for i, reduced in zip(shared_at, shared):
             out[i] = reduced
         if self.scale:
             n = rank_ops.size(self.process_set)

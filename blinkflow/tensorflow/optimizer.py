@@ -8,6 +8,7 @@ Horovod built a subclass of the user's optimizer class at run time and hooked
 optimizer's ``apply``. Weight decay, clipping, EMA and the update rule stay the inner optimizer's.
 
 With ``backward_passes_per_step = N > 1`` gradients are summed locally into accumulator variables
+(a pass whose gradient of a variable is ``None`` adds nothing and keeps what earlier passes summed)
 and every N-th call all-reduces the sum (divided by N with ``average_aggregated_gradients``,
 Horovod's semantics) and applies it: one communication per N passes. ``iterations`` counts every
 call, as Horovod's. ``process_set=`` reduces over a process set; ``register_local_var`` keeps a
@@ -158,7 +159,6 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
         if len(state.accumulators) != len(grads):
             raise BlinkflowError(f"DistributedOptimizer was built for {len(state.accumulators)} variables, "
                                  f"got {len(grads)} gradients")
-        present = [g is not None for g in grads]
         for accumulator, grad in zip(state.accumulators, grads):
             if grad is not None:
                 accumulator.assign_add(tf.convert_to_tensor(grad, dtype=accumulator.dtype))
@@ -166,7 +166,7 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
         n = self.backward_passes_per_step
 
         def apply_aggregated():
-            aggregated = aggregated_gradients(state.accumulators, present, n, self.average_aggregated_gradients)
+            aggregated = aggregated_gradients(state.accumulators, n, self.average_aggregated_gradients)
             self.inner_optimizer.apply(self._local.reduce(self._reducer, aggregated, trainable_variables),
                                        trainable_variables)
             for accumulator in state.accumulators:
@@ -201,14 +201,13 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
         return cls(inner, **config)
 
 
-def aggregated_gradients(accumulators, present, passes: int, average: bool):
+def aggregated_gradients(accumulators, passes: int, average: bool):
     """What N backward passes hand to the all-reduce (Horovod's ``LocalGradientAggregationHelper``):
-    their sum, divided by N only with ``average_aggregated_gradients``."""
-    out = []
-    for accumulator, keep in zip(accumulators, present):
-        value = tf.convert_to_tensor(accumulator) if keep else None
-        out.append(value / passes if keep and average else value)
-    return out
+    each variable's sum over the passes that had its gradient (a pass whose gradient is ``None``
+    adds nothing; zeros where none had one, as a rank without a gradient contributes), divided by
+    N only with ``average_aggregated_gradients``."""
+    values = [tf.convert_to_tensor(accumulator) for accumulator in accumulators]
+    return [value / passes for value in values] if average else values
 
 
 def PartialDistributedOptimizer(optimizer, name=None, local_layers=None, **kwargs) -> DistributedOptimizer:

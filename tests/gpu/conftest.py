@@ -1,4 +1,4 @@
-"""GPU tier (STYLE habit 12): skipped where no GPU is found, and run for real wherever one is.
+"""GPU tier: skipped where no GPU is found, and run for real wherever one is.
 Set BLINKFLOW_EXPECT_GPU=1 on a GPU runner to turn a skip (CuPy not installed, driver not
 visible) into a failure.
 

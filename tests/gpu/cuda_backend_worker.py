@@ -1,6 +1,7 @@
 """Run under mpirun by test_cuda_backend.py: CudaBackend on N ranks sharing the GPUs here.
 
-argv: SCHEDULE HOSTS   (SCHEDULE "chain" = hand-made chain schedules across all ranks (and
+argv: SCHEDULE HOSTS [ALGORITHM]   (ALGORITHM: auto (the policy's choice: the runner),
+device or runner, as BLINKFLOW_ALGORITHM; SCHEDULE "chain" = hand-made chain schedules across all ranks (and
 one-hop all-gather / reduce-scatter), "plan" = the planner's lowered trees for the first GPUs
 of each host of an HGX H100 (cluster); HOSTS > 1 splits the ranks into that many pretend hosts:
 transfers between them go over MPI, and "plan" runs the three-phase all-reduce. HOSTS may also
@@ -26,6 +27,7 @@ from blinkflow.schedule.shapes import (chain_allreduce_schedule, chain_broadcast
                                        direct_reducescatter_schedule)
 
 SCHEDULE, HOSTS_ARG = sys.argv[1], sys.argv[2]
+ALGORITHM = sys.argv[3] if len(sys.argv) > 3 else "auto"
 comm = MPI.COMM_WORLD
 n, me = comm.size, comm.rank
 SIZES = [int(s) for s in HOSTS_ARG.split("+")] if "+" in HOSTS_ARG else [n // int(HOSTS_ARG)] * int(HOSTS_ARG)
@@ -68,7 +70,7 @@ def chain_schedule_for(collective, root_device, nelems, chunk_elems, shard_count
 
 
 def make_backend():
-    config = Config(chunk_bytes=CHUNK_BYTES)
+    config = Config(chunk_bytes=CHUNK_BYTES, algorithm=ALGORITHM)
     ctx = BackendContext(comm=comm, local_comm=local, cross_comm=cross, layout=LAYOUT, topology=None,
                          plan_for=None, config=config)
     kwargs = {"nslots": 2, "arena_bytes": (64 << 10) if UNEVEN else (4 << 20)}  # small: many slot reuses
@@ -107,6 +109,7 @@ def check(name, got, want):
 
 
 backend = make_backend()
+algorithms = set()  # what the policy chose for the all-reduces (one rank runs none)
 sizes = [1, n - 1 if n > 1 else 1, 1000, 3 * 4096 + 17, 100003]
 for call, (dtype, op) in enumerate([(d, o) for d in ("float32", "float16", "float64", "int32", "int64", "uint8")
                                      for o in FN]):
@@ -118,6 +121,8 @@ for call, (dtype, op) in enumerate([(d, o) for d in ("float32", "float16", "floa
             want = FN[op](want, h)
         buf = cupy.asarray(host[me])
         backend.allreduce(buf, op)
+        if backend.last_choice is not None:
+            algorithms.add(backend.last_choice.algorithm)
         check(f"allreduce {dtype} {op.name} size {size}", cupy.asnumpy(buf), want)
 
 # Average = Sum + scale, as the runtime does it.
@@ -165,5 +170,5 @@ backend.close()  # safe twice
 all_failures = comm.gather(failures, root=0)
 if me == 0:
     flat = [f for fs in all_failures for f in fs]
-    print("\n".join(flat) if flat else f"OK {n} ranks, {HOSTS_ARG} hosts, {SCHEDULE}")
+    print("\n".join(flat) if flat else f"OK {n} ranks, {HOSTS_ARG} hosts, {SCHEDULE}, {'+'.join(sorted(algorithms)) or 'none'}")
     sys.exit(1 if flat else 0)

@@ -20,13 +20,19 @@ WORKER = os.path.join(HERE, "gpu", "cuda_backend_worker.py")
 
 @pytest.mark.mpi
 @pytest.mark.slow
-@pytest.mark.parametrize("n,schedule,hosts", [(1, "chain", 1), (2, "chain", 1), (4, "chain", 1), (4, "chain", 2),
-                                               (4, "plan", 1), (4, "plan", 2), (3, "plan", 3), (3, "chain", "2+1"),
-                                               (3, "plan", "2+1")])
-def test_cuda_backend_on_fake_cupy(n, schedule, hosts):
+@pytest.mark.parametrize("n,schedule,hosts,algorithm", [
+    (1, "chain", 1, "device"), (2, "chain", 1, "device"), (4, "chain", 1, "device"), (4, "chain", 2, "device"),
+    (4, "plan", 1, "device"), (4, "plan", 2, "device"), (3, "plan", 3, "device"), (3, "plan", "2+1", "device"),
+    (2, "chain", 1, "runner"), (4, "chain", 2, "runner"), (4, "plan", 2, "runner"), (3, "plan", 3, "runner"),
+    (3, "chain", "2+1", "runner"), (3, "plan", "2+1", "runner")])
+def test_cuda_backend_on_fake_cupy(n, schedule, hosts, algorithm):
+    """The device executor where BLINKFLOW_ALGORITHM=device asks for it, the host-driven runner
+    (``auto``'s choice on the cuda backend) where ``runner`` does."""
     env = fake_cupy_env()
-    out = run_ranks(n, ["python", "-m", "mpi4py", WORKER, schedule, str(hosts)], timeout=240, env=env)
-    assert f"OK {n} ranks, {hosts} hosts, {schedule}" in out.stdout, out.stdout + out.stderr
+    out = run_ranks(n, ["python", "-m", "mpi4py", WORKER, schedule, str(hosts), algorithm], timeout=240,
+                    env=env)
+    ran = algorithm if n > 1 else "none"  # one rank moves no data
+    assert f"OK {n} ranks, {hosts} hosts, {schedule}, {ran}" in out.stdout, out.stdout + out.stderr
 
 
 @pytest.mark.mpi

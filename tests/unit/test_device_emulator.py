@@ -62,5 +62,5 @@ def test_two_hosts_three_phase_bitwise(hosts):
 def test_a_table_that_waits_forever_aborts_every_block():
     t = RankTables(0, 8, 1, 4, (BlockTable(0, (DeviceStep("copy", 0, 2, src_offset=4, waits=((1, 1),)),)),
                                 BlockTable(1, (DeviceStep("copy", 2, 2, src_offset=6, waits=((0, 1),)),))), (), ())
-    with pytest.raises(BackendError, match="not reached within 0.5 s"):
+    with pytest.raises(BackendError, match="not done within 0.5 s"):
         run_emulated([t], [np.zeros(8, np.float32)], np.add, timeout=0.5)

@@ -40,7 +40,8 @@ def _instantiated_source(name: str) -> str:
 
 def test_every_source_has_instantiations():
     names = sorted(p.name for p in sources())
-    assert names == ["pack.cu", "reduce.cu", "scale.cu"]
+    assert names == ["interpreter.cu", "pack.cu", "reduce.cu", "scale.cu"]
+    assert len(kernels.name_expressions("interpreter.cu")) == 7 * 4  # every dtype x op
     assert len(kernels.name_expressions("reduce.cu")) == 7 * 4  # every dtype x op
     assert len(kernels.name_expressions("scale.cu")) == 7
 

@@ -2,56 +2,12 @@
 corner cases of the response cache that are hard to hit through timing under mpirun."""
 import threading
 
-import numpy as np
-
 from blinkflow.runtime.handles import Slot
 from blinkflow.runtime.messages import Kind, Request
 from blinkflow.runtime.negotiation import Negotiator
 from blinkflow.runtime.response_cache import ResponseCache
 from blinkflow.runtime.state import Entry
-
-
-class FakeWorld:
-    """Collectives among ``size`` threads: every call deposits, meets, reads, meets again."""
-
-    def __init__(self, size):
-        self.size = size
-        self.slots = [None] * size
-        self.barrier = threading.Barrier(size, timeout=10)
-
-    def exchange(self, rank, value):
-        self.slots[rank] = value
-        self.barrier.wait()
-        every = list(self.slots)
-        self.barrier.wait()
-        return every
-
-
-class Done:
-    """A request that has completed (the fake collectives complete on the call)."""
-
-    def Test(self):
-        return True
-
-
-class FakeComm:
-    def __init__(self, world, rank):
-        self.world, self.rank = world, rank
-
-    def Iallreduce(self, send, recv, op):  # any buffers, as mpi4py takes them
-        every = self.world.exchange(self.rank, np.frombuffer(send, np.uint8).copy())
-        np.frombuffer(recv, np.uint8)[...] = np.bitwise_and.reduce(np.stack(every), axis=0)
-        return Done()
-
-    def gather(self, obj, root=0):
-        every = self.world.exchange(self.rank, obj)
-        return every if self.rank == root else None
-
-    def bcast(self, obj, root=0):
-        return self.world.exchange(self.rank, obj)[root]
-
-    def allgather(self, obj):
-        return self.world.exchange(self.rank, obj)
+from fake_comm import FakeComm, ThreadWorld
 
 
 def entry(name, shape=(4,)):
@@ -61,7 +17,7 @@ def entry(name, shape=(4,)):
 def run_ranks(size, script, report_after=(None, None)):
     """Run ``script(rank, step)`` on ``size`` threads; ``step(new_entries)`` runs one cycle and
     applies it as the executor would, returning the responses."""
-    world = FakeWorld(size)
+    world = ThreadWorld(size)
     results, errors = {}, []
 
     def main(rank):

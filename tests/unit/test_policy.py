@@ -44,15 +44,15 @@ def test_cuda_runner_chunk_grows_with_the_buffer(nbytes, chunk):
     assert choose("allreduce", nbytes, 4, ONE_HOST, Config(), Capabilities("cuda")).chunk_bytes == chunk
 
 
-def test_device_executor_where_one_exists_or_asked_for():
+def test_device_executor_only_when_asked_for():
+    """``auto`` keeps the runner on GPUs until the kernel has run on one; ``device`` picks it."""
     gpu = Capabilities("cuda", device_executor=True)
-    c = choose("allreduce", 256 * MIB, 4, ONE_HOST, Config(), gpu)
+    assert choose("allreduce", 256 * MIB, 4, ONE_HOST, Config(), gpu).algorithm == "runner"
+    c = choose("allreduce", 256 * MIB, 4, ONE_HOST, Config(algorithm="device"), gpu)
     assert (c.algorithm, c.window) == ("device", policy.DEVICE_WINDOW)
     assert policy.DEVICE_MIN_CHUNK_BYTES <= c.chunk_bytes <= policy.DEVICE_MAX_CHUNK_BYTES
+    assert choose("allgather", 100, 4, TWO_HOSTS, Config(algorithm="device"), gpu).algorithm == "device"
     assert choose("allreduce", 256 * MIB, 4, ONE_HOST, Config(algorithm="runner"), gpu).algorithm == "runner"
-    emulated = dataclasses.replace(CPU, device_executor=True)
-    assert choose("allreduce", 256 * MIB, 4, ONE_HOST, Config(), emulated).algorithm == "single_copy"
-    assert choose("allgather", 100, 4, TWO_HOSTS, Config(algorithm="device"), emulated).algorithm == "device"
 
 
 def test_an_algorithm_that_cannot_run_the_call_is_a_config_error():
@@ -76,8 +76,8 @@ def test_capabilities_digest_covers_the_layout_but_not_the_l2():
 
 def test_one_place_holds_the_chunk_rules():
     """No backend keeps a chunk constant or rule of its own: they all live in the policy."""
-    root = pathlib.Path(policy.__file__).resolve().parents[1] / "backends" / "cpu"
-    pattern = re.compile(r"^(DEFAULT_CHUNK_BYTES|MIN_SHARD_BYTES|MIN_PIECE_BYTES|MAX_CHUNK_BYTES)\s*=|def chunk_bytes_for|def chunk_elems",
-                         re.M)
-    offenders = [p.name for p in root.glob("*.py") if pattern.search(p.read_text())]
+    root = pathlib.Path(policy.__file__).resolve().parents[1] / "backends"
+    pattern = re.compile(r"^(DEFAULT_CHUNK_BYTES|MIN_SHARD_BYTES|MIN_PIECE_BYTES|MAX_CHUNK_BYTES|CHUNKS_PER_BUFFER)\s*="
+                         r"|def (auto_chunk_bytes|chunk_bytes_for|chunk_elems)", re.M)
+    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py") if pattern.search(p.read_text())]
     assert offenders == []

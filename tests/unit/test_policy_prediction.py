@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from blinkflow.config import Config
 from blinkflow.launcher.cli import main
 from blinkflow.planner import make_plan
 from blinkflow.schedule.policy import ALGORITHMS, Capabilities
@@ -38,7 +39,8 @@ def test_the_prediction_charges_the_algorithms_per_chunk_cost():
     topo = get_preset("hgx-h100")
     plan = make_plan(topo, "allreduce")
     runner = predict(plan, topo, 256 << 20)
-    device = predict(plan, topo, 256 << 20, caps=Capabilities("cuda", device_executor=True))
+    device = predict(plan, topo, 256 << 20, config=Config(algorithm="device"),
+                     caps=Capabilities("cuda", device_executor=True))
     assert (runner.choice.algorithm, device.choice.algorithm) == ("runner", "device")
     again = simulate_plan(plan, topo, 256 << 20, chunk_elems=device.choice.chunk_elems(4),
                           chunk_overhead_us=ALGORITHMS["device"].cost_us("cuda"))

@@ -17,6 +17,7 @@ from blinkflow.runtime.messages import JOIN_NAME, Kind, Request, Response
 from blinkflow.runtime.response_cache import HIT, INVALID, MISS, ResponseCache
 from blinkflow.runtime.stall import StallInspector
 from blinkflow.runtime.timeline import Timeline, rank_path
+from fake_comm import FakeComm, ScriptedWorld
 
 
 def ar(name, shape=(4,), dtype="float32", op=ReduceOp.SUM, **kw):
@@ -152,14 +153,6 @@ def test_layout_local_and_cross_ranks():
     assert uneven.host_ranks == ((0, 1), (2,)) and not uneven.even and uneven.local_rank == 0
 
 
-class FakeComm:
-    def __init__(self, every):
-        self.every = every
-
-    def allgather(self, mine):
-        return [mine if e is None else e for e in self.every]
-
-
 class FakePlan:
     def __init__(self, d):
         self.d = d
@@ -177,7 +170,8 @@ def book(every, plan="p", fails=None):
         if fails:
             raise PlanError(fails)
         return FakePlan(plan)
-    return PlanBook(FakeComm(every), FakeTopology("t"), [0, 1, 2], make=make)
+    world = ScriptedWorld(every)
+    return PlanBook(FakeComm(world, world.rank), FakeTopology("t"), [0, 1, 2], make=make)
 
 
 def test_plan_digests_that_differ_raise_naming_the_ranks():

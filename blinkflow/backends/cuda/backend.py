@@ -2,63 +2,55 @@
 sharing one, for tests).
 
 Every collective runs the schedule lowered from the job's plan (:mod:`blinkflow.schedule`:
-the trees, chunk-pipelined, and across hosts the three-phase all-reduce of Blink §5) through the
-one runner (:func:`~blinkflow.schedule.runner.run_program`), the same the CPU backend runs, over
-a :class:`.CudaTransport`: chunks are pushed peer-to-peer into IPC receive slots inside a host
-and travel as MPI messages between hosts; reductions are fused CuPy RawKernels, one stream per
-tree. Results are bitwise identical on every rank: every element is combined once, at its
-tree's root, in the order of the tree's edges, and copied everywhere else.
+the trees, chunk-pipelined, and across hosts the three-phase all-reduce of Blink §5). The
+call-shape policy (:func:`blinkflow.schedule.policy.choose`) picks, per call, who runs it, and
+the timeline names its choice:
+
+* ``device``: the device executor (:mod:`.device_executor`): one launch of the interpreter
+  kernel runs this rank's block tables for the whole call, chunks handed over through counters in
+  peer memory, network edges carried by a proxy thread;
+* ``runner``: the host-driven runner (:func:`~blinkflow.schedule.runner.run_program`), the same
+  the CPU backend runs, over a :class:`.CudaTransport`: chunks are pushed peer-to-peer into IPC
+  receive slots inside a host and travel as MPI messages between hosts; reductions are fused
+  CuPy RawKernels, one stream per tree.
+
+Results are bitwise identical on every rank: every element is combined once, at its tree's
+root, in the order of the tree's edges, and copied everywhere else.
 
 The all-to-all has no tree plan (every pair exchanges different data): it is staged through
 MPI, on device memory when MPI is CUDA-aware, otherwise through host memory.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence
 
 import numpy as np
 
 from ...errors import BackendError
 from ...ops import ReduceOp, as_reduce_op
+from ...schedule import policy
 from ...schedule.cache import Programs, ScheduleFor
+from ...schedule.device_tables import tables_for
 from ...schedule.runner import SequenceState, run_program
 from .. import teardown
 from ..base import Backend, BackendContext
+from ..policy_agreement import agree_policy
 from ..wire import MpiWire
 from . import kernels
 from .device import cuda_aware_mpi, rank_device, require_cupy
+from .device_executor import CALL_TIMEOUT_S, DeviceExecutor
 from .ipc import IpcArena, local_links
 from .launch import dtype_name, scale as scale_kernel
 from .peers import PeerRoutes
 from .transport import CudaTransport, StreamSet
 
-DEFAULT_CHUNK_BYTES = 1 << 20
-"""The smallest automatic pipeline chunk (``BLINKFLOW_CHUNK_BYTES`` 0): large enough to run
-copies near link bandwidth, small enough that a buffer of a few MiB still pipelines."""
-MAX_CHUNK_BYTES = 16 << 20
-"""The largest automatic chunk."""
-CHUNKS_PER_BUFFER = 16
-"""Automatic chunks cut a buffer into about this many. Every chunk costs the host a round of
-READY/FREE messages and launches (tens of microseconds of Python), while the GPU moves a MiB in a
-few: on one H100 shared by 2 ranks, fixed 1 MiB chunks held a 256 MiB all-reduce to 11-18 GB/s bus
-bandwidth where 4 and 16 MiB chunks gave 61 and 51; at 4 ranks (where the arena caps chunks at
-4 MiB) 4 MiB chunks gave 18-28 against 8-14; at 16 MiB and below 1 MiB chunks were the fastest at
-2 ranks (docs/benchmarks.md, "GPU")."""
 DEFAULT_SLOTS = 4
 """Receive slots per (peer, tree): chunks a sender may run ahead of its receiver."""
 DEFAULT_ARENA_BYTES = 256 << 20
 """Receive-slot memory per rank. Slots exist for every (local sender, tree, slot), so plans with
 many trees (28 on a full DGX-1) get smaller chunks rather than more memory."""
 CLOSE_BARRIER_SECONDS = 10.0
-
-
-def auto_chunk_bytes(nbytes: int) -> int:
-    """The automatic chunk for a buffer of ``nbytes``: the largest power of two not above a
-    :data:`CHUNKS_PER_BUFFER`-th of it, within [:data:`DEFAULT_CHUNK_BYTES`,
-    :data:`MAX_CHUNK_BYTES`]. It depends on the buffer's size alone, which every rank of a
-    collective shares, so every rank lowers the same schedule."""
-    want = max(1, nbytes // CHUNKS_PER_BUFFER)
-    return min(MAX_CHUNK_BYTES, max(DEFAULT_CHUNK_BYTES, 1 << (want.bit_length() - 1)))
 
 
 class CudaBackend(Backend):
@@ -69,7 +61,7 @@ class CudaBackend(Backend):
     name = "cuda"
 
     def __init__(self, ctx: BackendContext, *, nslots: int = DEFAULT_SLOTS, arena_bytes: int = DEFAULT_ARENA_BYTES,
-                 schedule_for: Optional[ScheduleFor] = None):
+                 schedule_for: Optional[ScheduleFor] = None, device_timeout: float = CALL_TIMEOUT_S):
         cupy = require_cupy()
         self.cupy = cupy
         self.ctx = ctx
@@ -92,8 +84,17 @@ class CudaBackend(Backend):
         self._streams = StreamSet()
         self.transport = CudaTransport(self.wire, layout, self._streams, cuda_aware_mpi())
         self.state = SequenceState()
+        config = ctx.config
         self.programs = Programs(ctx.plan_for, layout.devices, layout.rank, fuse_inputs=kernels.MAX_INPUTS - 1,
-                                 schedule_for=schedule_for)
+                                 schedule_for=schedule_for, check=bool(config is not None and config.check_schedules),
+                                 window=policy.DEVICE_WINDOW)
+        self.caps = policy.Capabilities("cuda", device_executor=self._every_local_pair_maps())
+        self.last_choice: Optional[policy.Choice] = None
+        """The policy's choice for the latest collective (tests, debugging)."""
+        agree_policy(self.comm, config, self.caps, layout)
+        self._device_comm = self.comm.Dup()  # the proxy's network edges only
+        self.executor = DeviceExecutor(cupy, self._device_comm, self.local_comm, layout, self._routes,
+                                       timeout=device_timeout)
         self._arena: Optional[IpcArena] = None
         self._arena_channels = 0
         self._fusion = None
@@ -103,6 +104,16 @@ class CudaBackend(Backend):
         """A context in which the calling thread works on this rank's GPU (CuPy's arrays, kernels
         and current stream follow the thread's current device; every thread starts on device 0)."""
         return self.cupy.cuda.Device(self.device)
+
+    def _every_local_pair_maps(self) -> bool:
+        """Whether the device executor can run here: its blocks write peers' memory directly, so
+        every rank of every host must be able to map every local peer's GPU (CUDA says so; a
+        pair without a peer path, or a peer GPU this process cannot see, leaves the job on the
+        runner, which stages such links through the host). Collective; the same on every rank."""
+        from mpi4py import MPI
+
+        mine = all(self._routes.can_map(bus) is True for bus in self.local_comm.allgather(self._routes.bus_id))
+        return bool(self.comm.allreduce(int(mine), op=MPI.MIN))
 
     # ---- buffers ----------------------------------------------------------------------------
     def buffer(self, nelems: int, dtype):
@@ -165,6 +176,14 @@ class CudaBackend(Backend):
     def alltoall(self, send, send_counts: Sequence[int], recv, recv_counts: Sequence[int]) -> None:
         send_counts = [int(c) for c in send_counts]
         recv_counts = [int(c) for c in recv_counts]
+        choice = self._choose("alltoall", sum(send_counts) * send.dtype.itemsize, send.dtype.itemsize)
+        self._mark("start", choice.phase)
+        try:
+            self._alltoall(send, send_counts, recv, recv_counts)
+        finally:
+            self._mark("end", choice.phase)
+
+    def _alltoall(self, send, send_counts, recv, recv_counts) -> None:
         with self._dev:
             if cuda_aware_mpi():
                 self.cupy.cuda.get_current_stream().synchronize()
@@ -191,6 +210,7 @@ class CudaBackend(Backend):
         try:
             with self._dev:
                 self._dev.synchronize()
+                self.executor.close()
                 if self._arena is not None:
                     # Nobody may still copy into an arena we free. After a peer failed the
                     # barrier never completes: then leave the memory to process exit.
@@ -202,6 +222,7 @@ class CudaBackend(Backend):
         finally:
             self.wire.close()
             teardown.free(self._wire_comm)
+            teardown.free(self._device_comm)
             teardown.free(self.local_comm)
 
     # ---- internals --------------------------------------------------------------------------
@@ -222,27 +243,35 @@ class CudaBackend(Backend):
             raise BackendError(f"the cuda backend reduces {', '.join(kernels.CTYPES)}; got {name}")
         return name
 
-    def _chunk_elems(self, itemsize: int, nbytes: int) -> int:
-        """Pipeline chunk for a buffer of ``nbytes``: the configured size, else
-        :func:`auto_chunk_bytes`; capped so that a slot for every (local sender, tree, slot) fits
-        ``arena_bytes`` on the largest host. The same on every rank (the schedule is everyone's:
-        hosts of 8 and 4 GPUs sized it by their own host and lowered different chunks, whose
-        transfers between hosts then did not match)."""
+    def _choose(self, collective: str, nbytes: int, itemsize: int) -> policy.Choice:
+        """The policy's algorithm and chunk for this call (the same on every rank: its inputs were
+        agreed at construction, and the trees so far are every rank's)."""
+        choice = policy.choose(collective, nbytes, itemsize, self.layout, self.ctx.config, self.caps,
+                               ntrees=self._max_channels)
+        self.last_choice = choice
+        return choice
+
+    def _runner_chunk_elems(self, choice: policy.Choice, itemsize: int) -> int:
+        """The runner's chunk: the policy's, capped so that a slot for every (local sender, tree,
+        slot) fits ``arena_bytes`` on the largest host. The same on every rank (the schedule is
+        everyone's: hosts of 8 and 4 GPUs sized it by their own host and lowered different
+        chunks, whose transfers between hosts then did not match)."""
         senders = max(len(ranks) for ranks in self.layout.host_ranks)
         per_slot = self.arena_bytes // (senders * self._max_channels * self.nslots)
-        wanted = self.ctx.config.chunk_bytes or auto_chunk_bytes(nbytes)
-        chunk_bytes = min(wanted, max(256, per_slot // 256 * 256))
+        chunk_bytes = min(choice.chunk_bytes, max(256, per_slot // 256 * 256))
         return max(1, chunk_bytes // itemsize)
 
     def _program(self, collective: str, nelems: int, itemsize: int, root=None, counts=None):
-        """This call shape's program, with chunks small enough for the arena. A schedule with
-        more trees than any before shrinks the chunk, so it is made once more (on every rank:
-        they all see the same schedules in the same order)."""
+        """This call's choice and program. A schedule with more trees than any before changes
+        the chunk (the runner's arena share, the device executor's per-tree chunk), so it is made
+        once more (on every rank: they all see the same schedules in the same order)."""
         while True:
-            chunk = self._chunk_elems(itemsize, nelems * itemsize)
+            choice = self._choose(collective, nelems * itemsize, itemsize)
+            chunk = choice.chunk_elems(itemsize) if choice.algorithm == "device" \
+                else self._runner_chunk_elems(choice, itemsize)
             program = self.programs.get(collective, nelems, chunk, root=root, counts=counts)
             if program.nchannels <= self._max_channels:
-                return program
+                return choice, chunk, program
             self._max_channels = program.nchannels
 
     def _ensure_arena(self, program, slot_bytes: int) -> None:
@@ -264,18 +293,34 @@ class CudaBackend(Backend):
             arena.close()
             self._arena = None
             self.state.reset()
-        # Bytes: at least the smallest automatic chunk (or the configured one), capped, so that
+        # Bytes: at least the smallest runner chunk (or the configured one), capped, so that
         # small programs share one arena; a larger buffer's chunk grows it (above), the same call
         # on every local rank.
-        per_slot = self._chunk_elems(1, 0)
+        runner_caps = dataclasses.replace(self.caps, device_executor=False)
+        per_slot = self._runner_chunk_elems(policy.choose("allreduce", 0, 1, layout, self.ctx.config, runner_caps), 1)
         self._arena = IpcArena(self.local_comm, links, self.nslots, max(slot_bytes, per_slot), self._routes)
         self._arena_channels = self._max_channels
 
     def _run(self, collective: str, buf, dtype: Optional[str], op: Optional[ReduceOp], root=None, counts=None) -> None:
-        program = self._program(collective, buf.size, buf.dtype.itemsize, root=root, counts=counts)
-        self._ensure_arena(program, program.slot_elems * buf.dtype.itemsize)
-        self.transport.prepare(self._arena, buf, dtype, op)
-        run_program(program, self.transport, self.state)
+        choice, chunk, program = self._program(collective, buf.size, buf.dtype.itemsize, root=root, counts=counts)
+        self._mark("start", choice.phase)
+        try:
+            if choice.algorithm == "device":
+                tables = tables_for(program, self.programs.rank_of, choice.window, self.programs.fuse_inputs)
+                key = (collective, buf.size, chunk, root, None if counts is None else tuple(counts), buf.dtype.itemsize)
+                self.executor.run(key, tables, buf, dtype, op)
+            else:
+                self._ensure_arena(program, program.slot_elems * buf.dtype.itemsize)
+                self.transport.prepare(self._arena, buf, dtype, op)
+                run_program(program, self.transport, self.state)
+        finally:
+            self._mark("end", choice.phase)
+
+    def _mark(self, what: str, phase: str) -> None:
+        """A phase on the runtime's timeline (the algorithm of the call), when one is on."""
+        timeline = getattr(self.ctx, "timeline", None)
+        if timeline is not None:
+            getattr(timeline, what)("collective", phase)
 
 
 def _barrier_within(comm, seconds: float) -> bool:

@@ -1,8 +1,8 @@
 """TensorFlow GPU tensors <-> cupy arrays through DLPack, without copying.
 
 The TF bindings (``blinkflow.tensorflow._bridge``) call these so a ``tf.Tensor`` on a GPU reaches
-the cuda backend as a cupy view of the same memory (DESIGN §1: gradients go from the optimizer
-into the fusion buffer without a host round trip), and results go back the same way. CuPy
+the cuda backend as a cupy view of the same memory (gradients go from the optimizer into the fusion
+buffer without a host round trip), and results go back the same way. CuPy
 refuses a capsule of host memory; the bridge places tensors on the GPU first.
 
 CuPy has no bfloat16 dtype: a bfloat16 tensor is bit-cast to uint16 first (``tf.bitcast``

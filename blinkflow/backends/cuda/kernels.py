@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ...errors import BackendError, KernelCompileError
 from ...ops import ReduceOp
@@ -34,6 +34,9 @@ CTYPES: Dict[str, str] = {
 OP_CODES: Dict[ReduceOp, int] = {ReduceOp.SUM: 0, ReduceOp.MIN: 1, ReduceOp.MAX: 2, ReduceOp.PRODUCT: 3}
 #: element width in bytes -> word type of the dtype-agnostic pack/unpack kernels.
 WORDS: Dict[int, str] = {1: "bf_u8", 2: "bf_u16", 4: "bf_u32", 8: "bf_u64"}
+#: element width in bytes -> the dtype whose interpreter instantiation moves calls that do not
+#: reduce (broadcast, all-gather): copies move bits, so any dtype of that width runs them.
+COPY_TYPES: Dict[int, str] = {1: "uint8", 2: "float16", 4: "int32", 8: "int64"}
 #: most inputs one fused reduction launch combines (``BF_MAX_INPUTS`` in reduce.cu).
 MAX_INPUTS = 8
 
@@ -44,18 +47,28 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
 
 
 def name_expressions(source: str) -> List[str]:
-    """Every template instantiation of ``source`` (``"reduce.cu"``, ``"scale.cu"``, ``"pack.cu"``)."""
+    """Every template instantiation of ``source`` (``"reduce.cu"``, ``"scale.cu"``, ``"pack.cu"``,
+    ``"interpreter.cu"``)."""
     if source == "reduce.cu":
         return [reduce_name(dt, op) for dt in CTYPES for op in OP_CODES]
     if source == "scale.cu":
         return [scale_name(dt) for dt in CTYPES]
     if source == "pack.cu":
         return [f"blinkflow_{kind}<{w}>" for w in WORDS.values() for kind in ("pack", "unpack")]
+    if source == "interpreter.cu":
+        return [interpreter_name(dt, op) for dt in CTYPES for op in OP_CODES]
     raise BackendError(f"unknown kernel source {source!r}")
 
 
 def reduce_name(dtype_name: str, op: ReduceOp) -> str:
     return f"blinkflow_reduce<{_ctype(dtype_name)}, {OP_CODES[ReduceOp(op).combiner]}>"
+
+
+def interpreter_name(dtype_name: str, op: Optional[ReduceOp]) -> str:
+    """The device executor's kernel for ``dtype_name`` reducing with ``op`` (None: a call that
+    only moves bytes, which never combines, so it takes the sum instantiation)."""
+    code = OP_CODES[ReduceOp(op).combiner] if op is not None else OP_CODES[ReduceOp.SUM]
+    return f"blinkflow_interpreter<{_ctype(dtype_name)}, {code}>"
 
 
 def scale_name(dtype_name: str) -> str:

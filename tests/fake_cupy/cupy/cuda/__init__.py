@@ -1,45 +1,88 @@
 """Fake ``cupy.cuda``: several devices with a current one per thread (see ``.._devices``);
-streams and events that order nothing (work is synchronous)."""
-from .. import _devices
+streams whose work runs deferred, in stream order, and events that order it (see ``.._streams``)."""
+from .. import _devices, _streams
 from . import runtime  # noqa: F401
 
 
 class Event:
-    def __init__(self, *args, **kwargs):
-        pass
+    """A mark in a stream's work: synchronising it, or a stream waiting on it, runs (orders) the
+    work issued on the recorded stream before the record."""
+
+    def __init__(self, block=False, disable_timing=False, interprocess=False):
+        self._mark = None
 
     def record(self, stream=None):
-        pass
+        queue = (stream or get_current_stream())._queue
+        self._mark = queue.mark()
 
     def synchronize(self):
-        pass
+        if self._mark is not None:
+            self._mark[0].flush(self._mark[1])
+
+    @property
+    def done(self):
+        return self._mark is None or self._mark[0].done >= self._mark[1]
 
 
 class Stream:
-    def __init__(self, null=False, non_blocking=False):
-        self.ptr = 0 if null else id(self)
+    """A stream of the device current at its creation; ``Stream(null=True)`` is that device's
+    legacy default stream. ``with stream:`` / ``use()`` make it the thread's current stream."""
+
+    def __init__(self, null=False, non_blocking=False, ptds=False):
+        self._queue = _streams.null_stream(_devices.current()) if null else _streams.new_stream(non_blocking)
+        self._before = []
+
+    @classmethod
+    def _of(cls, queue):
+        stream = cls.__new__(cls)
+        stream._queue, stream._before = queue, []
+        return stream
+
+    @property
+    def ptr(self):
+        return self._queue.ptr
+
+    @property
+    def device_id(self):
+        return self._queue.device
 
     def wait_event(self, event):
-        pass
+        if event._mark is not None:  # CUDA: waiting on an event never recorded is a no-op
+            self._queue.issue(lambda: None, deps=[event._mark])
 
     def record(self, event=None):
-        return event or Event()
+        event = event or Event()
+        event.record(self)
+        return event
 
     def synchronize(self):
-        pass
+        self._queue.flush()
+
+    @property
+    def done(self):
+        return self._queue.done >= self._queue.issued
+
+    def use(self):
+        _streams.set_current(self._queue)
+        return self
 
     def __enter__(self):
+        self._before.append(_streams.set_current(self._queue))
         return self
 
     def __exit__(self, *exc):
+        _streams.set_current(self._before.pop())
         return False
 
+    def __eq__(self, other):
+        return isinstance(other, Stream) and other._queue is self._queue
 
-_NULL = Stream(null=True)
+    def __hash__(self):
+        return hash(id(self._queue))
 
 
-def get_current_stream():
-    return _NULL
+def get_current_stream(device_id=None):
+    return Stream._of(_streams.current())
 
 
 def get_elapsed_time(start, end):
@@ -56,7 +99,7 @@ class Device:
         self._before = []
 
     def synchronize(self):
-        pass
+        _streams.synchronize_device(self.id)
 
     def use(self):
         _devices.set_current(self.id)

@@ -6,17 +6,22 @@ can access the owner's peer-to-peer, by at most 8 peer devices; an IPC event han
 event created with ``cudaEventInterprocess | cudaEventDisableTiming``; a stream wait on an event
 that was never recorded (on a GPU a no-op, i.e. a race) raises; so does an overlapping copy.
 Devices are those of :mod:`.._devices` (``FAKE_CUPY_DEVICES``, ``CUDA_VISIBLE_DEVICES``).
+
+Copies are issued on their stream and run deferred (:mod:`.._streams`); recording an IPC event
+runs the stream's work before it, since the peer that waits on it cannot. ``cudaFree`` and
+``cudaIpcCloseMemHandle`` synchronise the device first, as CUDA's do.
 """
 import ctypes
 import itertools
 import types
 from multiprocessing import shared_memory
 
-from .. import _devices
+from .. import _devices, _streams
 from .._devices import CUDARuntimeError  # noqa: F401  (cupy.cuda.runtime.CUDARuntimeError)
 
 _segments = {}  # address -> SharedMemory (kept alive; creator unlinks on free)
 _events = itertools.count(1)
+_event_marks = {}  # event of this process (not interprocess) -> (stream queue, position) of its last record
 _event_records = {}  # event -> SharedMemory whose first 8 bytes count its records (seen by every process)
 _EVENT_INTERPROCESS_FLAGS = 0x2 | 0x4  # cudaEventDisableTiming | cudaEventInterprocess
 
@@ -72,6 +77,8 @@ def malloc(nbytes):
 
 
 def free(addr):
+    for device in range(_devices.count()):  # no queued copy may touch the memory once it is unmapped
+        _streams.synchronize_device(device)
     shm, owner, _ = _segments.pop(addr)
     _devices.memory.remove(addr)
     if owner:
@@ -157,20 +164,45 @@ def _records(event):
 
 
 def eventRecord(event, stream):
+    queue = _streams.by_ptr(stream)
     if event in _event_records:
+        # A peer process waits on this record and cannot run our queue: the work before it runs now.
+        queue.flush()
         _event_records[event][0].buf[:8] = (_records(event) + 1).to_bytes(8, "little")
+    else:
+        _event_marks[event] = queue.mark()
+
+
+def eventSynchronize(event):
+    mark = _event_marks.get(event)
+    if mark is not None:
+        mark[0].flush(mark[1])
 
 
 def streamWaitEvent(stream, event, flags=0):
-    if event in _event_records and _records(event) == 0:
-        raise RuntimeError("fake cudaStreamWaitEvent: the event was never recorded; on a GPU this wait "
-                           "returns at once and the stream races the peer")
+    queue = _streams.by_ptr(stream)
+    if event in _event_records:
+        if _records(event) == 0:
+            raise RuntimeError("fake cudaStreamWaitEvent: the event was never recorded; on a GPU this wait "
+                               "returns at once and the stream races the peer")
+        return  # its recorder ran the work before the record
+    mark = _event_marks.get(event)
+    if mark is not None:
+        queue.issue(lambda: None, deps=[mark])
+
+
+def streamSynchronize(stream):
+    _streams.by_ptr(stream).flush()
+
+
+def deviceSynchronize():
+    _streams.synchronize_device(_devices.current())
 
 
 def memcpyAsync(dst, src, nbytes, kind, stream):
     if dst != src and dst < src + nbytes and src < dst + nbytes:
         raise RuntimeError("fake cudaMemcpyAsync: source and target overlap (undefined on a GPU)")
-    ctypes.memmove(dst, src, nbytes)
+    _streams.by_ptr(stream).issue(lambda: ctypes.memmove(dst, src, nbytes))
 
 
 _pinned = {}  # address -> bytes page-locked by hostRegister
@@ -186,3 +218,26 @@ def hostRegister(addr, nbytes, flags):
 def hostUnregister(addr):
     if _pinned.pop(addr, None) is None:
         raise CUDARuntimeError(f"cudaErrorHostMemoryNotRegistered: {addr:#x}")
+
+
+def memset(addr, value, nbytes):
+    ctypes.memset(addr, value, nbytes)
+
+
+_host_allocs = {}  # address -> the buffer of a hostAlloc (kept alive until freeHost)
+
+
+def hostAlloc(nbytes, flags):
+    """Pinned host memory; with cudaHostAllocMapped (0x2) the device reads it at the same address
+    (unified addressing), which the fake's kernels do anyway."""
+    buf = (ctypes.c_char * max(1, nbytes))()
+    addr = ctypes.addressof(buf)
+    _host_allocs[addr] = buf
+    _pinned[addr] = nbytes
+    return addr
+
+
+def freeHost(addr):
+    if _host_allocs.pop(addr, None) is None:
+        raise CUDARuntimeError(f"cudaErrorInvalidValue: fake cudaFreeHost of {addr:#x}, not a hostAlloc")
+    _pinned.pop(addr, None)

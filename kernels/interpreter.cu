@@ -1,0 +1,147 @@
+// The device executor: one launch runs a rank's whole program for a call. Block b runs the
+// steps of its channel (a plan tree) from the tables of blinkflow/schedule/device_tables.py,
+// encoded by blinkflow/backends/device_abi.py; the numpy emulator that CI runs on every commit
+// (blinkflow/backends/device_emulator.py, interpret_block) is this kernel line for line:
+//
+//   emulator                               kernel
+//   for i in block's steps                 for (i = first; i < last; ++i)
+//   wait(progress[other] >= c*stride+v)    thread 0: bf_wait(progress + other, ...)
+//   wait(tail >= base + recv_seq + 1)      thread 0: bf_wait(tail, ...) (acquire: volatile load)
+//   wait(head >= base + send_seq+1-W)      thread 0: bf_wait(head, ...)
+//   every wait polls abort[0]              bf_wait returns false once *abort is set
+//   span = slot / span (op) slot / copy    every thread: elements k, k + blockDim.x, ...
+//   slot(send) = span                      every thread: plain stores into the peer's slot
+//   head/tail/progress posts               __syncthreads(); thread 0: __threadfence_system(), volatile store
+//
+// Counters are int64 in peer memory (NCCL's Simple protocol): a receive connection's ring of
+// `window` slots and its tail live in the receiver's memory (written by the sender), its head in
+// the sender's (written by the receiver); connections to other hosts end in pinned host memory
+// that the proxy thread serves. Counters never restart: call c uses sequence numbers from
+// c * transfers, and progress values from c * stride.
+//
+// Slot data written by a peer (or the proxy) is read with volatile loads, so a stale L1 line
+// is never used; it is read only after the tail that covers it was seen (thread 0's volatile
+// load, then __syncthreads). Posts: every thread's stores of the step, __syncthreads (ordering
+// them before thread 0 in the block), then thread 0's __threadfence_system() and a volatile
+// store of the counter: a peer that sees the counter sees the data.
+//
+// All blocks of a launch wait for each other (progress) and for peers' blocks, so they must be
+// co-resident: the host launcher checks occupancy first (device_executor.check_co_residency).
+//
+// Instantiated per (dtype, op) like reduce.cu: blinkflow_interpreter<T, OP>. Calls that only move
+// bytes use the SUM instantiation of a type of the element's width.
+#include "common.cuh"
+
+// Step ops; must match blinkflow.backends.device_abi.OP_CODES.
+#define BF_STEP_SEND 0
+#define BF_STEP_RECV 1
+#define BF_STEP_RECV_REDUCE 2
+#define BF_STEP_RECV_REDUCE_SEND 3
+#define BF_STEP_RECV_SEND 4
+#define BF_STEP_COPY 5
+// Columns of a step row and of a connection row (device_abi.STEP_* and CONN_*).
+#define BF_STEP_FIELDS 11
+#define BF_CONN_FIELDS 4
+#define BF_CONN_SLOTS 0
+#define BF_CONN_TAIL 1
+#define BF_CONN_HEAD 2
+#define BF_CONN_TRANSFERS 3
+
+template <int BYTES> struct BfWord;
+template <> struct BfWord<1> { typedef bf_u8 type; };
+template <> struct BfWord<2> { typedef bf_u16 type; };
+template <> struct BfWord<4> { typedef bf_u32 type; };
+template <> struct BfWord<8> { typedef bf_u64 type; };
+
+// A slot element written by another GPU, the host or another block: a volatile load of its bits.
+template <typename T> __device__ __forceinline__ T bf_load_volatile(const T* p) {
+    typedef typename BfWord<sizeof(T)>::type W;
+    W w = *reinterpret_cast<const volatile W*>(p);
+    return *reinterpret_cast<const T*>(&w);
+}
+
+// Spin until *counter >= value; false when the abort flag was raised first.
+__device__ __forceinline__ bool bf_wait(const long long* counter, long long value, const volatile int* abort) {
+    const volatile long long* c = counter;
+    while (*c < value) {
+        if (*abort) return false;
+    }
+    return true;
+}
+
+// Release: the block's stores (ordered before this thread by the preceding __syncthreads) become
+// visible system-wide before the counter does.
+__device__ __forceinline__ void bf_post(long long* counter, long long value) {
+    __threadfence_system();
+    *reinterpret_cast<volatile long long*>(counter) = value;
+}
+
+template <typename T, int OP>
+__global__ void blinkflow_interpreter(T* buf, const long long* steps, const long long* waits,
+                                      const long long* block_start, const long long* conns, long long* progress,
+                                      const int* abort_flag, long long call, long long window, long long slot_elems,
+                                      int nconns) {
+    typedef BfTraits<T> Tr;
+    __shared__ int stop;
+    const volatile int* abort = abort_flag;
+    const long long first = block_start[blockIdx.x], last = block_start[blockIdx.x + 1];
+    const long long stride = block_start[gridDim.x] + 1;  // device_abi.EncodedTables.progress_stride
+    (void)nconns;  // the emulator's bound on conns; rows are indexed by the table here
+    if (threadIdx.x == 0) stop = 0;
+    __syncthreads();
+    for (long long i = first; i < last; ++i) {
+        const long long* s = steps + i * BF_STEP_FIELDS;
+        const int op = (int)s[0];
+        const long long offset = s[1], count = s[2], src = s[3];
+        const long long recv_row = s[4], send_row = s[6];
+        const long long rseq = recv_row >= 0 ? call * conns[recv_row * BF_CONN_FIELDS + BF_CONN_TRANSFERS] + s[5] : 0;
+        const long long sseq = send_row >= 0 ? call * conns[send_row * BF_CONN_FIELDS + BF_CONN_TRANSFERS] + s[7] : 0;
+        // 1-3: every wait before any work, by one thread.
+        if (threadIdx.x == 0) {
+            bool ok = true;
+            for (long long w = s[8]; ok && w < s[8] + s[9]; ++w)
+                ok = bf_wait(progress + waits[2 * w], call * stride + waits[2 * w + 1], abort);
+            if (ok && recv_row >= 0)
+                ok = bf_wait(reinterpret_cast<const long long*>(conns[recv_row * BF_CONN_FIELDS + BF_CONN_TAIL]),
+                             rseq + 1, abort);
+            if (ok && send_row >= 0)
+                ok = bf_wait(reinterpret_cast<const long long*>(conns[send_row * BF_CONN_FIELDS + BF_CONN_HEAD]),
+                             sseq + 1 - window, abort);
+            stop = ok ? 0 : 1;
+        }
+        __syncthreads();
+        if (stop) return;  // aborted: the host reports what the call waited for
+        // 4: the work, spread over the block's threads.
+        T* span = buf + offset;
+        const T* in = recv_row >= 0
+            ? reinterpret_cast<const T*>(conns[recv_row * BF_CONN_FIELDS + BF_CONN_SLOTS]) + (rseq % window) * slot_elems
+            : 0;
+        T* out = send_row >= 0
+            ? reinterpret_cast<T*>(conns[send_row * BF_CONN_FIELDS + BF_CONN_SLOTS]) + (sseq % window) * slot_elems
+            : 0;
+        for (long long k = threadIdx.x; k < count; k += blockDim.x) {
+            T v;
+            if (in != 0) {
+                const T x = bf_load_volatile(in + k);
+                v = (op == BF_STEP_RECV || op == BF_STEP_RECV_SEND)
+                        ? x : Tr::store(BfOp<OP, T>::apply(Tr::load(span[k]), Tr::load(x)));
+                span[k] = v;
+            } else if (op == BF_STEP_COPY) {
+                v = buf[src + k];
+                span[k] = v;
+            } else {
+                v = span[k];
+            }
+            if (out != 0) out[k] = v;
+        }
+        __syncthreads();
+        // 5: the posts, after the block's stores.
+        if (threadIdx.x == 0) {
+            if (recv_row >= 0)
+                bf_post(reinterpret_cast<long long*>(conns[recv_row * BF_CONN_FIELDS + BF_CONN_HEAD]), rseq + 1);
+            if (send_row >= 0)
+                bf_post(reinterpret_cast<long long*>(conns[send_row * BF_CONN_FIELDS + BF_CONN_TAIL]), sseq + 1);
+            if (s[10]) bf_post(progress + blockIdx.x, call * stride + (i - first) + 1);
+        }
+    }
+}

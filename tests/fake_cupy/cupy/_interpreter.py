@@ -1,0 +1,51 @@
+"""The fake's device executor kernel (``blinkflow_interpreter<T, OP>`` of kernels/interpreter.cu):
+the launch's blocks run blinkflow's numpy interpreter (``blinkflow.backends.device_emulator``),
+one thread each, on the launch arrays and raw addresses the real kernel receives (rings and
+counters in shared memory, written by peers in other processes). Like every fake kernel it is
+issued on the stream and runs when the stream is flushed (the host's wait for its event)."""
+import re
+
+import numpy as np
+
+_DTYPES = {"bf_half": np.float16, "float": np.float32, "double": np.float64, "int": np.int32,
+           "long long": np.int64, "bf_u8": np.uint8}
+_OPS = [np.add, np.minimum, np.maximum, np.multiply]
+FAKE_BLOCKS_PER_SM = 8
+"""What the fake's occupancy query answers (``cupy.cuda.driver``)."""
+
+
+class InterpreterKernel:
+    """A launchable ``blinkflow_interpreter<T, OP>`` (with ``.kernel.ptr`` for occupancy queries)."""
+
+    def __init__(self, expr):
+        m = re.fullmatch(r"blinkflow_interpreter<([a-z_0-9 ]+), (\d)>", expr)
+        if m is None or m.group(1) not in _DTYPES:
+            raise NotImplementedError(f"fake cupy does not emulate {expr}")
+        self.dtype, self.op = np.dtype(_DTYPES[m.group(1)]), _OPS[int(m.group(2))]
+        self.kernel = type("Function", (), {"ptr": id(self)})()
+
+    def __call__(self, grid, block, args, stream=None, **kwargs):
+        from . import _streams
+
+        _streams.launch(lambda: self._run(grid, args), None if stream is None else stream._queue)
+
+    def _run(self, grid, args):
+        from blinkflow.backends import device_abi as abi
+        from blinkflow.backends.device_emulator import run_blocks, view
+
+        buf, steps, waits, block_start, conns, progress, abort, call, window, slot_elems, nconns = args
+        nblocks = int(grid[0])
+        starts = view(_ptr(block_start), nblocks + 1, np.int64).copy()
+        table = view(_ptr(steps), int(starts[-1]) * abi.STEP_FIELDS, np.int64).reshape(-1, abi.STEP_FIELDS).copy()
+        nwaits = int(max((r[abi.STEP_WAIT_START] + r[abi.STEP_WAIT_COUNT] for r in table), default=0))
+        enc = abi.EncodedTables(steps=table, waits=view(_ptr(waits), 2 * nwaits, np.int64).reshape(-1, 2).copy(),
+                                block_start=starts, transfers=np.zeros(int(nconns), np.int64),
+                                nrecv=-1, window=int(window), slot_elems=int(slot_elems))
+        rows = view(_ptr(conns), int(nconns) * abi.CONN_FIELDS, np.int64).reshape(-1, abi.CONN_FIELDS).copy()
+        data = view(_ptr(buf), int(np.asarray(buf).size), self.dtype)
+        run_blocks(enc, data, rows, view(int(progress), nblocks, np.int64), view(int(abort), 1, np.int32),
+                   int(call), self.op)
+
+
+def _ptr(a):
+    return a.data.ptr if hasattr(a, "data") and hasattr(a.data, "ptr") else int(a)

@@ -1,0 +1,20 @@
+"""The cuda backend's device executor under the fake CuPy, at 1, 2 and 4 ranks and two pretend
+hosts: the real backend code (tables, memory through CUDA IPC, one launch, one event, the proxy
+thread for network edges) with blinkflow's numpy interpreter standing in for the kernel; results
+bitwise the host-driven runner's, the timeline naming the algorithm, and a call one rank skips
+ending in a BackendError on the others instead of a hang."""
+import os
+
+import pytest
+
+from mpi_launch import fake_cupy_env, run_mpi
+
+WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu", "device_executor_worker.py")
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("n,hosts", [(1, 1), (2, 1), (4, 1), (4, 2)])
+def test_device_executor_bitwise_the_runner(n, hosts):
+    out = run_mpi(n, ["python", "-m", "mpi4py", WORKER, str(hosts)], timeout=240, env=fake_cupy_env())
+    assert f"BITWISE OK {n} ranks, {hosts} hosts" in out.stdout, out.stdout + out.stderr
