@@ -19,9 +19,18 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/blinkrun -np 2 python examples/keras_mnist.py
 
-# Unit, multi-process (mpirun at 1, 2 and 4 ranks) and GPU tests (skipped without a GPU).
+# Unit, multi-process (mpirun at 1 to 4 ranks), TensorFlow and GPU tests (skipped without a GPU).
+# Two pytest workers: many multi-process tests mostly wait (fault deadlines, stalls, signals), so
+# a second worker fills the cores; the cases of one launch stay on one worker (tests/conftest.py).
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup tests
+
+# While editing: the unit tests and one multi-process smoke at 2 ranks (mpirun, init, a few
+# collectives through the test harness).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup tests/unit "tests/mpi/test_mpi_smoke.py::test_mpi4py_allreduce[2]" \
+		tests/mpi/test_mpi_smoke.py::test_blinkflow_first_collectives_at_two_ranks
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -30,11 +30,15 @@ class LaunchSpec:
     settings: Mapping[str, str] = dataclasses.field(default_factory=dict)  # BLINKFLOW_* for every rank
     mpi_args: Tuple[str, ...] = ()            # passed to mpirun verbatim, before the command
     output_dir: Optional[str] = None          # per-rank logs
+    wrapped: bool = True                      # False: mpirun starts the command itself, whose raw
+                                              # output the test harness and the benchmarks read
     verbose: bool = False                     # each rank says which GPU it drives
 
 
 def rank_command(python: str, spec: LaunchSpec) -> List[str]:
     """What mpirun starts on every rank: the wrapper module, then the user's command."""
+    if not spec.wrapped:
+        return list(spec.command)
     argv = [python, "-m", RANK_EXEC_MODULE]
     if spec.output_dir:
         argv += ["--output-dir", spec.output_dir]

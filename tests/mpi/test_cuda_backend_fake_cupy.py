@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from mpi_launch import fake_cupy_env, run_mpi
+from harness import fake_cupy_env, run_ranks
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(HERE, "gpu", "cuda_backend_worker.py")
@@ -29,7 +29,8 @@ def test_cuda_backend_on_fake_cupy(n, schedule, hosts, algorithm):
     """The device executor where BLINKFLOW_ALGORITHM=device asks for it, the host-driven runner
     (``auto``'s choice on the cuda backend) where ``runner`` does."""
     env = fake_cupy_env()
-    out = run_mpi(n, ["python", "-m", "mpi4py", WORKER, schedule, str(hosts), algorithm], timeout=240, env=env)
+    out = run_ranks(n, ["python", "-m", "mpi4py", WORKER, schedule, str(hosts), algorithm], timeout=240,
+                    env=env)
     ran = algorithm if n > 1 else "none"  # one rank moves no data
     assert f"OK {n} ranks, {hosts} hosts, {schedule}, {ran}" in out.stdout, out.stdout + out.stderr
 
@@ -42,8 +43,8 @@ def test_gpu_bench_runs_on_fake_cupy():
     import json
 
     env = fake_cupy_env()
-    out = run_mpi(2, ["python", "-m", "blinkflow.bench", "gpu", "--sizes", "4KiB,20KiB", "--iters", "2", "--json"],
-                  timeout=240, env=env)
+    out = run_ranks(2, ["python", "-m", "blinkflow.bench", "gpu", "--sizes", "4KiB,20KiB", "--iters", "2", "--json"],
+                    timeout=240, env=env)
     result = json.loads(out.stdout)
     assert result["ranks"] == 2 and len(result["kernels"]) == 4
     assert [r["bytes"] for r in result["allreduce"]] == [4096, 20480]

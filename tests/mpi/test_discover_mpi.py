@@ -4,14 +4,14 @@ import pathlib
 
 import pytest
 
-from mpi_launch import run_mpi
+from harness import run_ranks
 
 SCRIPT = str(pathlib.Path(__file__).with_name("discover_job_main.py"))
 CPU = {"BLINKFLOW_BACKEND": "cpu"}
 
 
 def discover(n, env):
-    out = run_mpi(n, ["python", SCRIPT], timeout=120, env=env).stdout
+    out = run_ranks(n, ["python", SCRIPT], timeout=120, env=env).stdout
     answers = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert sorted(a["rank"] for a in answers) == list(range(n))
     return answers

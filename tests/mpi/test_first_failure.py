@@ -5,7 +5,7 @@ import re
 import pytest
 
 from blinkrun_helpers import PY, run_blinkrun
-from mpi_launch import run_mpi
+from harness import run_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = os.path.join(HERE, "first_failure_cases.py")
@@ -15,7 +15,7 @@ CASES = os.path.join(HERE, "first_failure_cases.py")
 def test_under_recovery_a_survivor_that_left_first_is_not_blamed():
     """Before, a survivor that saw the dead rank and a survivor that had left in one look blamed
     both, and ShutdownError.rank named the survivor (the lower rank)."""
-    proc = run_mpi(3, ["python", CASES, "recovery"], timeout=120, check=False, mpi_options=["--enable-recovery"])
+    proc = run_ranks(3, ["python", CASES, "recovery"], timeout=120, check=False, mpi_options=["--enable-recovery"])
     caught = re.findall(r"^CAUGHT rank (\d) rank=(\S+): (.*)$", proc.stdout, re.M)
     assert sorted(r for r, _, _ in caught) == ["0", "1"], proc.stdout + proc.stderr[-3000:]
     for _, blamed, text in caught:
@@ -44,7 +44,7 @@ def test_a_rank_leaving_with_status_0_is_named():
 @pytest.mark.mpi
 def test_peers_hear_why_a_crashed_rank_left():
     """Before: 'rank 2: shutdown() was called' for a rank that died of an uncaught exception."""
-    proc = run_mpi(3, ["python", CASES, "uncaught"], timeout=120, check=False)
+    proc = run_ranks(3, ["python", CASES, "uncaught"], timeout=120, check=False)
     caught = re.findall(r"^CAUGHT rank (\d) rank=(\S+): (.*)$", proc.stdout, re.M)
     assert sorted(int(r) for r, _, _ in caught) == [0, 1], proc.stdout + proc.stderr[-3000:]
     for _, blamed, text in caught:

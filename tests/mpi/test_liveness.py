@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from mpi_launch import run_mpi
+from harness import run_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAULTS = os.path.join(HERE, "liveness_faults.py")
@@ -19,8 +19,8 @@ SLACK_S = 15
 
 def _launch(n, mode, env, tmp_path, timeout=150):
     started = time.monotonic()
-    proc = run_mpi(n, ["python", FAULTS, mode], timeout=timeout, check=False,
-                   env=dict(env, FAULTS_DIR=str(tmp_path)))
+    proc = run_ranks(n, ["python", FAULTS, mode], timeout=timeout, check=False,
+                     env=dict(env, FAULTS_DIR=str(tmp_path)))
     return proc, time.monotonic() - started
 
 

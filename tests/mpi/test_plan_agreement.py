@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from mpi_launch import run_mpi
+from harness import run_ranks
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "plan_agreement_main.py")
 
@@ -15,7 +15,7 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "plan_agreement_main.py")
                                        ("allgather", "different plans for allgather"),
                                        ("broadcast", "different plans for broadcast from device 2")])
 def test_one_rank_that_differs_stops_every_rank(mode, says):
-    out = run_mpi(3, ["python", SCRIPT, mode], timeout=120, env={"BLINKFLOW_BACKEND": "cpu"}).stdout
+    out = run_ranks(3, ["python", SCRIPT, mode], timeout=120, env={"BLINKFLOW_BACKEND": "cpu"}).stdout
     errors = [line for line in out.splitlines() if line.startswith("PLANERROR")]
     assert len(errors) == 3, out[-3000:]
     for line in errors:

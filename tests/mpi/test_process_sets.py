@@ -8,7 +8,7 @@ import re
 import pytest
 
 from blinkrun_helpers import run_blinkrun
-from mpi_launch import assert_every_case_passed, run_mpi
+from harness import case_names, launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = os.path.join(HERE, "process_set_cases.py")
@@ -16,16 +16,29 @@ CASES = os.path.join(HERE, "process_set_cases.py")
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", [2, 3])
-def test_process_sets(n):
-    assert_every_case_passed(CASES, run_mpi(n, ["python", CASES], timeout=300).stdout, n)
+@pytest.mark.parametrize("case", case_names(CASES))
+def test_process_sets(case, n):
+    launch(n, CASES, timeout=300).expect(case)
+
+
+def _on_a_dgx1():
+    return launch(4, CASES, timeout=300, env={"BLINKFLOW_TOPOLOGY": "dgx1-v100"})
 
 
 @pytest.mark.mpi
-def test_process_sets_on_a_dgx1_and_a_sets_plan_is_its_gpus_plan():
-    """Four ranks on DGX-1 V100 GPUs 0-3 (``BLINKFLOW_TOPOLOGY``): every case again, and the set
-    of ranks 1-3 plans on GPUs 1, 2 and 3 alone (Blink's partial allocation)."""
-    out = run_mpi(4, ["python", CASES], timeout=300, env={"BLINKFLOW_TOPOLOGY": "dgx1-v100"}).stdout
-    assert_every_case_passed(CASES, out, 4)
+@pytest.mark.xdist_group("process_sets_on_a_dgx1")
+@pytest.mark.parametrize("case", case_names(CASES))
+def test_process_sets_on_a_dgx1(case):
+    """Four ranks on DGX-1 V100 GPUs 0-3 (``BLINKFLOW_TOPOLOGY``): every case again."""
+    _on_a_dgx1().expect(case)
+
+
+@pytest.mark.mpi
+@pytest.mark.xdist_group("process_sets_on_a_dgx1")
+def test_a_sets_plan_on_a_dgx1_is_its_gpus_plan():
+    """The set of ranks 1-3 plans on GPUs 1, 2 and 3 alone (Blink's partial allocation)."""
+    _on_a_dgx1().expect("plan_of_a_set_is_the_plan_of_its_devices")
+    out = _on_a_dgx1().stdout
     reported = re.findall(r"^SETPLAN rank (\d+) devices ([\d,]+) rate (\S+)$", out, re.M)
     assert sorted(int(r) for r, _, _ in reported) == [1, 2, 3], out[-2000:]
     assert {devices for _, devices, _ in reported} == {"1,2,3"}

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from mpi_launch import assert_every_case_passed, run_mpi
+from harness import case_names, launch, run_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = os.path.join(HERE, "refusal_cases.py")
@@ -13,15 +13,16 @@ CASES = os.path.join(HERE, "refusal_cases.py")
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
-def test_one_rank_refusing_a_call_never_desynchronises_the_ranks(n):
-    assert_every_case_passed(CASES, run_mpi(n, ["python", CASES], timeout=240).stdout, n)
+@pytest.mark.parametrize("case", case_names(CASES))
+def test_one_rank_refusing_a_call_never_desynchronises_the_ranks(case, n):
+    launch(n, CASES).expect(case)
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("capacity", ["0", "4"], ids=["no-cache", "tiny-cache"])
-def test_refusals_without_and_with_an_evicting_response_cache(capacity):
-    out = run_mpi(3, ["python", CASES], timeout=240, env={"BLINKFLOW_CACHE_CAPACITY": capacity}).stdout
-    assert_every_case_passed(CASES, out, 3)
+@pytest.mark.parametrize("case", case_names(CASES))
+def test_refusals_without_and_with_an_evicting_response_cache(case, capacity):
+    launch(3, CASES, env={"BLINKFLOW_CACHE_CAPACITY": capacity}).expect(case)
 
 
 @pytest.mark.mpi
@@ -29,7 +30,7 @@ def test_refusals_without_and_with_an_evicting_response_cache(capacity):
 def test_a_short_soak_with_one_rank_faults_has_no_wrong_result_and_no_hang(n):
     """The CI cut of the 3-minute soak recorded in docs/reliability.md: 15 s of mixed collectives,
     named and unnamed, with one-rank refusals and mismatches in random positions."""
-    out = run_mpi(n, ["python", os.path.join(HERE, "refusal_soak.py"), "--seconds", "15"], timeout=240).stdout
+    out = run_ranks(n, ["python", os.path.join(HERE, "refusal_soak.py"), "--seconds", "15"]).stdout
     lines = re.findall(r"^SOAK rank (\d+) .*results=(\d+) refused=(\d+) .*wrong=(\d+) problems=(\d+)", out, re.M)
     assert sorted(int(r) for r, *_ in lines) == list(range(n)), out[-3000:]
     for _, results, refused, wrong, problems in lines:

@@ -1,10 +1,11 @@
-"""The runtime's multi-process tests: one mpirun launch per world size runs every case."""
+"""The runtime's multi-process tests: one mpirun launch per configuration runs its cases of
+runtime_cases.py, and pytest shows each case as a test of its own."""
+import functools
 import os
-import re
 
 import pytest
 
-from mpi_launch import assert_every_case_passed, run_mpi
+from harness import case_names, launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = os.path.join(HERE, "runtime_cases.py")
@@ -20,6 +21,7 @@ def _hold(seconds):
     time.sleep(seconds)
 
 
+@functools.lru_cache(maxsize=1)
 def cross_memory_attach_works() -> bool:
     """Whether this machine lets a process read a sibling's memory (what the cpu backend's
     single-copy path needs): fork two children and have one read the other."""
@@ -55,29 +57,37 @@ def cross_memory_attach_works() -> bool:
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
-def test_every_collective(n):
+@pytest.mark.parametrize("case", case_names(CASES))
+def test_every_collective(case, n):
     # A small fusion buffer, so "larger than the fusion buffer" and multi-batch fusion both happen.
     env = {"BLINKFLOW_FUSION_THRESHOLD": "65536", "EXPECT_SINGLE_COPY": str(int(cross_memory_attach_works()))}
-    assert_every_case_passed(CASES, run_mpi(n, ["python", CASES], timeout=240, env=env).stdout, n)
+    launch(n, CASES, env=env).expect(case)
+
+
+SPLIT_CASES = ["basics", "allreduce_scaling_and_layout", "broadcast"]
 
 
 @pytest.mark.mpi
-def test_split_hosts_layout():
+@pytest.mark.parametrize("case", SPLIT_CASES)
+def test_split_hosts_layout(case):
     """BLINKFLOW_SPLIT_HOSTS=2 at 4 ranks: two hosts of two ranks, a multi-host topology."""
-    out = run_mpi(4, ["python", CASES, "basics", "allreduce_scaling_and_layout", "broadcast"], timeout=120,
-                  env={"BLINKFLOW_SPLIT_HOSTS": "2"}).stdout
-    assert len(re.findall(r"^OK ", out, re.M)) == 12, out
+    launch(4, CASES, env={"BLINKFLOW_SPLIT_HOSTS": "2"}, cases=SPLIT_CASES, timeout=120).expect(case)
+
+
+CACHE_CASES = ["allreduce_everything", "allgather", "large_and_many", "mismatches", "join", "threads"]
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("capacity", ["0", "4"], ids=["no-cache", "tiny-cache"])
-def test_response_cache_off_and_constantly_evicting(capacity):
+@pytest.mark.parametrize("case", CACHE_CASES)
+def test_response_cache_off_and_constantly_evicting(case, capacity):
     """Capacity 0: every cycle negotiates in full. Capacity 4: bits are evicted and reused while
     tensors that hold them wait, the hardest case for keeping every rank's cache identical."""
-    cases = ["allreduce_everything", "allgather", "large_and_many", "mismatches", "join", "threads"]
-    out = run_mpi(3, ["python", CASES] + cases, timeout=240,
-                  env={"BLINKFLOW_CACHE_CAPACITY": capacity, "BLINKFLOW_CYCLE_TIME": "3"}).stdout
-    assert len(re.findall(r"^OK ", out, re.M)) == 3 * len(cases), out
+    env = {"BLINKFLOW_CACHE_CAPACITY": capacity, "BLINKFLOW_CYCLE_TIME": "3"}
+    launch(3, CASES, env=env, cases=CACHE_CASES).expect(case)
+
+
+LARGE_CASES = ["single_copy", "allreduce_everything", "large_and_many"]
 
 
 @pytest.mark.mpi
@@ -85,16 +95,15 @@ def test_response_cache_off_and_constantly_evicting(capacity):
                                    (3, {"BLINKFLOW_SPLIT_HOSTS": "2", "EXPECT_SINGLE_COPY": "0"}),
                                    (3, {"BLINKFLOW_CHUNK_BYTES": "4096", "SINGLE_COPY_MANY_PIECES": "1"})],
                          ids=["shared-memory-copy", "two-hosts", "uneven-hosts", "small-chunks-many-pieces"])
-def test_large_allreduces_without_single_copy_and_across_hosts(n, env):
+@pytest.mark.parametrize("case", LARGE_CASES)
+def test_large_allreduces_without_single_copy_and_across_hosts(case, n, env):
     """The large all-reduces again: packed through shared memory (single copy off); with single
     copy inside each of two hosts plus the cross-host phase; on hosts of 2 and 1 ranks, where
     single copy is off everywhere (its exit is one collective over all ranks, so every host must
     choose it alike: a host that packed left the others waiting); with 4 KiB chunks (tensors
     straddle chunk boundaries) and a group of more tensors than a rank's address table holds."""
     env = dict({"EXPECT_SINGLE_COPY": str(int(cross_memory_attach_works()))}, **env)
-    cases = ["single_copy", "allreduce_everything", "large_and_many"]
-    out = run_mpi(n, ["python", CASES] + cases, timeout=240, env=env).stdout
-    assert len(re.findall(r"^OK ", out, re.M)) == n * len(cases), out
+    launch(n, CASES, env=env, cases=LARGE_CASES).expect(case)
 
 
 @pytest.mark.mpi
@@ -105,5 +114,4 @@ def test_contested_chunks_stay_exact_under_many_calls():
     if not cross_memory_attach_works():
         pytest.skip("this host forbids cross-memory attach: no single-copy path to contest")
     env = {"BLINKFLOW_CHUNK_BYTES": "4096", "CONTESTED_CALLS": "1000", "EXPECT_SINGLE_COPY": "1"}
-    out = run_mpi(4, ["python", CASES, "contested_chunks"], timeout=240, env=env).stdout
-    assert len(re.findall(r"^OK contested_chunks", out, re.M)) == 4, out
+    launch(4, CASES, env=env, cases=["contested_chunks"]).expect("contested_chunks")

@@ -2,22 +2,17 @@
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-from mpi_launch import mpirun_argv, run_mpi
+from harness import run_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAULTS = os.path.join(HERE, "runtime_faults.py")
 
 
 def _run_with(options, nprocs, args, env, timeout):
-    cmd = mpirun_argv(nprocs, [sys.executable, FAULTS] + args, env)
-    cmd[1:1] = options
-    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **env)
-    return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    return run_ranks(nprocs, ["python", FAULTS] + args, env=env, timeout=timeout, check=False, mpi_options=options)
 
 
 @pytest.mark.mpi
@@ -61,7 +56,7 @@ def test_a_rank_whose_background_loop_dies_takes_the_job_down(tmp_path):
 @pytest.mark.mpi
 def test_stall_warns_then_shuts_down():
     env = {"BLINKFLOW_STALL_CHECK_TIME_SECONDS": "1", "BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS": "3"}
-    proc = run_mpi(3, ["python", FAULTS, "stall"], timeout=90, env=env)
+    proc = run_ranks(3, ["python", FAULTS, "stall"], timeout=90, env=env)
     assert re.search(r"'stuck': missing on ranks \[2\] \(ready on ranks \[0, 1\]", proc.stderr), proc.stderr
     # Whichever of the two stalled tensors outlasts the shutdown time first is named.
     stalled = re.findall(r"^STALLED rank (\d+): .*('stuck' missing on ranks \[2\]|'only.mine' missing on "

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from mpi_launch import run_mpi
+from harness import assert_done, run_ranks
 
 CASES = os.path.join(os.path.dirname(__file__), "schedule_trace_cases.py")
 
@@ -14,5 +14,4 @@ CASES = os.path.join(os.path.dirname(__file__), "schedule_trace_cases.py")
 @pytest.mark.parametrize("nprocs,split_hosts", [(2, 0), (4, 0), (4, 2), (3, 2)])
 def test_transfers_are_the_schedule(nprocs, split_hosts):
     env = {"BLINKFLOW_SPLIT_HOSTS": str(split_hosts)} if split_hosts else {}
-    out = run_mpi(nprocs, ["python", CASES], timeout=180, env=env).stdout
-    assert "TRACE OK" in out, out[-2000:]
+    assert_done(run_ranks(nprocs, CASES, env=env, timeout=180), nprocs)

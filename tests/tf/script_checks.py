@@ -5,6 +5,8 @@ import sys
 
 import numpy as np
 
+from harness import done
+
 
 class Checks:
     def __init__(self, rank: int):
@@ -21,12 +23,14 @@ class Checks:
         got, want = np.asarray(got), np.asarray(want)
         self.check(label, got.shape == want.shape and np.allclose(got, want, atol=atol), f"got {got!r} want {want!r}")
 
-    def report(self, done: str) -> None:
-        """Print ``<done> <count>``, or every failure and exit 1."""
+    def report(self, what: str) -> None:
+        """Print every failure and exit 1, or how many checks of ``what`` held and the harness's
+        completion marker."""
         if self.failures:
             print("\n".join(self.failures), flush=True)
             sys.exit(1)
-        print(f"{done} {self.count}", flush=True)
+        print(f"{what}: {self.count} checks held", flush=True)
+        done(self.rank)
 
 
 def run(fn, mode):

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from mpi_launch import run_mpi
+from harness import run_ranks
 
 pytest.importorskip("tensorflow")
 SMALL = ["--model", "MobileNetV2", "--alpha", "0.35", "--img-size", "32", "--batch-size", "2",
@@ -15,8 +15,8 @@ SMALL = ["--model", "MobileNetV2", "--alpha", "0.35", "--img-size", "32", "--bat
 
 @pytest.mark.mpi
 def test_step_reports_communication_and_sync_efficiency():
-    out = run_mpi(2, ["python", "-m", "blinkflow.bench.tf_step", "--side", "blinkflow", "--local-baseline"] + SMALL,
-                  timeout=400, env={"TF_CPP_MIN_LOG_LEVEL": "2"}).stdout
+    out = run_ranks(2, ["python", "-m", "blinkflow.bench.tf_step", "--side", "blinkflow", "--local-baseline"] + SMALL,
+                    timeout=400, env={"TF_CPP_MIN_LOG_LEVEL": "2"}).stdout
     lines = [line for line in out.splitlines() if "RESULT " in line]
     assert len(lines) == 1, out[-3000:]  # worker 0 only
     result = json.loads(lines[0].split("RESULT ", 1)[1])

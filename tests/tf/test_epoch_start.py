@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from mpi_launch import run_mpi
+from harness import run_ranks
 
 pytest.importorskip("tensorflow")
 pytest.importorskip("sklearn")
@@ -16,7 +16,7 @@ EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples", "kera
 @pytest.mark.mpi
 def test_no_teardown_on_the_first_step_of_an_epoch(tmp_path):
     epochs = 4
-    out = run_mpi(2, ["python", os.path.join(HERE, "epoch_start_script.py"), EXAMPLE, "--epochs", str(epochs),
+    out = run_ranks(2, ["python", os.path.join(HERE, "epoch_start_script.py"), EXAMPLE, "--epochs", str(epochs),
                       "--checkpoint-dir", str(tmp_path)], timeout=400).stdout
     found = re.findall(r"EPOCH STARTS (\d) teardowns=(\d+) first_steps=(\d+)", out)
     assert sorted(rank for rank, _, _ in found) == ["0", "1"], out[-3000:]

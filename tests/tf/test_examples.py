@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from mpi_launch import run_mpi
+from harness import run_ranks
 
 pytest.importorskip("tensorflow")
 pytest.importorskip("sklearn")
@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.mark.mpi
 def test_keras_mnist_two_ranks(tmp_path):
     script = os.path.join(ROOT, "examples", "keras_mnist.py")
-    out = run_mpi(2, ["python", script, "--epochs", "4", "--checkpoint-dir", str(tmp_path)], timeout=400).stdout
+    out = run_ranks(2, ["python", script, "--epochs", "4", "--checkpoint-dir", str(tmp_path)], timeout=400).stdout
     accuracy = float(re.search(r"Test accuracy: ([0-9.]+)", out).group(1))
     assert accuracy > 0.90, out[-2000:]
     assert out.count("Epoch 1/4") == 1, "the progress bar must come from rank 0 only"

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from mpi_launch import fake_cupy_env, run_mpi
+from harness import assert_done, fake_cupy_env, run_ranks
 
 pytest.importorskip("tensorflow")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -17,8 +17,7 @@ def test_fit_optimizer_callbacks_and_saving(n):
     # default puts these small models' gradients in one bucket: both ends of bucketing.
     extra = ["--core"] if n == 4 else []
     env = {} if n == 4 else {"BLINKFLOW_BUCKET_BYTES": "1"}
-    out = run_mpi(n, ["python", os.path.join(HERE, "fit_script.py")] + extra, timeout=500, env=env).stdout
-    assert out.count("FIT OK") == n, out[-3000:]
+    assert_done(run_ranks(n, ["python", os.path.join(HERE, "fit_script.py")] + extra, timeout=500, env=env), n)
 
 
 @pytest.mark.mpi
@@ -26,5 +25,4 @@ def test_fit_on_the_device_route():
     """model.fit whose gradients cross by DLPack into the cuda backend (its fake CuPy here)."""
     env = fake_cupy_env(BLINKFLOW_BACKEND="cuda", BLINKFLOW_TOPOLOGY="cpu-host:2",
                          BLINKFLOW_BUCKET_BYTES="1")
-    out = run_mpi(2, ["python", os.path.join(HERE, "fit_script.py"), "--core"], timeout=500, env=env).stdout
-    assert out.count("FIT OK") == 2, out[-3000:]
+    assert_done(run_ranks(2, ["python", os.path.join(HERE, "fit_script.py"), "--core"], timeout=500, env=env), 2)

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from mpi_launch import fake_cupy_env, run_mpi
+from harness import assert_done, fake_cupy_env, run_ranks
 
 pytest.importorskip("tensorflow")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -17,12 +17,10 @@ SCRIPT = os.path.join(HERE, "parity_script.py")
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", [2, 3])
 def test_horovod_tensorflow_api_parity(n):
-    out = run_mpi(n, ["python", SCRIPT], timeout=500).stdout
-    assert out.count("PARITY OK") == n, out[-3000:]
+    assert_done(run_ranks(n, ["python", SCRIPT], timeout=500), n)
 
 
 @pytest.mark.mpi
 def test_horovod_tensorflow_api_parity_on_the_device_route():
     env = fake_cupy_env(BLINKFLOW_BACKEND="cuda", BLINKFLOW_TOPOLOGY="cpu-host:2")
-    out = run_mpi(2, ["python", SCRIPT], timeout=500, env=env).stdout
-    assert out.count("PARITY OK") == 2, out[-3000:]
+    assert_done(run_ranks(2, ["python", SCRIPT], timeout=500, env=env), 2)
