@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from ..arrays import on_device
 from ..errors import TensorMismatchError
 from ..ops import ReduceOp
 from . import _bridge
@@ -53,14 +54,14 @@ def agree(name: str, sparse_flags: Sequence[bool], labels: Sequence[str], proces
 
     def check(arrays):
         rt = _bridge.runtime()
-        totals = np.asarray(rt.synchronize(rt.allreduce_async(arrays[0], op=ReduceOp.SUM, name=name,
-                                                              process_set=process_set)))
+        totals = rt.synchronize(rt.allreduce_async(arrays[0], op=ReduceOp.SUM, name=name, process_set=process_set))
+        totals = totals.get() if on_device(totals) else np.asarray(totals)
         message = disagreements(totals, labels)
         if message:
             raise TensorMismatchError(message, name=name)
         return [np.asarray(totals[0])]
 
-    if tf.executing_eagerly():
-        check([flags])
-        return None
-    return _bridge.call(check, [tf.constant(flags)], [tf.int64], [tf.TensorShape([])], name)[0]
+    # Through the bridge like the gradients, eagerly too: the flags take the gradients' route (the
+    # cuda backend's for GPU tensors), so the check adds no host collective to a GPU step.
+    checked = _bridge.call(check, [tf.constant(flags)], [tf.int64], [tf.TensorShape([])], name)[0]
+    return None if tf.executing_eagerly() else checked

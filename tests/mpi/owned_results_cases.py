@@ -12,7 +12,7 @@ import numpy as np
 import blinkflow as bf
 from blinkflow.runtime import api as rt
 from blinkflow.runtime.global_state import RUNTIME
-from case_runner import run_cases
+from harness import run_cases
 
 MIB = 1 << 20
 
@@ -98,7 +98,7 @@ def case_a_held_result_keeps_its_values_while_the_pool_is_reused(r, n):
 
 def main():
     bf.init()
-    run_cases(globals(), sys.argv[1:])
+    run_cases(globals(), bf.rank(), bf.size(), sys.argv[1:])
     bf.shutdown()
 
 

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from mpi_launch import assert_every_case_passed, run_mpi
+from harness import case_names, launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = os.path.join(HERE, "owned_results_cases.py")
@@ -12,5 +12,6 @@ CASES = os.path.join(HERE, "owned_results_cases.py")
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", [2, 3])
-def test_results_are_owned(n):
-    assert_every_case_passed(CASES, run_mpi(n, ["python", CASES], timeout=300).stdout, n)
+@pytest.mark.parametrize("case", case_names(CASES))
+def test_results_are_owned(n, case):
+    launch(n, CASES, timeout=300).expect(case)
