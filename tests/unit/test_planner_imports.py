@@ -1,10 +1,11 @@
-"""The planner's modules import each other without a cycle (issue 19): every import sits at
-module level and the graph they form has an order, so no module needs a function-level import
-to break a circle (``make`` -> ``multihost`` -> ``make`` held one open before)."""
+"""The planner's modules import each other only at module level, in an order without a cycle: no
+planner module needs a function-level import to break a circle (the package-wide check, which
+counts function-level imports too, is test_import_cycles.py)."""
 import ast
 import pathlib
 
 import blinkflow.planner
+from test_import_cycles import find_cycle
 
 PLANNER = pathlib.Path(blinkflow.planner.__file__).parent
 
@@ -21,37 +22,6 @@ def _imports(path: pathlib.Path):
     return out
 
 
-def _cycle(graph):
-    """One cycle of a directed graph as a list of nodes, or None (depth-first search)."""
-    state, stack = {}, []
-
-    def visit(n):
-        state[n] = "open"
-        stack.append(n)
-        for m in graph.get(n, ()):
-            if state.get(m) == "open":
-                return stack[stack.index(m):] + [m]
-            if m not in state:
-                found = visit(m)
-                if found:
-                    return found
-        state[n] = "done"
-        stack.pop()
-        return None
-
-    for n in sorted(graph):
-        if n not in state:
-            found = visit(n)
-            if found:
-                return found
-    return None
-
-
-def test_the_cycle_finder_finds_a_cycle():
-    assert _cycle({"make": ["multihost"], "multihost": ["assemble", "make"]}) == ["make", "multihost", "make"]
-    assert _cycle({"make": ["multihost"], "multihost": ["assemble"]}) is None
-
-
 def test_planner_modules_import_at_module_level_and_form_no_cycle():
     graph = {}
     for path in sorted(PLANNER.glob("*.py")):
@@ -61,4 +31,5 @@ def test_planner_modules_import_at_module_level_and_form_no_cycle():
         late = sorted({name for name, top in found if not top})
         assert not late, f"{path.name} imports {late} inside a function"
         graph[path.stem] = sorted({name for name, _ in found})
-    assert _cycle(graph) is None, f"import cycle: {' -> '.join(_cycle(graph))}"
+    cycle = find_cycle(graph)
+    assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
