@@ -30,6 +30,7 @@ from ...errors import BackendError
 from ...schedule.device_tables import RankTables
 from .. import device_abi as abi
 from ..device_emulator import view
+from ..teardown import quietly
 from . import kernels
 from .proxy import Edge, Proxy
 
@@ -167,11 +168,11 @@ class ShapeMemory:
     def close(self) -> None:
         rt = self.rt
         for p in self._opened:
-            _quietly(rt.ipcCloseMemHandle, p)
+            quietly(rt.ipcCloseMemHandle, p)
         if self.device_base:
-            _quietly(rt.free, self.device_base)
+            quietly(rt.free, self.device_base)
         if self.host_base:
-            _quietly(rt.freeHost, self.host_base)
+            quietly(rt.freeHost, self.host_base)
         self._opened, self.device_base, self.host_base = [], 0, 0
 
 
@@ -279,10 +280,3 @@ def check_co_residency(cupy, kernel, nblocks: int, sharers: int) -> None:
 
 def _ranks_on_this_gpu(local_comm, bus_id: str) -> int:
     return sum(1 for b in local_comm.allgather(bus_id) if b == bus_id)
-
-
-def _quietly(fn, *args) -> None:
-    try:
-        fn(*args)
-    except Exception:
-        pass

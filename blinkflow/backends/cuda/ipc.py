@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Dict, FrozenSet, List, Set, Tuple
 
 from ...errors import BackendError
+from ..teardown import quietly
 from .peers import PeerRoutes
 
 # cudaEventDisableTiming | cudaEventInterprocess (driver_types.h); IPC events may not time.
@@ -215,17 +216,17 @@ class IpcArena:
         if rt is None:
             return
         for ptr in self._opened_mem:
-            _quietly(rt.ipcCloseMemHandle, ptr)
+            quietly(rt.ipcCloseMemHandle, ptr)
         for e in self._opened_events + self._events:
-            _quietly(rt.eventDestroy, e)
+            quietly(rt.eventDestroy, e)
         for address in self._registered:
-            _quietly(rt.hostUnregister, address)
+            quietly(rt.hostUnregister, address)
         for shm in self._host:
-            _quietly(shm.close)
+            quietly(shm.close)
             if shm is self._own_host:
-                _quietly(shm.unlink)
+                quietly(shm.unlink)
         if self.base:
-            _quietly(rt.free, self.base)
+            quietly(rt.free, self.base)
         self._opened_mem, self._opened_events, self._events, self.base = [], [], [], 0
         self._host, self._registered, self._own_host = [], [], None
 
@@ -241,10 +242,3 @@ def local_links(schedule, local_rank_of, on_this_host) -> FrozenSet[Tuple[int, i
 
 def _round_up(x: int, to: int) -> int:
     return -(-x // to) * to
-
-
-def _quietly(fn, *args) -> None:
-    try:
-        fn(*args)
-    except Exception:  # teardown after a failure: keep releasing the rest
-        pass

@@ -30,6 +30,7 @@ import numpy as np
 
 from ...errors import BackendError
 from ..device_emulator import view
+from ..teardown import quietly
 
 
 @dataclasses.dataclass
@@ -100,7 +101,7 @@ class Proxy:
                 abort[0] = 1
                 for e2 in edges:
                     if e2.request is not None:
-                        _quietly_cancel(e2.request)
+                        quietly(e2.request.Cancel)  # no Wait: a send whose peer stalled may never complete
                 self._done.put(str(e) if isinstance(e, BackendError) else f"device proxy failed: {e!r}")
 
     def _serve(self, MPI, edges: List[Edge], abort: np.ndarray, deadline: float, timeout: float,
@@ -150,10 +151,3 @@ class Proxy:
                 return
             if not moved:
                 time.sleep(2e-5)
-
-
-def _quietly_cancel(request) -> None:
-    try:
-        request.Cancel()
-    except Exception:
-        pass
