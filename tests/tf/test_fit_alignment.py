@@ -1,0 +1,36 @@
+"""Single-process checks of how a DistributedOptimizer makes ``model.fit`` align epochs: which
+callbacks a fit gets (the multi-rank behaviour is test_uneven_fit.py's)."""
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+
+def test_fit_gets_an_align_epochs_callback_first_unless_one_aligns_already():
+    from blinkflow.tensorflow import callbacks as bfc
+    from blinkflow.tensorflow.uneven_epochs import _with_alignment
+
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    history = keras.callbacks.History()
+    got = _with_alignment(model, None)
+    assert len(got) == 1 and isinstance(got[0], bfc.AlignEpochsCallback)
+    got = _with_alignment(model, [history])
+    assert isinstance(got[0], bfc.AlignEpochsCallback) and got[1:] == [history]  # first: later callbacks see aligned weights
+    for aligning in (bfc.BroadcastGlobalVariablesCallback(0), bfc.MetricAverageCallback(), bfc.AlignEpochsCallback()):
+        assert _with_alignment(model, (history, aligning)) == [history, aligning]
+    given = keras.callbacks.CallbackList([history], model=model)
+    assert _with_alignment(model, given) is given
+    assert isinstance(given.callbacks[0], bfc.AlignEpochsCallback) and given.callbacks[0].model is model
+
+
+def test_the_fit_hook_is_installed_once_and_leaves_other_models_alone():
+    import blinkflow.tensorflow as bft
+    from blinkflow.tensorflow.uneven_epochs import _reduces_over_every_rank
+
+    bft.DistributedOptimizer(keras.optimizers.SGD(0.1))
+    fit = keras.Model.fit
+    assert fit.blinkflow_aligns_epochs
+    bft.DistributedOptimizer(keras.optimizers.SGD(0.1))
+    assert keras.Model.fit is fit
+    assert not _reduces_over_every_rank(keras.optimizers.SGD(0.1))
+    assert not _reduces_over_every_rank(None)
