@@ -16,7 +16,9 @@ runtime's contract).
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 import platform
 from typing import Optional, Sequence
 
@@ -58,19 +60,17 @@ def staged_elems(n: int, itemsize: int, chunk_bytes: int) -> int:
     return n if n <= stage else stage
 
 
-def _pack_range(pieces: Sequence[np.ndarray], lo: int, out: np.ndarray) -> None:
-    """Copy elements ``[lo, lo + out.size)`` of the concatenation of ``pieces`` into ``out``."""
-    at, filled = 0, 0
-    for piece in pieces:
-        end = at + piece.shape[0]
-        if end > lo + filled and filled < out.shape[0]:
-            start = lo + filled - at
-            take = min(piece.shape[0] - start, out.shape[0] - filled)
-            out[filled:filled + take] = piece[start:start + take]
-            filled += take
-        at = end
-        if filled == out.shape[0]:
-            break
+def _pack_range(pieces: Sequence[np.ndarray], starts: Sequence[int], lo: int, out: np.ndarray) -> None:
+    """Copy elements ``[lo, lo + out.size)`` of the concatenation of ``pieces`` into ``out``;
+    ``starts[i]`` is where piece ``i`` begins in it (so a stage finds its first piece at once)."""
+    i, filled = bisect.bisect_right(starts, lo) - 1, 0
+    while filled < out.shape[0]:
+        piece = pieces[i]
+        start = lo + filled - starts[i]
+        take = min(piece.shape[0] - start, out.shape[0] - filled)
+        out[filled:filled + take] = piece[start:start + take]
+        filled += take
+        i += 1
 
 
 def _flat(arr) -> np.ndarray:
@@ -269,13 +269,14 @@ class CpuBackend(Backend):
         if stage < n:
             program = self.programs.get("allreduce", stage, choice.chunk_elems(result.itemsize))
         ufunc = kernels.combiner(op)
+        starts = list(itertools.accumulate((p.shape[0] for p in pieces[:-1]), initial=0))
         for lo in range(0, n, stage):
             hi = min(n, lo + stage)
             if hi - lo != stage:  # the last, shorter stage (the same on every rank: n is agreed)
                 program = self.programs.get("allreduce", hi - lo, choice.chunk_elems(result.itemsize))
             self._mark("start", "COPY_IN")
             buf = self.buffer(hi - lo, result.dtype)
-            _pack_range(pieces, lo, buf)
+            _pack_range(pieces, starts, lo, buf)
             self._mark("end", "COPY_IN")
             self._run(choice, program, buf, ufunc, out=result[lo:hi], scale=scale)
 
