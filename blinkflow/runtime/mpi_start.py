@@ -47,9 +47,11 @@ def ranks(rs):
     return ("rank %d" % rs[0]) if len(rs) == 1 else ("ranks %s" % rs)
 if began is not None and size and local == size:
     missing = [r for r in range(size) if r not in began]
+    one = len(missing) == 1
     who = ("%s never began it: %s before blinkflow.init() (look for %s that ended early, even with status 0) "
-           "or %s stuck before it" % (ranks(missing), "it exited" if len(missing) == 1 else "they exited",
-           "it" if len(missing) == 1 else "them", "is" if len(missing) == 1 else "are")) if missing else           "every rank began it, so it waits on something else (the network between hosts?)"
+           "or %s stuck before it" % (ranks(missing), "it exited" if one else "they exited", "it" if one else "them",
+                                      "is" if one else "are")
+           if missing else "every rank began it, so it waits on something else (the network between hosts?)")
 elif began is not None and local and len(began) >= local:
     who = ("the %d ranks on this host (%s) all began it: the rank that never did is on another host; it exited "
            "before blinkflow.init() (even with status 0) or is stuck before it" % (local, ranks(began)))

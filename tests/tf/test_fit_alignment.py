@@ -15,7 +15,8 @@ def test_fit_gets_an_align_epochs_callback_first_unless_one_aligns_already():
     got = with_alignment(model, None)
     assert len(got) == 1 and isinstance(got[0], bfc.AlignEpochsCallback)
     got = with_alignment(model, [history])
-    assert isinstance(got[0], bfc.AlignEpochsCallback) and got[1:] == [history]  # first: later callbacks see aligned weights
+    # First: the callbacks after it see aligned weights.
+    assert isinstance(got[0], bfc.AlignEpochsCallback) and got[1:] == [history]
     for aligning in (bfc.BroadcastGlobalVariablesCallback(0), bfc.MetricAverageCallback(), bfc.AlignEpochsCallback()):
         assert with_alignment(model, (history, aligning)) == [history, aligning]
     given = keras.callbacks.CallbackList([history], model=model)
