@@ -136,17 +136,21 @@ class Backend(abc.ABC):
         size and dtype, private to this rank) and ``buf`` is left in an unspecified state: the
         backend may fold the copy out and the scaling into its last pass over the data."""
 
-    def allreduce_pieces(self, pieces: Sequence[Any], op: ReduceOp, out, scale: float = 1.0) -> None:
+    def allreduce_pieces(self, pieces: Sequence[Any], op: ReduceOp, out, scale: float = 1.0,
+                         prescale: float = 1.0) -> None:
         """All-reduce the concatenation of ``pieces`` (flat C-contiguous arrays of ``out``'s dtype, ``out.size``
-        elements in all, the same shapes on every rank) into ``out`` times ``scale``. The pieces
-        are only read, and not after the call returns. By default they are packed into
-        :meth:`buffer` and reduced there; a backend that can read its peers' pieces where they
-        lie overrides this to skip the packing copy."""
+        elements in all, the same shapes on every rank), each first multiplied by ``prescale``
+        (:meth:`scale`'s arithmetic), into ``out`` times ``scale``. The pieces are only read, and
+        not after the call returns. By default they are packed into :meth:`buffer` and reduced
+        there; a backend that can read its peers' pieces where they lie, or pack them piecewise,
+        overrides this to skip or bound the packing copy."""
         buf = self.buffer(out.shape[0], out.dtype)
         at = 0
         for piece in pieces:
             buf[at:at + piece.shape[0]] = piece
             at += piece.shape[0]
+        if prescale != 1.0:
+            self.scale(buf, prescale)
         self.allreduce(buf, op, out=out, scale=scale)
 
     @abc.abstractmethod

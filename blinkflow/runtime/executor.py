@@ -306,20 +306,17 @@ class Executor:
         if on_host:
             private = self.results.empty(total * dtype.itemsize).view(dtype)
             folded = scale if dtype.kind in "fc" else 1.0
-        if on_host and first.prescale == 1.0:
-            # The backend packs the inputs (timeline: COPY_IN) or reads them in place.
-            backend.allreduce_pieces(inputs, op.combiner, out=private, scale=folded)
+            # The backend packs the inputs (timeline: COPY_IN), a stage at a time, or reads them
+            # in place: no whole packed copy beside the inputs and the result.
+            backend.allreduce_pieces(inputs, op.combiner, out=private, scale=folded, prescale=first.prescale)
         else:
             buf = backend.buffer(total, dtype)
             self._mark(names, "B", "COPY_IN")
             xp.concatenate(inputs, out=buf)  # one call packs them all (hundreds of gradients per step)
             self._mark(names, "E", "COPY_IN")
             backend.scale(buf, first.prescale)
-            if on_host:
-                backend.allreduce(buf, op.combiner, out=private, scale=folded)
-            else:
-                backend.allreduce(buf, op.combiner)
-                private = buf.copy()
+            backend.allreduce(buf, op.combiner)
+            private = buf.copy()
         if on_host and folded != 1.0:
             scale = 1.0  # already applied by the backend
         self._mark(names, "B", "COPY_OUT")  # on the host only the unpacking: the copy ran in the backend
