@@ -70,15 +70,15 @@ def settings_env(flag_values: Mapping[str, Optional[object]], environ: Mapping[s
     """The ``BLINKFLOW_*`` variables every rank gets: those in ``environ``, overridden by flags given.
 
     ``flag_values`` maps click parameter names to values (None = flag not given). The result is
-    validated by building a Config from it, so a bad value fails here with ConfigError, before
-    anything is launched.
+    validated by building a Config from it and ``environ``'s ``HOROVOD_*`` twins, so a bad value
+    fails here with ConfigError, before anything is launched.
     """
     env = {k: v for k, v in environ.items() if k.startswith(ENV_PREFIX)}
     for setting in SETTING_FLAGS:
         value = flag_values.get(setting.param)
         if value is not None:
             env[setting.env_name] = setting.to_env(value)
-    Config.from_env(env)  # raises ConfigError naming the variable
+    Config.from_env(dict(environ, **env))  # raises ConfigError naming the variable
     return env
 
 
