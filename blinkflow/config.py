@@ -365,3 +365,18 @@ def apply_mpi_defaults(environ=None) -> None:
     environ = os.environ if environ is None else environ
     for key, value in MPI_DEFAULTS.items():
         environ.setdefault(key, value)
+
+
+#: Variables Open MPI's launcher sets in every process it starts.
+OPEN_MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+
+
+def apply_mpi_defaults_in_a_rank(environ=None) -> None:
+    """:func:`apply_mpi_defaults` in a process Open MPI's launcher started. ``import blinkflow``
+    calls it, so a script run by a plain ``mpirun`` that imports blinkflow and then mpi4py (whose
+    import starts MPI) gets them in time; other processes' environments are left alone. A script
+    that starts MPI before it imports blinkflow is past helping: Open MPI fixes its components
+    when MPI starts (``OMPI_MCA_osc=^ucx`` in the job's environment, or blinkrun, sets it)."""
+    environ = os.environ if environ is None else environ
+    if any(name in environ for name in OPEN_MPI_RANK_VARS):
+        apply_mpi_defaults(environ)
