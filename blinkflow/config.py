@@ -214,6 +214,12 @@ HOROVOD_TWINS = {
     "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": (("stall_shutdown_time_seconds", None),),
     "HOROVOD_START_TIMEOUT": (("start_timeout", None),),
     "HOROVOD_LOG_LEVEL": (("log_level", None),),
+    "HOROVOD_AUTOTUNE": (("autotune", None),),
+    "HOROVOD_AUTOTUNE_LOG": (("autotune_log_file", None),),
+    "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": (("autotune_warmup_samples", None),),
+    "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": (("autotune_steps_per_sample", None),),
+    "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": (("autotune_bayes_opt_max_samples", None),),
+    "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": (("autotune_gaussian_process_noise", None),),
 }
 _THREE_PHASES = "blinkflow's collectives across hosts are always hierarchical (three phases)"
 _NO_NCCL = "blinkflow does not use NCCL"
@@ -224,12 +230,6 @@ HOROVOD_WITHOUT_TWIN = {
     "HOROVOD_HIERARCHICAL_ALLREDUCE": _THREE_PHASES,
     "HOROVOD_HIERARCHICAL_ALLGATHER": _THREE_PHASES,
     "HOROVOD_TORUS_ALLREDUCE": _THREE_PHASES,
-    "HOROVOD_AUTOTUNE": "not in blinkflow yet; set BLINKFLOW_FUSION_THRESHOLD and BLINKFLOW_CYCLE_TIME by hand",
-    "HOROVOD_AUTOTUNE_LOG": "autotune is not in blinkflow yet",
-    "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "autotune is not in blinkflow yet",
-    "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "autotune is not in blinkflow yet",
-    "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "autotune is not in blinkflow yet",
-    "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": "autotune is not in blinkflow yet",
     "HOROVOD_TIMELINE_MARK_CYCLES": "submissions are negotiated at once, so there are no cycles to mark",
     "HOROVOD_MPI_THREADS_DISABLE": "blinkflow's background thread calls MPI, so MPI's thread support stays on",
     "HOROVOD_NUM_NCCL_STREAMS": _NO_NCCL,

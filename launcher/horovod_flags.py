@@ -9,7 +9,7 @@ A row is handled one of three ways:
   ``--hierarchical-allreduce``); it is taken and changes nothing.
 * ``REFUSED``: blinkrun stops before launching with one line naming the flag and what to use
   instead. A row with an ``owner`` is refused only until that part of blinkflow (elastic
-  training, autotune) declares the flag itself: the part then flips the row to ``NATIVE``.
+  training) declares the flag itself: the part then flips the row to ``NATIVE``.
 
 Switches take no value (``nargs`` 0); ``--blacklist-cooldown-range`` takes two.
 """
@@ -23,12 +23,9 @@ ACCEPTED = "accepted"
 REFUSED = "refused"
 
 ELASTIC = "elastic"
-AUTOTUNE = "autotune"
 
 _ELASTIC_HINT = ("elastic training is not in blinkrun yet: start a fixed job with -np and restart it from a "
                  "checkpoint after a host is lost")
-_AUTOTUNE_HINT = ("autotune is not in blinkrun yet: set --fusion-threshold-mb and --cycle-time-ms by hand "
-                  "(python -m blinkflow.bench allreduce measures them)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +34,7 @@ class HorovodFlag:
     nargs: int               # values the flag takes (0: a switch)
     handling: str            # NATIVE | ACCEPTED | REFUSED
     note: str                # NATIVE/ACCEPTED: what it does here; REFUSED: what to use instead
-    owner: str = ""          # REFUSED until this part of blinkflow declares it (ELASTIC, AUTOTUNE)
+    owner: str = ""          # REFUSED until this part of blinkflow declares it (ELASTIC)
 
     @property
     def name(self) -> str:
@@ -88,13 +85,13 @@ HOROVOD_FLAGS = (
          "already plays its part, drop the flag"),
     _row("--no-torus-allreduce", 0, ACCEPTED, "there is no torus all-reduce to turn off"),
     # autotune
-    _row("--autotune", 0, REFUSED, _AUTOTUNE_HINT, AUTOTUNE),
-    _row("--no-autotune", 0, ACCEPTED, "autotune is off, as asked"),
-    _row("--autotune-log-file", 1, REFUSED, _AUTOTUNE_HINT, AUTOTUNE),
-    _row("--autotune-warmup-samples", 1, REFUSED, _AUTOTUNE_HINT, AUTOTUNE),
-    _row("--autotune-steps-per-sample", 1, REFUSED, _AUTOTUNE_HINT, AUTOTUNE),
-    _row("--autotune-bayes-opt-max-samples", 1, REFUSED, _AUTOTUNE_HINT, AUTOTUNE),
-    _row("--autotune-gaussian-process-noise", 1, REFUSED, _AUTOTUNE_HINT, AUTOTUNE),
+    _row("--autotune", 0, NATIVE, "search the fusion threshold and cycle time while the job runs, keep the best"),
+    _row("--no-autotune", 0, NATIVE, "no autotune (the default)"),
+    _row("--autotune-log-file", 1, NATIVE, "CSV file of every autotune sample"),
+    _row("--autotune-warmup-samples", 1, NATIVE, "samples discarded before scoring starts (default 3)"),
+    _row("--autotune-steps-per-sample", 1, NATIVE, "cycles that ran all-reduces per sample (default 10)"),
+    _row("--autotune-bayes-opt-max-samples", 1, NATIVE, "scored samples before the best is kept (default 20)"),
+    _row("--autotune-gaussian-process-noise", 1, NATIVE, "observation noise of the search (default 0.8)"),
     # elastic
     _row("--min-np --min-num-proc", 1, REFUSED, _ELASTIC_HINT, ELASTIC),
     _row("--max-np --max-num-proc", 1, REFUSED, _ELASTIC_HINT, ELASTIC),
@@ -158,5 +155,5 @@ def generated_rows():
     return [row for row in HOROVOD_FLAGS if row.handling != NATIVE]
 
 
-__all__ = ["HOROVOD_FLAGS", "HorovodFlag", "NATIVE", "ACCEPTED", "REFUSED", "ELASTIC", "AUTOTUNE",
+__all__ = ["HOROVOD_FLAGS", "HorovodFlag", "NATIVE", "ACCEPTED", "REFUSED", "ELASTIC",
            "by_name", "generated_rows"]

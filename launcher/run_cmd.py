@@ -83,8 +83,13 @@ def _hosts(ctx, param, value):
 
 def _setting_options(func):
     for setting in reversed(SETTING_FLAGS):
-        func = click.option(setting.flag, setting.param, type=setting.type, default=None,
-                            help=f"{setting.help} [{setting.env_name}]")(func)
+        if setting.negation:
+            option = click.option(f"{setting.flag}/{setting.negation}", setting.param, default=None,
+                                  help=f"{setting.help} [{setting.env_name}]")
+        else:
+            option = click.option(setting.flag, setting.param, type=setting.type, default=None,
+                                  help=f"{setting.help} [{setting.env_name}]")
+        func = option(func)
     return func
 
 
@@ -187,18 +192,20 @@ def spec_from_options(ctx: click.Context, options: dict, environ) -> "tuple[Laun
 def apply_config_file(ctx: click.Context, options: dict, path: str) -> None:
     """Set ``options`` from Horovod's YAML file where the command line did not give them."""
     rows = by_name()
-    declared = {opt: param for param in ctx.command.params for opt in param.opts}
+    # spelling -> (option, the value a switch spelled so gives: --no-autotune is autotune=False)
+    declared = {opt: (param, True) for param in ctx.command.params for opt in param.opts}
+    declared.update({opt: (param, False) for param in ctx.command.params for opt in param.secondary_opts})
     for flag, value, where in horovod_config_file.read(path):
         row = rows[flag]
         if row.handling == REFUSED:
             raise ConfigError(f"{where}: {row.refusal()}")
         if row.handling == ACCEPTED:
             continue
-        param = declared[flag]
+        param, switch_value = declared[flag]
         if ctx.get_parameter_source(param.name) == ParameterSource.COMMANDLINE:
             continue   # the command line wins over the file, as in horovodrun
         try:
-            options[param.name] = True if value is None else param.type_cast_value(ctx, value)
+            options[param.name] = switch_value if value is None else param.type_cast_value(ctx, value)
         except click.BadParameter as e:
             raise ConfigError(f"{where}: {e.format_message()}") from None
 

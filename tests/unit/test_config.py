@@ -110,7 +110,9 @@ def test_horovod_variables_without_twin_are_named_with_what_to_use():
     assert lines[0].startswith("HOROVOD_FUSION_TRESHOLD is not a Horovod setting blinkflow reads; its settings are")
     assert lines[1] == "HOROVOD_GLOO_IFACE has no effect in blinkflow: no Gloo; blinkrun --network-interface picks MPI's NIC"
     assert lines[2].startswith("HOROVOD_HIERARCHICAL_ALLREDUCE has no effect in blinkflow: ")
-    assert "HOROVOD_AUTOTUNE" in HOROVOD_WITHOUT_TWIN
+    assert "HOROVOD_MPI_THREADS_DISABLE" in HOROVOD_WITHOUT_TWIN
+    tuned = Config.from_env({"HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_LOG": "/tmp/at.csv"})
+    assert (tuned.autotune, tuned.autotune_log_file) == (1, "/tmp/at.csv")
 
 
 def test_a_bad_horovod_value_names_the_horovod_variable():

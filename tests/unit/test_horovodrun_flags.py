@@ -4,7 +4,7 @@ import pytest
 from click.testing import CliRunner
 
 from blinkflow.launcher import horovod_flags
-from blinkflow.launcher.horovod_flags import ACCEPTED, AUTOTUNE, ELASTIC, HOROVOD_FLAGS, NATIVE, REFUSED, by_name
+from blinkflow.launcher.horovod_flags import ACCEPTED, ELASTIC, HOROVOD_FLAGS, NATIVE, REFUSED, by_name
 from blinkflow.launcher.run_cmd import command, spec_from_options
 
 # The flags of horovod/runner/launch.py (v0.28.1, parse_args), every spelling, with the number of
@@ -66,7 +66,7 @@ def test_the_table_holds_every_horovodrun_flag_once_with_its_arity():
     table = {row.names: row.nargs for row in HOROVOD_FLAGS}
     assert table == HOROVODRUN_0_28
     assert all(row.handling in (NATIVE, ACCEPTED, REFUSED) and row.note for row in HOROVOD_FLAGS)
-    assert all(row.owner in ("", ELASTIC, AUTOTUNE) for row in HOROVOD_FLAGS)
+    assert all(row.owner in ("", ELASTIC) for row in HOROVOD_FLAGS)
     elastic = {row.name for row in HOROVOD_FLAGS if row.owner == ELASTIC}
     assert elastic == {"--min-num-proc", "--max-num-proc", "--slots-per-host", "--host-discovery-script",
                        "--elastic-timeout", "--reset-limit", "--blacklist-cooldown-range"}
@@ -138,6 +138,7 @@ def test_config_file_reads_horovods_yaml_and_the_command_line_wins(tmp_path):
     assert settings["BLINKFLOW_TIMELINE"] == "/tmp/tl.json"
     assert settings["BLINKFLOW_LOG_LEVEL"] == "debug"
     assert settings["BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS"] == "0.0"
+    assert settings["BLINKFLOW_AUTOTUNE"] == "0"
     settings = spec_of(["--cycle-time-ms", "7", "--config-file", str(path)]).settings
     assert settings["BLINKFLOW_CYCLE_TIME"] == "7.0"            # given on the command line: it wins
     assert settings["BLINKFLOW_FUSION_THRESHOLD"] == str(32 * 1024 * 1024)
@@ -145,7 +146,7 @@ def test_config_file_reads_horovods_yaml_and_the_command_line_wins(tmp_path):
 
 @pytest.mark.parametrize("text, message", [
     ("params:\n  torus_allreduce: true\n", "params.torus_allreduce: --torus-allreduce is not supported"),
-    ("autotune:\n  enabled: true\n", "autotune.enabled: --autotune is not supported"),
+    ("library_options:\n  num_nccl_streams: 2\n", "library_options.num_nccl_streams: --num-nccl-streams is not supported"),
     ("controller: gloo\n", "controller: --gloo is not supported"),
     ("params:\n  fusion_treshold_mb: 3\n", "params.fusion_treshold_mb is not one of Horovod's settings"),
     ("params:\n  - 3\n", ":2: expected 'key: value'"),
@@ -170,3 +171,19 @@ def test_unknown_flags_and_aliases_that_were_misread_before():
     result = CliRunner().invoke(command, ["-np", "2", "--no-such-flag", "python"], prog_name="blinkrun")
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
     assert horovod_flags.by_name()["--gloo"].refusal().count("\n") == 0
+
+
+def test_autotune_flags_set_the_autotune_settings(tmp_path):
+    settings = spec_of(["--autotune", "--autotune-log-file", "/tmp/at.csv", "--autotune-warmup-samples", "2",
+                        "--autotune-steps-per-sample", "5", "--autotune-bayes-opt-max-samples", "9",
+                        "--autotune-gaussian-process-noise", "0.5"]).settings
+    assert settings == {"BLINKFLOW_AUTOTUNE": "1", "BLINKFLOW_AUTOTUNE_LOG_FILE": "/tmp/at.csv",
+                        "BLINKFLOW_AUTOTUNE_WARMUP_SAMPLES": "2", "BLINKFLOW_AUTOTUNE_STEPS_PER_SAMPLE": "5",
+                        "BLINKFLOW_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "9", "BLINKFLOW_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": "0.5"}
+    assert spec_of(["--no-autotune"]).settings == {"BLINKFLOW_AUTOTUNE": "0"}
+    path = tmp_path / "horovod.yaml"
+    path.write_text("autotune:\n  enabled: true\n  log_file: /tmp/at.csv\n  warmup_samples: 1\n")
+    settings = spec_of(["--config-file", str(path)]).settings
+    assert (settings["BLINKFLOW_AUTOTUNE"], settings["BLINKFLOW_AUTOTUNE_LOG_FILE"],
+            settings["BLINKFLOW_AUTOTUNE_WARMUP_SAMPLES"]) == ("1", "/tmp/at.csv", "1")
+    assert spec_of(["--no-autotune", "--config-file", str(path)]).settings["BLINKFLOW_AUTOTUNE"] == "0"
