@@ -126,6 +126,10 @@ def _ssh_args(spec: LaunchSpec) -> str:
 
 
 def _hydra(impl: MpiImpl, spec: LaunchSpec, environ: Mapping[str, str], mpich_hostfile: Optional[str]) -> List[str]:
+    if spec.tcp_only or spec.binding_args is not None:
+        flag = "--tcp" if spec.tcp_only else "--binding-args"
+        raise ValueError(f"{flag} sets Open MPI's options, and this MPI is {impl.describe()}: give MPICH's own "
+                         "in --mpi-args (e.g. '-bind-to core')")
     argv = [impl.mpirun, "-np", str(spec.np)]
     if spec.hostfile:
         if not mpich_hostfile:

@@ -115,5 +115,9 @@ def test_network_interfaces_ssh_tcp_binding_and_timestamps():
     assert argv[-len(CMD) - 2:-len(CMD) - 1] == ["--timestamp"]
     hydra = build(HYDRA, LaunchSpec(np=2, command=CMD, nics=("eth1",), ssh_port=2222))
     assert pairs(hydra, "-iface") == ["eth1"] and pairs(hydra, "-bootstrap-exec-args") == ["-p 2222"]
-    with pytest.raises(ValueError, match="one network interface"):
+    with pytest.raises(ValueError, match="--tcp sets Open MPI's options"):
         build(HYDRA, spec)
+    with pytest.raises(ValueError, match="one network interface"):
+        build(HYDRA, LaunchSpec(np=2, command=CMD, nics=("eth1", "ib0")))
+    with pytest.raises(ValueError, match="--binding-args sets Open MPI's options"):
+        build(HYDRA, LaunchSpec(np=2, command=CMD, binding_args=("--bind-to", "core")))
