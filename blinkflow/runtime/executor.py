@@ -77,6 +77,11 @@ def _xp(device: str):
     return np
 
 
+def _host(array) -> np.ndarray:
+    """``array`` in host memory (a CuPy array is copied out)."""
+    return array if isinstance(array, np.ndarray) else array.get()
+
+
 def _count(shape) -> int:
     return int(np.prod(shape, dtype=np.int64))
 
@@ -282,6 +287,8 @@ class Executor:
                 else:
                     array = entry.array[piece.member] if entry.request.parts is not None else entry.array
                     inputs.append(array.ravel())  # contiguous: a strided 1-d view is copied, not passed on
+        if not op.elementwise:
+            return self._adasum(step, backend, inputs)
         # The result goes to a private array that every result is a slice of (the backend's
         # buffer is reused by the next batch). On the host the backend writes it directly, with a
         # float Average's scaling folded in; device buffers are copied out afterwards.
@@ -316,6 +323,23 @@ class Executor:
         for i, shape in shaped:
             results[i] = results[i].reshape(shape)
         self._mark(names, "E", "COPY_OUT")
+        return results
+
+    def _adasum(self, step: _Step, backend, inputs: List[Any]) -> List[Any]:
+        """An Adasum batch: packed on the host (a device tensor is copied there and its result
+        back: Adasum's is a host path), prescaled, combined tensor by tensor, postscaled."""
+        batch, names, first, dtype, _ = step
+        self._mark(names, "B", "COPY_IN")
+        host = np.concatenate([_host(p) for p in inputs]) if inputs else np.empty(0, dtype)
+        self._mark(names, "E", "COPY_IN")
+        scaling.scale(host, first.prescale)
+        backend.adasum(host, [p.size for p in batch.pieces])
+        scaling.scale(host, first.postscale)
+        result = _xp(first.device).asarray(host)
+        slices, shaped = batch.views
+        results = list(map(result.__getitem__, slices))
+        for i, shape in shaped:
+            results[i] = results[i].reshape(shape)
         return results
 
     def _allgather(self, response: Response, mine: Optional[Request], array):

@@ -17,7 +17,7 @@ from ..capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_e
 from ..compression import Compression
 from ..errors import (BlinkflowError, DuplicateNameError, InvalidArgumentError, NotInitializedError,
                       NotSupportedError, ProcessSetError, ShutdownError, TensorMismatchError)
-from ..ops import Average, Max, Min, Product, ReduceOp, Sum
+from ..ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from ..runtime.process_sets import ProcessSet, global_process_set
 from . import _compat  # noqa: F401  (version check on import)
 from . import callbacks, elastic
@@ -62,7 +62,7 @@ def __dir__():
 
 
 __all__ = [
-    "init", "Average", "Sum", "Min", "Max", "Product", "ReduceOp", "Compression",
+    "init", "Average", "Sum", "Min", "Max", "Product", "Adasum", "ReduceOp", "Compression",
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "broadcast_",
     "grouped_broadcast", "reducescatter", "grouped_reducescatter", "alltoall",
     "DistributedOptimizer", "PartialDistributedOptimizer", "DistributedGradientTape",
