@@ -27,6 +27,7 @@ from .gradient_tape import DistributedGradientTape, PartialDistributedGradientTa
 from .objects import allgather_object, broadcast_object, broadcast_object_fn
 from .ops import broadcast_, grouped_broadcast
 from .optimizer import DistributedOptimizer, PartialDistributedOptimizer, load_model
+from .sync_batch_norm import SyncBatchNormalization
 from .rank_ops import local_rank_op, local_size_op, process_set_included_op, rank_op, size_op
 from .variables import BroadcastGlobalVariablesHook, broadcast_global_variables, broadcast_variables
 
@@ -68,7 +69,7 @@ __all__ = [
     "DistributedOptimizer", "PartialDistributedOptimizer", "DistributedGradientTape",
     "PartialDistributedGradientTape", "broadcast_variables", "broadcast_global_variables",
     "BroadcastGlobalVariablesHook", "broadcast_object", "broadcast_object_fn", "allgather_object", "load_model",
-    "callbacks", "elastic", "ProcessSet", "global_process_set",
+    "callbacks", "elastic", "SyncBatchNormalization", "ProcessSet", "global_process_set",
     "size_op", "rank_op", "local_size_op", "local_rank_op", "process_set_included_op",
     "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built", "ddl_built", "ccl_built", "cuda_built",
     "rocm_built", "sycl_built",
