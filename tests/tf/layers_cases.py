@@ -161,6 +161,157 @@ def case_sync_batch_norm_serializes(r, n):
     assert type(again) is hvd.SyncBatchNormalization and again.momentum == 0.7 and again.name == "norm"
 
 
+# ------------------------------------------------------------------------------------- Adasum
+def power_of_two(n):
+    return n & (n - 1) == 0
+
+
+def needs_power_of_two(n):
+    if not power_of_two(n):
+        skip(f"Adasum runs on a power-of-two number of ranks; {n} is refused (case adasum_refused_in_tf)")
+
+
+def adasum_reference(per_rank):
+    """Horovod's Adasum of one tensor per rank: pairs over the tree of ranks, in float64."""
+    level = [np.asarray(t, np.float64).ravel() for t in per_rank]
+    while len(level) > 1:
+        pairs = []
+        for a, b in zip(level[0::2], level[1::2]):
+            dot = a @ b
+            acoeff = 1 - dot / (2 * (a @ a)) if a @ a > 0 else 1.0
+            bcoeff = 1 - dot / (2 * (b @ b)) if b @ b > 0 else 1.0
+            pairs.append(acoeff * a + bcoeff * b)
+        level = pairs
+    return level[0].reshape(np.shape(per_rank[0]))
+
+
+def adasum_close(got, per_rank, what):
+    want = adasum_reference(per_rank)
+    close(np.asarray(got), want, 4 * sum(np.abs(np.asarray(t, np.float64)) for t in per_rank), ranks=len(per_rank),
+          rounding=np.asarray(got).dtype, what=what)
+
+
+def signed(q, shape, salt):
+    return np.random.default_rng(salt * 100 + q).normal(size=shape).astype("float32")
+
+
+def case_adasum_allreduce_and_its_gradient(r, n):
+    """Forward: Adasum of the ranks' tensors. Backward (Horovod's rule): Adasum of the ranks'
+    output gradients. Eagerly and in tf.function."""
+    needs_power_of_two(n)
+    xs = [signed(q, (6,), 1) for q in range(n)]
+    ws = [signed(q, (6,), 2) for q in range(n)]
+
+    def step(x, w):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = hvd.allreduce(x, op=hvd.Adasum)
+            loss = tf.reduce_sum(y * w)
+        return y, tape.gradient(loss, x)
+
+    for label, run in (("eager", step), ("tf.function", tf.function(step))):
+        y, dx = run(tf.constant(xs[r]), tf.constant(ws[r]))
+        adasum_close(y, xs, f"{label} forward")
+        adasum_close(dx, ws, f"{label} gradient")
+
+
+def case_adasum_gradient_tape(r, n):
+    needs_power_of_two(n)
+    v = tf.Variable(np.arange(4, dtype="float32"))
+    m = tf.Variable(np.ones((2, 2), "float32"))
+    xs = [signed(q, (4,), 3) for q in range(n)]
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(v * xs[r]) + tf.reduce_sum(m * xs[r][:2] * xs[r][2:])
+    tape = hvd.DistributedGradientTape(tape, op=hvd.Adasum)
+    gv, gm = tape.gradient(loss, [v, m])
+    adasum_close(gv, xs, "vector gradient")
+    adasum_close(gm, [np.broadcast_to(x[:2] * x[2:], (2, 2)) for x in xs], "matrix gradient")
+
+
+def case_adasum_distributed_optimizer_in_fit(r, n):
+    """One SGD step of model.fit with DistributedOptimizer(op=Adasum) moves every weight by
+    -lr times the Adasum of the ranks' own gradients."""
+    needs_power_of_two(n)
+    keras.utils.set_random_seed(21)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    start = [np.asarray(w) for w in model.weights]
+    x = signed(r, (5, 3), 4)
+    y = signed(r, (5, 2), 5)
+    with tf.GradientTape() as tape:
+        loss = keras.losses.MeanSquaredError()(y, model(x))
+    mine = [np.asarray(g) for g in tape.gradient(loss, model.trainable_weights)]
+    everyone = hvd.allgather_object(mine)
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), op=hvd.Adasum), loss="mse")
+    model.fit(x, y, batch_size=5, epochs=1, shuffle=False, verbose=0)
+    for i, (w, w0) in enumerate(zip(model.trainable_weights, start)):
+        step = (w0 - np.asarray(w)) / 0.1
+        adasum_close(step, [grads[i] for grads in everyone], f"weight {i}")
+
+
+def case_adasum_refused_in_tf(r, n):
+    if power_of_two(n):
+        skip(f"{n} ranks is a power of two: Adasum runs (the other Adasum cases)")
+    for label, run in (("eager", lambda t: hvd.allreduce(t, op=hvd.Adasum, name="odd.eager")),
+                       ("tf.function", tf.function(lambda t: hvd.allreduce(t, op=hvd.Adasum, name="odd.fn")))):
+        try:
+            run(tf.ones(3))
+        except (hvd.InvalidArgumentError, tf.errors.InvalidArgumentError) as e:
+            assert "power-of-two" in str(e), (label, str(e))
+        else:
+            raise AssertionError(f"{label}: Adasum over {n} ranks was not refused")
+
+
+# ---------------------------------------------------------------------------- BestModelCheckpoint
+class Score(keras.callbacks.Callback):
+    """Puts a chosen value under ``logs["score"]`` at each epoch's end (before the checkpoint)."""
+
+    def __init__(self, values):
+        super().__init__()
+        self.values = values
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs["score"] = self.values[epoch]
+
+
+def tiny_model():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)), loss="mse")
+    return model
+
+
+def fit_with_checkpoint(checkpoint, values):
+    x = np.ones((4, 2), "float32")
+    tiny_model().fit(x, x[:, :1], epochs=len(values), verbose=0, callbacks=[Score(values), checkpoint])
+
+
+def case_best_model_checkpoint_saves_improvements_on_rank_zero(r, n):
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "best-{epoch}.keras")
+        fit_with_checkpoint(hvd.callbacks.BestModelCheckpoint(monitor="score", mode="min", filepath=path),
+                            [3.0, 1.0, 2.0, 0.5])
+        saved = sorted(os.listdir(folder))
+        want = ["best-1.keras", "best-2.keras", "best-4.keras"] if r == 0 else []
+        assert saved == want, (saved, want)
+        if r == 0:
+            keras.models.load_model(os.path.join(folder, "best-4.keras"), compile=False)
+
+
+def case_best_model_checkpoint_path_set_later(r, n):
+    """Horovod's pattern: no path at construction, ``callback.filepath`` set before fit; weights only."""
+    with tempfile.TemporaryDirectory() as folder:
+        checkpoint = hvd.callbacks.BestModelCheckpoint(monitor="score", mode="min", save_weights_only=True)
+        assert checkpoint.save_best_only and checkpoint.filepath is None
+        try:
+            fit_with_checkpoint(checkpoint, [1.0])
+        except hvd.InvalidArgumentError as e:
+            assert "filepath" in str(e), str(e)
+        else:
+            raise AssertionError("fit started with no checkpoint path")
+        checkpoint.filepath = os.path.join(folder, "w.weights.h5")
+        fit_with_checkpoint(checkpoint, [2.0, 1.0])
+        assert sorted(os.listdir(folder)) == (["w.weights.h5"] if r == 0 else [])
+
+
 if __name__ == "__main__":
     hvd.init()
     run_cases(globals(), hvd.rank(), hvd.size(), sys.argv[1:])
