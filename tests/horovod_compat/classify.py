@@ -15,7 +15,10 @@ RULES = (
     (INTERNAL, r"module 'blinkflow[\w.]*' has no attribute '(_\w+|mpi_ops|basics|util|functions)'"),
     (KERAS2, r"keras\.optimizers\.legacy|optimizer_v2|OptimizerV2|tensorflow\.python\.keras"),
     (KERAS2, r"experimental_run_tf_function|get_session|has no attribute '(lr|decay|get_updates|_decayed_lr|"
-             r"get_gradients|_create_slots|get_slot_names|_set_hyper|_get_hyper)'"),
+             r"get_gradients|_compute_gradients|_create_slots|get_slot_names|_set_hyper|_get_hyper)'"),
+    # Keras 3 removed ``lr=`` and made ``learning_rate`` a required argument of Optimizer.__init__.
+    (KERAS2, r"Argument\(s\) not recognized: \{'lr'|__init__\(\) missing 1 required positional argument: "
+             r"'learning_rate'"),
     (KERAS2, r"keras\.backend' has no attribute|K\.(get_value|set_value|eval)"),
     # Keras 3 variables have no tf.Variable.ref(): Horovod's tests key dicts by var.ref().
     (KERAS2, r"'Variable' object has no attribute 'ref'"),

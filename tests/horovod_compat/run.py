@@ -122,31 +122,44 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=1800, help="seconds for one file at one world size")
     parser.add_argument("--json", help="write every unit's result here")
     parser.add_argument("-v", "--verbose", action="store_true", help="print the real failures' tracebacks")
+    parser.add_argument("--from-json", nargs="+", help="report the units of earlier --json files instead of running")
     args = parser.parse_args(argv)
+    if args.from_json:
+        return summarize([u for path in args.from_json for u in json.load(open(path))], args.verbose)
     work = tempfile.mkdtemp(prefix="horovod-compat-")
     try:
         tests_dir = sources.test_dir(args.tests) if args.tests else sources.from_sdist(work)
     except sources.Unavailable as error:
         print(f"run.py: {error}", file=sys.stderr)
         return 2
-    total = collections.Counter()
     everything = []
     for name in args.files:
         for n in args.np:
             found, killed = run_file(tests_dir, name, n, args.timeout, work)
-            total += report(name, n, found, killed, args.verbose)
-            total["hung"] += sum(1 for _, status, _ in found if status == "hung")
-            everything += [{"file": name, "np": n, "test": t, "status": s, "text": x[-3000:]} for t, s, x in found]
+            everything += [{"file": name, "np": n, "test": t, "status": s, "text": x[-3000:], "killed": killed}
+                           for t, s, x in found]
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(everything, out, indent=1)
+    return summarize(everything, args.verbose)
+
+
+def summarize(everything, verbose: bool) -> int:
+    """Print each file's report and the total; 0 unless a unit hung."""
+    total = collections.Counter()
+    runs = collections.OrderedDict()
+    for unit in everything:
+        runs.setdefault((unit["file"], unit["np"]), []).append(unit)
+    for (name, n), found in runs.items():
+        killed = any(u.get("killed") for u in found)
+        total += report(name, n, [(u["test"], u["status"], u["text"]) for u in found], killed, verbose)
+        total["hung"] += sum(1 for u in found if u["status"] == "hung")
     applicable = total["passed"] + total["failed_applicable"]
     share = 100.0 * total["passed"] / applicable if applicable else 0.0
     print(f"applicable units passing: {total['passed']} of {applicable} ({share:.1f} %); "
           f"{total['not_applicable']} failures not applicable (Keras 2, Horovod internal, GPU-only); "
           f"{total['hung']} hung")
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump(everything, out, indent=1)
     return 0 if total["hung"] == 0 else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())
