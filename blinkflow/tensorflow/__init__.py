@@ -20,7 +20,7 @@ from ..errors import (BlinkflowError, DuplicateNameError, InvalidArgumentError, 
 from ..ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from ..runtime.process_sets import ProcessSet, global_process_set
 from . import _compat  # noqa: F401  (version check on import)
-from . import callbacks, elastic
+from . import callbacks, elastic, keras2_calls  # noqa: F401  (keras2_calls: opt.variables() accepted)
 from .api import (allgather, allreduce, alltoall, broadcast, grouped_allgather, grouped_allreduce,
                   grouped_reducescatter, reducescatter)
 from .gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
