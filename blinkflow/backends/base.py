@@ -18,6 +18,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from .. import scaling
 from ..config import Config
+from ..errors import BackendError
 from ..ops import ReduceOp
 from ..schedule import policy
 from . import adasum
@@ -173,6 +174,8 @@ class Backend(abc.ABC):
         dot products are taken tensor by tensor) by Horovod's Adasum of every rank's ``buf``. The
         call-shape policy's ``adasum`` algorithm (:mod:`.adasum`), run on the host over the
         context's communicator by every backend alike; it needs ``self.ctx`` and ``self.caps``."""
+        if hasattr(buf, "__cuda_array_interface__"):
+            raise BackendError("Adasum runs on host memory: copy a device buffer to the host first")
         ctx = self.ctx
         choice = policy.choose("allreduce", buf.nbytes, buf.itemsize, ctx.layout, ctx.config, self.caps,
                                op=ReduceOp.ADASUM)

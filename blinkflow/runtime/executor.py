@@ -77,11 +77,6 @@ def _xp(device: str):
     return np
 
 
-def _host(array) -> np.ndarray:
-    """``array`` in host memory (a CuPy array is copied out)."""
-    return array if isinstance(array, np.ndarray) else array.get()
-
-
 def _count(shape) -> int:
     return int(np.prod(shape, dtype=np.int64))
 
@@ -329,13 +324,17 @@ class Executor:
         """An Adasum batch: packed on the host (a device tensor is copied there and its result
         back: Adasum's is a host path), prescaled, combined tensor by tensor, postscaled."""
         batch, names, first, dtype, _ = step
+        xp = _xp(first.device)
         self._mark(names, "B", "COPY_IN")
-        host = np.concatenate([_host(p) for p in inputs]) if inputs else np.empty(0, dtype)
+        # Packed where the tensors live (on a GPU, in this thread's stream order after their
+        # producers), then copied to the host in one transfer.
+        packed = xp.concatenate(inputs) if inputs else xp.empty(0, dtype)
+        host = packed if first.device == "cpu" else packed.get()
         self._mark(names, "E", "COPY_IN")
         scaling.scale(host, first.prescale)
         backend.adasum(host, [p.size for p in batch.pieces])
         scaling.scale(host, first.postscale)
-        result = _xp(first.device).asarray(host)
+        result = xp.asarray(host)
         slices, shaped = batch.views
         results = list(map(result.__getitem__, slices))
         for i, shape in shaped:

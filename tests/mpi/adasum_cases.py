@@ -128,6 +128,20 @@ def case_process_set_of_the_even_ranks(r, n):
         bf.remove_process_set(evens)
 
 
+def case_gpu_tensors_take_the_host_path(r, n):
+    """CuPy arrays come back as CuPy arrays on the rank's GPU, combined on the host."""
+    needs_power_of_two(n)
+    try:
+        import cupy
+    except ImportError:
+        skip("no CuPy here (test_adasum_on_fake_cupy runs this case with the fake CuPy)")
+    per_rank = [inputs(q, [(5, 3), (17,)], "float32", salt=13) for q in range(n)]
+    got = bf.grouped_allreduce([cupy.asarray(t) for t in per_rank[r]], op=bf.Adasum, name="on.gpu")
+    for i, want in enumerate(reference(per_rank)):
+        assert isinstance(got[i], cupy.ndarray), type(got[i])
+        close(cupy.asnumpy(got[i]), want.astype("float32"), magnitude(per_rank, i), ranks=n, what=f"member {i}")
+
+
 def case_integer_tensors_are_refused_on_every_rank(r, n):
     expect_refused(lambda: bf.allreduce(np.arange(4, dtype=np.int32), op=bf.Adasum, name="ints"),
                    "floating-point", "int32")
