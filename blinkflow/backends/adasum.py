@@ -50,7 +50,7 @@ def refusal(dtype_names: Sequence[str], size: int) -> Optional[str]:
                 "use Sum or Average for those tensors")
     if size < 1 or size & (size - 1):
         return (f"Adasum runs on a power-of-two number of ranks (1, 2, 4, 8, ...) and this call spans {size}; "
-                "run a power-of-two number of ranks, use a process set of one, or use Average")
+                "run it over a power-of-two number of ranks (a process set of 2, 4, ... members), or use Average")
     return None
 
 
