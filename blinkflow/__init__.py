@@ -17,7 +17,7 @@ from .config import apply_mpi_defaults_in_a_rank
 from .errors import (BackendError, BlinkflowError, ConfigError, DuplicateNameError, InitError, InvalidArgumentError,
                      NotInitializedError, NotSupportedError, PlanError, ProcessSetError, ShutdownError,
                      TensorMismatchError, TopologyError)
-from .ops import Average, Max, Min, Product, ReduceOp, Sum
+from .ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from .runtime.process_sets import ProcessSet, global_process_set
 from .version import __version__
 
@@ -62,7 +62,7 @@ def __dir__():
 
 
 __all__ = [
-    "__version__", "Average", "Sum", "Min", "Max", "Product", "ReduceOp", "Compression",
+    "__version__", "Average", "Sum", "Min", "Max", "Product", "Adasum", "ReduceOp", "Compression",
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "reducescatter",
     "grouped_reducescatter", "alltoall", "ProcessSet", "global_process_set",
     "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built", "ddl_built", "ccl_built", "cuda_built",

@@ -298,6 +298,8 @@ class Executor:
                 else:
                     array = entry.array[piece.member] if entry.request.parts is not None else entry.array
                     inputs.append(array.ravel())  # contiguous: a strided 1-d view is copied, not passed on
+        if not op.elementwise:
+            return self._adasum(step, backend, inputs)
         # The result goes to a private array that every result is a slice of (the backend's
         # buffer is reused by the next batch). On the host the backend writes it directly, with a
         # float Average's scaling folded in; device buffers are copied out afterwards.
@@ -329,6 +331,27 @@ class Executor:
         for i, shape in shaped:
             results[i] = results[i].reshape(shape)
         self._mark(names, "E", "COPY_OUT")
+        return results
+
+    def _adasum(self, step: _Step, backend, inputs: List[Any]) -> List[Any]:
+        """An Adasum batch: packed on the host (a device tensor is copied there and its result
+        back: Adasum's is a host path), prescaled, combined tensor by tensor, postscaled."""
+        batch, names, first, dtype, _ = step
+        xp = _xp(first.device)
+        self._mark(names, "B", "COPY_IN")
+        # Packed where the tensors live (on a GPU, in this thread's stream order after their
+        # producers), then copied to the host in one transfer.
+        packed = xp.concatenate(inputs) if inputs else xp.empty(0, dtype)
+        host = packed if first.device == "cpu" else packed.get()
+        self._mark(names, "E", "COPY_IN")
+        scaling.scale(host, first.prescale)
+        backend.adasum(host, [p.size for p in batch.pieces])
+        scaling.scale(host, first.postscale)
+        result = xp.asarray(host)
+        slices, shaped = batch.views
+        results = list(map(result.__getitem__, slices))
+        for i, shape in shaped:
+            results[i] = results[i].reshape(shape)
         return results
 
     def _allgather(self, response: Response, mine: Optional[Request], array):
