@@ -153,3 +153,73 @@ def merge(parts: Sequence[EncodedTables]) -> Tuple[EncodedTables, List[int], Lis
                            block_start=np.array(starts, np.int64), transfers=np.concatenate(transfers),
                            nrecv=-1, window=parts[0].window, slot_elems=parts[0].slot_elems)
     return merged, first_block, first_row
+
+
+_ALIGN = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopbackLaunch:
+    """Every virtual rank's blocks in one launch on one device (the loopback mode), with all
+    rings and counters in one block of memory of ``nbytes``: what :func:`loopback` lays out.
+    Virtual rank ``r``'s buffer is row ``r`` of a ``[nranks, nelems]`` array."""
+
+    encoded: EncodedTables
+    block_offsets: np.ndarray
+    """Per block, the element offset of its rank's row."""
+    conn_offsets: np.ndarray
+    """``[nconns, 3]``: byte offsets of each row's ring, tail and head in the memory block."""
+    progress_offset: int
+    """Byte offset of the ``int64[nblocks]`` progress counters."""
+    nbytes: int
+    nranks: int
+    nelems: int
+
+    def conns(self, base: int) -> np.ndarray:
+        """The ``conns`` array for the memory block at address ``base``."""
+        return self.encoded.conns(base + self.conn_offsets[:, 0], base + self.conn_offsets[:, 1],
+                                  base + self.conn_offsets[:, 2])
+
+
+def loopback(tables: Sequence[RankTables], itemsize: int) -> LoopbackLaunch:
+    """The loopback launch of ``tables`` (index = rank; every rank of one call shape): each
+    receive connection's ring and tail, each send's head and every block's progress at their
+    own offsets of one memory block (zeroed once: counters never restart)."""
+    if [t.rank for t in tables] != list(range(len(tables))):
+        raise ScheduleError(f"a loopback launch needs the tables of ranks 0..{len(tables) - 1} in order, got "
+                            f"{[t.rank for t in tables]}")
+    if len({t.nelems for t in tables}) != 1:
+        raise ScheduleError("the tables of one call shape have one buffer size on every rank")
+    parts = [encode(t) for t in tables]
+    merged, first_block, first_row = merge(parts)
+    size = 0
+
+    def take(nbytes: int) -> int:
+        nonlocal size
+        at = size
+        size += -(-max(8, nbytes) // _ALIGN) * _ALIGN
+        return at
+
+    ring = merged.window * merged.slot_elems * itemsize
+    recv_at = {}  # (receiver, sender, channel) -> (ring, tail)
+    head_at = {}  # (sender, receiver, channel) -> head
+    for t in tables:
+        for c in t.recvs:
+            recv_at[(t.rank, c.peer, c.channel)] = (take(ring), take(8))
+        for c in t.sends:
+            head_at[(t.rank, c.peer, c.channel)] = take(8)
+    progress = take(8 * merged.nblocks)
+    offsets = np.zeros((len(merged.transfers), 3), np.int64)
+    for t, row in zip(tables, first_row):
+        for c in t.recvs:
+            offsets[row] = recv_at[(t.rank, c.peer, c.channel)] + (head_at[(c.peer, t.rank, c.channel)],)
+            row += 1
+        for c in t.sends:
+            offsets[row] = recv_at[(c.peer, t.rank, c.channel)] + (head_at[(t.rank, c.peer, c.channel)],)
+            row += 1
+    nelems = tables[0].nelems
+    block_offsets = np.zeros(merged.nblocks, np.int64)
+    for r, (part, b0) in enumerate(zip(parts, first_block)):
+        block_offsets[b0:b0 + part.nblocks] = r * nelems
+    return LoopbackLaunch(encoded=merged, block_offsets=block_offsets, conn_offsets=offsets, progress_offset=progress,
+                          nbytes=size, nranks=len(tables), nelems=nelems)

@@ -222,3 +222,38 @@ def run_emulated(tables: Sequence[RankTables], bufs: Sequence[np.ndarray], ufunc
     for m in memory:
         m.calls += 1
     return memory
+
+
+class EmulatedLoopback:
+    """The loopback mode emulated: one launch of every virtual rank's blocks of ``tables``
+    (:func:`.device_abi.loopback`), rings and counters in one numpy block as the device keeps
+    them in one allocation; :meth:`run` runs a call on the rows of a ``[nranks, nelems]`` array."""
+
+    def __init__(self, tables: Sequence[RankTables], dtype):
+        self.launch = abi.loopback(tables, np.dtype(dtype).itemsize)
+        self.memory = np.zeros(self.launch.nbytes, np.uint8)
+        base = address(self.memory)
+        self.conns = self.launch.conns(base)
+        self.progress = view(base + self.launch.progress_offset, self.launch.encoded.nblocks, np.int64)
+        self.calls = 0
+
+    def run(self, bufs: np.ndarray, ufunc, timeout: float = 30.0) -> None:
+        launch = self.launch
+        if bufs.shape != (launch.nranks, launch.nelems) or not bufs.flags.c_contiguous:
+            raise BackendError(f"a loopback call runs on a contiguous [{launch.nranks}, {launch.nelems}] array, "
+                               f"got {bufs.shape}")
+        flat = bufs.reshape(-1)
+        abort = np.zeros(1, np.int32)
+        stuck: List[str] = []
+        runner = threading.Thread(target=lambda: stuck.extend(run_blocks(
+            launch.encoded, [flat[int(o):] for o in launch.block_offsets], self.conns, self.progress, abort,
+            self.calls, ufunc)), daemon=True)
+        runner.start()
+        runner.join(timeout)
+        if runner.is_alive():
+            abort[0] = 1
+            runner.join()
+        if abort[0]:
+            raise BackendError(f"device emulator (loopback): the call was not done within {timeout} s; every block "
+                               "aborts (" + "; ".join(sorted(stuck)[:8]) + ")")
+        self.calls += 1

@@ -13,8 +13,10 @@ import pytest
 from kernel_reference import reference
 from blinkflow.ops import ReduceOp
 
-from blinkflow.errors import BackendError
-from blinkflow.backends.device_emulator import run_emulated
+from blinkflow.errors import BackendError, ScheduleError
+from blinkflow.backends.device_emulator import EmulatedLoopback, run_emulated
+from blinkflow.planner import make_plan
+from blinkflow.topology.presets import get_preset
 from blinkflow.schedule.device_tables import BlockTable, DeviceStep, RankTables, build_tables
 from blinkflow.schedule.lower import lower
 
@@ -98,3 +100,31 @@ def test_a_table_that_waits_forever_aborts_every_block():
                                 BlockTable(1, (DeviceStep("copy", 2, 2, src_offset=6, waits=((0, 1),)),))), (), ())
     with pytest.raises(BackendError, match="not done within 0.5 s"):
         run_emulated([t], [np.zeros(8, np.float32)], np.add, timeout=0.5)
+
+
+@pytest.mark.parametrize("nranks", [2, 4, 8])
+def test_loopback_launch_bitwise_the_runners_result(nranks):
+    """Every virtual rank's blocks in one launch (rings and counters in one memory block, each
+    rank's buffer a row of one array), two calls, on the planner's HGX H100 trees."""
+    topology = get_preset("hgx-h100")
+    devices = list(topology.compute_ids[:nranks])
+    schedule = lower(make_plan(topology, "allreduce", devices=devices), 300, 16)
+    tables = build_tables(schedule, {d: r for r, d in enumerate(devices)}, 2, 7)
+    for dtype, op in _dtypes():
+        inputs = _inputs(schedule, 2, dtype, nranks)
+        want = run_ranks([schedule, schedule], inputs, nslots=2, op=op, fuse=7, reduce_all=fused_reduction(op))
+        loopback = EmulatedLoopback([tables[r] for r in range(nranks)], dtype)
+        for call in range(2):
+            bufs = np.stack([inputs[r][call] for r in range(nranks)])
+            loopback.run(bufs, OPS[op])
+            for r in range(nranks):
+                assert bufs[r].tobytes() == want[(r, call)].tobytes(), (r, call, dtype, op)
+
+
+def test_a_loopback_launch_needs_its_ranks_in_order_and_one_row_each():
+    schedule = lower(plan_for("allreduce", range(2), random.Random(0)), 40, 8)
+    tables = build_tables(schedule, {d: r for r, d in enumerate(schedule.devices)}, 2)
+    with pytest.raises(ScheduleError, match="ranks 0..1 in order"):
+        EmulatedLoopback([tables[1], tables[0]], np.float32)
+    with pytest.raises(BackendError, match=r"contiguous \[2, 40\] array"):
+        EmulatedLoopback([tables[0], tables[1]], np.float32).run(np.zeros((2, 39), np.float32), np.add)

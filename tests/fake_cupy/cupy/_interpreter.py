@@ -19,9 +19,15 @@ class InterpreterKernel:
 
     def __init__(self, expr):
         m = re.fullmatch(r"blinkflow_interpreter<([a-z_0-9 ]+), (\d)>", expr)
-        if m is None or m.group(1) not in _DTYPES:
+        if m is not None and m.group(1) == "bf_bfloat16":  # the bits of bfloat16, as ml_dtypes computes them
+            from ml_dtypes import bfloat16
+
+            self.dtype = np.dtype(bfloat16)
+        elif m is None or m.group(1) not in _DTYPES:
             raise NotImplementedError(f"fake cupy does not emulate {expr}")
-        self.dtype, self.op = np.dtype(_DTYPES[m.group(1)]), _OPS[int(m.group(2))]
+        else:
+            self.dtype = np.dtype(_DTYPES[m.group(1)])
+        self.op = _OPS[int(m.group(2))]
         self.kernel = type("Function", (), {"ptr": id(self)})()
 
     def __call__(self, grid, block, args, stream=None, **kwargs):
