@@ -221,6 +221,9 @@ class DeviceExecutor:
         self._shapes: "collections.OrderedDict[tuple, ShapeMemory]" = collections.OrderedDict()
         self._sharers = _ranks_on_this_gpu(local_comm, routes.bus_id)
         self._broken: Optional[str] = None
+        self._resident: set = set()
+        """(kernel, blocks) pairs that passed the co-residency check: it asks the device's
+        properties, which costs more than the launch, so once per pair, not per call."""
         self.launches = 0
         """Calls run so far (tests, debugging)."""
 
@@ -241,8 +244,11 @@ class DeviceExecutor:
         else:
             self._shapes.move_to_end(key)
         enc = shape.encoded
-        kernel = kernels.get_kernel("interpreter.cu", interpreter_name(dtype, op, buf.dtype.itemsize))
-        check_co_residency(self.cupy, kernel, enc.nblocks, self._sharers)
+        name = interpreter_name(dtype, op, buf.dtype.itemsize)
+        kernel = kernels.get_kernel("interpreter.cu", name)
+        if (name, enc.nblocks) not in self._resident:
+            check_co_residency(self.cupy, kernel, enc.nblocks, self._sharers)
+            self._resident.add((name, enc.nblocks))
         launched = self.proxy.start(shape.edges_of_call(), shape.abort, self.timeout)
         try:
             shape.launch.launch(kernel, buf, shape.progress, shape.abort.__array_interface__["data"][0], shape.calls)
