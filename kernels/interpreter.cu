@@ -11,7 +11,7 @@
 //   wait(progress[other] >= c*stride+v)    thread 0: bf_wait(progress + other, ...)
 //   wait(tail >= base + seq + 1), each in  thread 0: bf_wait(tail, ...) (acquire: volatile load)
 //   wait(head >= base + send_seq+1-W)      thread 0: bf_wait(head, ...)
-//   every wait polls abort[0]              bf_wait returns false once *abort is set
+//   every wait polls abort[0]              bf_wait returns false once *abort is set (read every 1024 polls)
 //   span = slot / combine(span, slots)     every thread: elements k, k + blockDim.x, ...
 //     / copy                                 (a reduction accumulates its inputs, rounds once)
 //   slot(send) = span                      every thread: plain stores into the peer's slot
@@ -86,11 +86,18 @@ __device__ __forceinline__ uint4 bf_load_volatile_v4(const void* p) {
     return v;
 }
 
-// Spin until *counter >= value; false when the abort flag was raised first.
+// Spin until *counter >= value; false when the abort flag was raised first. The flag lives in
+// host memory (a read crosses PCIe, a microsecond), so it is read once every BF_ABORT_SPINS polls
+// of the counter (device memory, or host memory the proxy writes), as NCCL checks its abort flag.
+#define BF_ABORT_SPINS 1024
 __device__ __forceinline__ bool bf_wait(const long long* counter, long long value, const volatile int* abort) {
     const volatile long long* c = counter;
+    int spins = 0;
     while (*c < value) {
-        if (*abort) return false;
+        if (++spins == BF_ABORT_SPINS) {
+            spins = 0;
+            if (*abort) return false;
+        }
     }
     return true;
 }
