@@ -9,6 +9,7 @@ ends when the abort flag is raised.
 This checks the kernel's own code (step decoding, waits, multi-input combination, posts, block
 offsets, vector and scalar paths) where the emulator tests check its numpy twin; only the
 GPU's memory model and a block's many threads are left to the GPU tier."""
+import ctypes
 import threading
 
 import numpy as np
@@ -47,6 +48,9 @@ class HostLoopback:
                                  self.launch.conns(address(self.memory)))]
         self.progress = view(address(self.memory) + self.launch.progress_offset, enc.nblocks, np.int64)
         self.entry = getattr(lib, f"interpreter_{dtype_name}_{CODES[op]}")
+        # bufs, block offsets, steps, inputs, waits, block starts, conns, progress, abort; call,
+        # window, slot elements; blocks
+        self.entry.argtypes = [ctypes.c_void_p] * 9 + [ctypes.c_longlong] * 3 + [ctypes.c_int]
         self.calls = 0
 
     def run(self, bufs, timeout=60.0):
@@ -54,8 +58,8 @@ class HostLoopback:
         abort = np.zeros(1, np.int32)
         enc = self.launch.encoded
         args = [address(bufs)] + [address(a) for a in self.arrays] + [address(self.progress), address(abort)]
-        kernel = threading.Thread(target=self.entry, args=(*args, np.int64(self.calls), np.int64(enc.window),
-                                                             np.int64(enc.slot_elems), enc.nblocks), daemon=True)
+        kernel = threading.Thread(target=self.entry, args=(*args, self.calls, enc.window, enc.slot_elems, enc.nblocks),
+                                  daemon=True)
         kernel.start()
         kernel.join(timeout)
         if kernel.is_alive():
@@ -64,12 +68,6 @@ class HostLoopback:
             return False
         self.calls += 1
         return True
-
-
-def _argtypes(entry):
-    import ctypes
-
-    entry.argtypes = [ctypes.c_void_p] * 9 + [ctypes.c_longlong] * 3 + [ctypes.c_int]
 
 
 def _dtypes():
@@ -91,7 +89,6 @@ def test_the_kernel_is_bitwise_the_runner(lib, nranks, nelems, chunk):
         want = run_ranks([schedule, schedule], inputs, nslots=2, op=op, fuse=7, reduce_all=fused_reduction(op))
         name = np.dtype(dtype).name
         launch = HostLoopback(lib, [tables[r] for r in range(nranks)], name, op)
-        _argtypes(launch.entry)
         for call in range(2):
             bufs = np.stack([inputs[r][call] for r in range(nranks)])
             storage = bufs.view(np.uint16) if name == "bfloat16" else bufs
@@ -104,5 +101,4 @@ def test_a_table_that_waits_forever_ends_when_the_flag_is_raised(lib):
     t = RankTables(0, 8, 1, 4, (BlockTable(0, (DeviceStep("copy", 0, 2, src_offset=4, waits=((1, 1),)),)),
                                 BlockTable(1, (DeviceStep("copy", 2, 2, src_offset=6, waits=((0, 1),)),))), (), ())
     launch = HostLoopback(lib, [t], "float32", "sum")
-    _argtypes(launch.entry)
     assert not launch.run(np.zeros((1, 8), np.float32), timeout=0.5)
