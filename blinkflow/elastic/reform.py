@@ -21,10 +21,11 @@ the collective in flight has raised :class:`~blinkflow.errors.ShutdownError` the
    names the set and the rank it lost.
 
 Between 2 and 4, once every survivor is past step 1 (the shrink is collective among them), the
-old job's backends and communicators are released: its shared-memory windows (``MPI_Win_free``
+old job's cpu backends and communicators are released: its shared-memory windows (``MPI_Win_free``
 synchronizes the window's ranks; with the lost ones reported failed it returns among the
 survivors), its rings, its communicators. That runs under a deadline (:data:`RELEASE_S`): should
-it not return, the old runtime is left as it is and its mappings stay until the process exits.
+it not return, the old runtime is left as it is and its mappings stay until the process exits,
+as they do for a job with a cuda backend (whose teardown needs the ranks that are gone).
 
 :func:`reform_on` is the entry for a communicator made elsewhere (ranks added: an
 intercommunicator merged with the newcomers, ``MPI.Intercomm.Merge``): collective over that
@@ -198,8 +199,14 @@ def _retire(engine) -> None:
 
 
 def _release(engine) -> None:
-    """Free the retired engine's backends (windows, rings) and communicators, under a deadline."""
+    """Free the retired engine's backends (windows, rings) and communicators, under a deadline.
+    Only the cpu backend's teardown is known to end among the survivors; the cuda backend's
+    starts with a barrier over its host's ranks, which a revoked communicator refuses, and the
+    process sets of such a job are left as they are, with their memory."""
     loops = [engine.loop] + ([t.loop for t in engine.sets.threads.values()] if engine.sets else [])
+    if any(backend.name != "cpu" for loop in loops if loop is not None for backend in loop.backends.values()):
+        _unreleased.append(engine)
+        return
 
     def release() -> None:
         for loop in loops:
