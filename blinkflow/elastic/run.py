@@ -23,7 +23,6 @@ from ..errors import HostsUpdatedInterrupt, ShutdownError
 from ..runtime.global_state import RUNTIME
 from . import hosts
 from .reform import reform
-from .reform import reform_on  # noqa: F401  (the grow side's entry)
 
 
 def lost_ranks_failure(error: BaseException) -> Optional[ShutdownError]:
