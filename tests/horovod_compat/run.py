@@ -136,12 +136,17 @@ def main(argv=None) -> int:
     for name in args.files:
         for n in args.np:
             found, killed = run_file(tests_dir, name, n, args.timeout, work)
-            everything += [{"file": name, "np": n, "test": t, "status": s, "text": x[-3000:], "killed": killed}
+            everything += [{"file": name, "np": n, "test": t, "status": s, "text": _shortened(x), "killed": killed}
                            for t, s, x in found]
     if args.json:
         with open(args.json, "w") as out:
             json.dump(everything, out, indent=1)
     return summarize(everything, args.verbose)
+
+
+def _shortened(text: str) -> str:
+    """A failure's first lines (the errors) and its last (where they were raised)."""
+    return text if len(text) <= 4000 else text[:1000] + "\n...\n" + text[-3000:]
 
 
 def summarize(everything, verbose: bool) -> int:
