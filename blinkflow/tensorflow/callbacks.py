@@ -19,6 +19,7 @@ import numpy as np
 
 from ..ops import ReduceOp
 from . import _bridge, uneven_epochs
+from .best_checkpoint import BestModelCheckpoint  # noqa: F401  (Horovod's name, in Horovod's module)
 from ._compat import learning_rate_of
 from .local_gradients import LocalSources
 from .variables import broadcast_variables

@@ -75,8 +75,9 @@ def allreduce(tensors, op, name, prescale_factor=1.0, postscale_factor=1.0, proc
 def allreduce_gradient(dys, op, grad_name, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Horovod's all-reduce gradient: the output gradients all-reduced with the same op and scale
     factors, under ``grad_name``."""
-    if op not in (ReduceOp.AVERAGE, ReduceOp.SUM):
-        raise BlinkflowError(f"no gradient for allreduce with op {op.name}: only Average and Sum are differentiable")
+    if op not in (ReduceOp.AVERAGE, ReduceOp.SUM, ReduceOp.ADASUM):
+        raise BlinkflowError(f"no gradient for allreduce with op {op.name}: only Average, Sum and Adasum are "
+                             "differentiable")
     return allreduce(dys, op, grad_name, prescale_factor, postscale_factor, process_set)
 
 
