@@ -30,11 +30,12 @@ RULES = (
 
 _AVERAGE = ("float32 at 3 ranks: the test wants (x*3)/3 (or x) with threshold 0; Horovod's ScaleBuffer "
             "multiplies the sum by float32(1/3) (collective_operations.cc), one ulp off in about 1 of 9 elements")
-_FOLDED = ("float32 at 3 ranks in graph mode: Grappler folds the reference's two constant factors ((f*x)*3 "
-           "becomes x*(3f)), an order no all-reduce computes; Horovod's prescale-then-sum differs as ours does; "
-           "eager mode passes")
-_PRODUCT = ("float32 at 3 ranks: a product's rounding depends on the order the ranks' factors meet, which "
-            "neither MPI nor Horovod fixes; Open MPI's own MPI_PROD differs from tf.reduce_prod at 4913 elements")
+_FOLDED = ("float32 at 3 ranks in graph mode: TensorFlow's graph rewrites fold the reference's two constant "
+           "factors ((f*x)*3 becomes x*(3f)), an order no all-reduce computes; Horovod's scale-and-sum differs "
+           "from it as ours does; eager mode passes")
+_PRODUCT = ("float16/32 at 3 ranks: a product's rounding depends on the order the ranks' factors meet, which "
+            "neither MPI nor Horovod fixes; Open MPI's own MPI_PROD differs from tf.reduce_prod in 1149 of "
+            "4913 float32 elements")
 
 #: Units whose failure is judged by reading the test: test name (without the file) ->
 #: (label, why, the world sizes where the judgement holds). Elsewhere their failures are real.
