@@ -29,8 +29,8 @@ def kept(log_file: str) -> Dict:
     if not best:
         raise click.ClickException(f"the search did not finish within the warm-up ({len(rows)} samples logged in "
                                    f"{log_file}); raise --tune-steps")
-    return {"fusion_threshold": int(best[-1]["fusion_threshold_bytes"]), "cycle_time_ms": float(best[-1]["cycle_time_ms"]),
-            "samples": sum(r["phase"] == "sample" for r in rows)}
+    return {"fusion_threshold": int(best[-1]["fusion_threshold_bytes"]),
+            "cycle_time_ms": float(best[-1]["cycle_time_ms"]), "samples": sum(r["phase"] == "sample" for r in rows)}
 
 
 @click.command(help=__doc__.split("\n\n")[0])
