@@ -79,6 +79,10 @@ class Config:
     """Bytes of gradients per bucket: DistributedOptimizer and DistributedGradientTape submit each
     bucket as soon as backprop has produced it, last layer first, so its all-reduce overlaps the
     rest of backprop (PyTorch DDP's ``bucket_cap_mb``, and its default); 0 = one bucket."""
+    elastic_min_np: int = 0
+    """The fewest ranks an elastic job (``blinkflow.elastic.run``) goes on with after losing some
+    (``blinkrun --min-np``); below it the job ends on every survivor with TooFewRanksError naming
+    the ranks lost. 0: any number, down to one."""
     pin_gpus: int = 1
     """1: ``blinkrun`` names, before CUDA starts in a rank, the GPUs of the rank's host by uuid in
     ``CUDA_VISIBLE_DEVICES`` (the same list for every local rank; local rank k drives device k;
@@ -194,6 +198,7 @@ BOUNDS = {
     "chunk_bytes": (0, float(1 << 30), False, " bytes"),
     "bucket_bytes": (0, float(1 << 40), False, " bytes"),
     "split_hosts": (0, 65536, False, " hosts"),
+    "elastic_min_np": (0, 1 << 24, False, " ranks"),
     "autotune_warmup_samples": (0, 1_000_000, False, " samples"),
     "autotune_steps_per_sample": (1, 1_000_000, False, " cycles"),
     "autotune_bayes_opt_max_samples": (1, 10_000, False, " samples"),
