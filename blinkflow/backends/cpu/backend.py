@@ -289,7 +289,7 @@ class CpuBackend(Backend):
         self.stats["packed"] += 1
         ufunc = kernels.combiner(op)
         stage = shape.stage
-        if stage == n:  # one stage: the whole call packed by one C loop, as before staging existed
+        if stage == n:  # one stage: the whole call packed by one C loop
             self._mark("start", "COPY_IN")
             buf = self.buffer(n, result.dtype)
             np.concatenate(pieces, out=buf)  # (flat and contiguous: Backend.allreduce_pieces' contract)
