@@ -29,7 +29,7 @@ from __future__ import annotations
 from ..compression import Compression
 from ..ops import Average
 from .barriers import barrier, join  # noqa: F401
-from .collectives import refuse, submit
+from .collectives import refuse, run, submit
 from .enqueue import poll, synchronize  # noqa: F401
 from .global_state import RUNTIME
 from .lifecycle import init, is_initialized, shutdown  # noqa: F401
@@ -145,46 +145,48 @@ def refused_async(kind: str, name: str, error: Exception, process_set=None) -> i
 
 
 # ---- synchronous collectives ---------------------------------------------------------------------
+# Submitted and waited for without an integer handle: nothing else can hold the call.
 def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
               compression=Compression.none, process_set=None):
-    return synchronize(allreduce_async(tensor, op, name, prescale_factor, postscale_factor, compression,
-                                       process_set))
+    return run("allreduce", name, process_set, tensor=tensor, op=op, prescale_factor=prescale_factor,
+               postscale_factor=postscale_factor, compression=compression)
 
 
 def grouped_allreduce(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
                       compression=Compression.none, process_set=None):
-    return synchronize(grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor, compression,
-                                               process_set))
+    return run("grouped_allreduce", name, process_set, tensors=tensors, op=op, prescale_factor=prescale_factor,
+               postscale_factor=postscale_factor, compression=compression)
 
 
 def allgather(tensor, name=None, process_set=None):
-    return synchronize(allgather_async(tensor, name, process_set))
+    return run("allgather", name, process_set, tensor=tensor)
 
 
 def grouped_allgather(tensors, name=None, process_set=None):
-    return synchronize(grouped_allgather_async(tensors, name, process_set))
+    return run("grouped_allgather", name, process_set, tensors=tensors)
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
-    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+    return run("broadcast", name, process_set, tensor=tensor, root_rank=root_rank)
 
 
 def grouped_broadcast(tensors, root_rank, name=None, process_set=None):
-    return synchronize(grouped_broadcast_async(tensors, root_rank, name, process_set))
+    return run("grouped_broadcast", name, process_set, tensors=tensors, root_rank=root_rank)
 
 
 def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    return synchronize(reducescatter_async(tensor, op, name, prescale_factor, postscale_factor, process_set))
+    return run("reducescatter", name, process_set, tensor=tensor, op=op, prescale_factor=prescale_factor,
+               postscale_factor=postscale_factor)
 
 
 def grouped_reducescatter(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
                           process_set=None):
-    return synchronize(grouped_reducescatter_async(tensors, op, name, prescale_factor, postscale_factor,
-                                                   process_set))
+    return run("grouped_reducescatter", name, process_set, tensors=tensors, op=op, prescale_factor=prescale_factor,
+               postscale_factor=postscale_factor)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
-    return synchronize(alltoall_async(tensor, splits, name, process_set))
+    return run("alltoall", name, process_set, tensor=tensor, splits=splits)
 
 
 # ---- timeline ------------------------------------------------------------------------------------

@@ -24,8 +24,9 @@ from ..compression import Compression
 from ..errors import InvalidArgumentError
 from ..ops import Adasum, Average, as_reduce_op
 from . import arguments
-from .enqueue import call_name, enqueue, enqueue_refusal, first
+from .enqueue import call_name, enqueue_refusal, first, queue, queue_refusal, wait
 from .global_state import RUNTIME
+from .handles import Handle
 from .messages import Kind, Request
 from .process_sets import loop_of
 
@@ -43,6 +44,16 @@ class Collective:
 def submit(what: str, name, process_set, /, **call) -> int:
     """Submit collective ``what`` (a key of :data:`COLLECTIVES`) with its ``call`` arguments;
     returns a handle for :func:`.enqueue.synchronize`."""
+    return RUNTIME.handles.add(_queued(what, name, process_set, call))
+
+
+def run(what: str, name, process_set, /, **call):
+    """Collective ``what`` as a synchronous call: submitted, waited for, its result returned
+    (or its error raised), without an integer handle in between."""
+    return wait(_queued(what, name, process_set, call))
+
+
+def _queued(what: str, name, process_set, call) -> Handle:
     collective = COLLECTIVES[what]
     loop = loop_of(RUNTIME.running(f"blinkflow.{what}"), process_set, what)
     name = call_name(name, what, loop.set_id)
@@ -51,8 +62,8 @@ def submit(what: str, name, process_set, /, **call) -> int:
         if fields.get("device") == "cuda":
             _on_rank_gpu(arrays, loop, name)
     except Exception as e:  # noqa: BLE001 - whatever this rank refuses, every rank must hear of it
-        return enqueue_refusal(loop, collective.kind, name, e)
-    return enqueue(loop, [(Request(name, collective.kind, **fields), arrays)], finish)
+        return queue_refusal(loop, collective.kind, name, e)
+    return queue(loop, [(Request(name, collective.kind, **fields), arrays)], finish)
 
 
 def refuse(op: str, name: str, error: Exception, process_set=None) -> int:

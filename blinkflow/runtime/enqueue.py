@@ -1,9 +1,12 @@
 """Requests into a process set's queue, and handles out: what every public call ends in.
 
 * :func:`call_name`: the name a call travels under (drawn before its arguments are checked);
-* :func:`enqueue`: requests and their arrays onto a loop's queue; returns an integer handle;
+* :func:`enqueue`: requests and their arrays onto a loop's queue; returns an integer handle
+  (:func:`queue` the same, returning the :class:`Handle` itself, unregistered);
 * :func:`enqueue_refusal`: a call this rank refuses, still sent under its name;
-* :func:`poll` / :func:`synchronize`: a handle's state, and its result or error.
+* :func:`poll` / :func:`synchronize`: a handle's state, and its result or error;
+* :func:`wait`: a synchronous call's result from its unregistered handle (nobody else can hold
+  it, so it never enters the handle table: no id, no lock, no ownership to give up).
 """
 from __future__ import annotations
 
@@ -32,6 +35,11 @@ def call_name(name, op: str, set_id: int = 0) -> str:
 def enqueue(loop, requests_arrays: List[Tuple[Request, Any]], finish: Callable[[List[Any]], Any]) -> int:
     """Queue ``(request, arrays)`` pairs on ``loop`` (a process set's); the handle's result is
     ``finish`` of the requests' results."""
+    return loop.state.handles.add(queue(loop, requests_arrays, finish))
+
+
+def queue(loop, requests_arrays: List[Tuple[Request, Any]], finish: Callable[[List[Any]], Any]) -> Handle:
+    """:func:`enqueue`, returning the handle itself, not entered in the handle table."""
     slots = [Slot() for _ in requests_arrays]
     entries = [Entry(request, array, slot) for (request, array), slot in zip(requests_arrays, slots)]
     timeline = loop.timeline
@@ -46,16 +54,21 @@ def enqueue(loop, requests_arrays: List[Tuple[Request, Any]], finish: Callable[[
             for entry in entries:
                 timeline.end(entry.name, "QUEUED")
         raise
-    return state.handles.add(Handle(slots, finish))
+    return Handle(slots, finish)
 
 
 def enqueue_refusal(loop, kind: Kind, name: str, error: Exception) -> int:
     """Submit a call this rank refuses (bad arguments) under its name, carrying the reason: the
     coordinator answers every rank with one InvalidArgumentError naming this rank and reason,
     so no rank waits for it and the next collective pairs as it should."""
+    return loop.state.handles.add(queue_refusal(loop, kind, name, error))
+
+
+def queue_refusal(loop, kind: Kind, name: str, error: Exception) -> Handle:
+    """:func:`enqueue_refusal`, returning the handle itself, not entered in the handle table."""
     reason = str(error) if isinstance(error, BlinkflowError) else f"{type(error).__name__}: {error}"
     request = Request(name, kind, "", (), rejected=clipped(reason or type(error).__name__))
-    return enqueue(loop, [(request, None)], _refusals_never_finish)
+    return queue(loop, [(request, None)], _refusals_never_finish)
 
 
 def _refusals_never_finish(results):
@@ -77,12 +90,16 @@ def synchronize(handle: int):
     A call that completed before ``shutdown()`` still returns its result after it; one that did
     not raised ShutdownError there, and raises it here."""
     h = _known(handle, "synchronize")
-    engine = RUNTIME.engine
-    abort = engine.state.abort_check if engine is not None and engine.state is not None else _stopped
     try:
-        return h.wait(abort)
+        return wait(h)
     finally:
         RUNTIME.handles.pop(handle)
+
+
+def wait(handle: Handle):
+    """Wait for ``handle`` (a :class:`Handle`, not an id) and return its result or raise its error."""
+    engine = RUNTIME.engine
+    return handle.wait(engine.state.abort_check if engine is not None and engine.state is not None else _stopped)
 
 
 def _known(handle, what: str) -> Handle:

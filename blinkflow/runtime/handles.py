@@ -20,6 +20,7 @@ import threading
 from _thread import allocate_lock
 from typing import Any, Callable, Dict, List, Optional
 
+from ..errors import BlinkflowError, InvalidArgumentError
 from .messages import shown
 
 # How often a waiting user thread wakes to re-check; waiting never depends on MPI progress.
@@ -139,9 +140,9 @@ class HandleTable:
         return HandleId(hid, self)
 
     def get(self, hid, what: str = "synchronize") -> Handle:
-        from ..errors import BlinkflowError, InvalidArgumentError
-
-        if isinstance(hid, bool) or not isinstance(hid, numbers.Integral):
+        # (A HandleId or an int first: the abstract Integral check costs a few microseconds.)
+        if type(hid) is not HandleId and type(hid) is not int and (
+                isinstance(hid, bool) or not isinstance(hid, numbers.Integral)):
             raise InvalidArgumentError(f"blinkflow.{what}() takes a handle (the int an *_async call returned), got "
                                        f"{type(hid).__name__} {shown(hid)}")
         with self._lock:
@@ -154,6 +155,8 @@ class HandleTable:
     def pop(self, hid: int) -> None:
         with self._lock:
             self._handles.pop(_number(hid), None)
+        if type(hid) is HandleId:
+            hid._owning = False  # its entry is gone: nothing left for its __del__ to release
 
 
 def _number(hid) -> int:

@@ -15,10 +15,12 @@ A shared mapping (``mmap(-1, n)``'s default) cannot have huge pages where ``shme
 ``never``, the common default; the result needs no sharing, so it is private.
 
 A result is a numpy array over a block the pool lends out: the pool marks the block lent when it
-hands out the array, and a finalizer on that array (``weakref.finalize``) marks it idle again.
+hands out the array, and a weak reference to that array marks it idle again when the array
+dies (its callback; a plain ``weakref.ref`` held by the block, which costs the lend one C call
+where ``weakref.finalize`` costs a few Python ones and a registry entry).
 Every view made from the array (slices, reshapes, ``.view(dtype)``, a memoryview of it) keeps
 the array alive (numpy's ``base`` chain stops at it: its own base is the block's memoryview, not
-an array), so the finalizer runs exactly when the last of them is gone, in whichever thread drops
+an array), so the callback runs exactly when the last of them is gone, in whichever thread drops
 it. The pool only hands out blocks from the runtime's background thread; a user thread that
 drops its last array concurrently can only make a free block look lent for one more call, never
 the reverse.
@@ -28,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import weakref
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 
@@ -46,7 +48,7 @@ IDLE_LENDS = 8
 class Block:
     """One mapping of the pool: its usable span and whether an array of it is alive."""
 
-    __slots__ = ("mapping", "start", "size", "lent", "last_lent")
+    __slots__ = ("mapping", "start", "size", "lent", "last_lent", "watch")
 
     def __init__(self, mapping: mmap.mmap, start: int, size: int):
         self.mapping = mapping
@@ -55,9 +57,11 @@ class Block:
         self.lent = False
         self.last_lent = 0
         """The pool's lend count when it was last lent."""
+        self.watch: Optional[weakref.ref] = None
+        """A weak reference to the array it is lent as, whose callback is :meth:`returned`."""
 
-    def returned(self) -> None:
-        """The finalizer of the array it was lent as: nothing of it is alive any more."""
+    def returned(self, _watch=None) -> None:
+        """The array it was lent as died: nothing of it is alive any more."""
         self.lent = False
 
 
@@ -96,7 +100,7 @@ class ResultPool:
         array = np.frombuffer(block.mapping, np.uint8, nbytes, block.start)
         self.lends += 1
         block.lent, block.last_lent = True, self.lends
-        weakref.finalize(array, block.returned)
+        block.watch = weakref.ref(array, block.returned)
         return array
 
     def _idle_block(self, nbytes: int):

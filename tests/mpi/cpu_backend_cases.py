@@ -326,6 +326,30 @@ def run_packed_in_stages(be):
         be.single_copy, cpu_backend.STAGE_BYTES = single_copy, stage_bytes
 
 
+def run_shape_decided_once(be):
+    """The policy decides an all-reduce's algorithm and stages on the first call of its shape;
+    later calls of that shape (a training loop's every step) reuse the decision and still
+    reduce correctly."""
+    from blinkflow.schedule import policy
+
+    asked = []
+    choose = policy.choose
+    policy.choose = lambda *args, **kwargs: asked.append(args[0]) or choose(*args, **kwargs)
+    try:
+        n = 3001  # a shape no other case uses
+        inputs = [data(r, n, np.float32, 70) for r in range(SIZE)]
+        pieces = [inputs[RANK][:1000], inputs[RANK][1000:]]
+        for call in range(3):
+            out = np.empty(n, np.float32)
+            be.allreduce_pieces(pieces, ReduceOp.SUM, out=out)
+            expect_reduced(out, inputs, ReduceOp.SUM, f"call {call} of one shape")
+            if call == 0:
+                first = len(asked)
+        assert len(asked) == first, f"the policy was asked again for a known shape: {asked[first:]}"
+    finally:
+        policy.choose = choose
+
+
 def run_mailbox_rings():
     """The shared-memory control rings (mailbox.py) with 4 slots each. A full ring refuses a
     message rather than wait (its receiver may be outside the runner): every rank posts to every
@@ -522,6 +546,12 @@ def case_packed_in_stages(r, n):
     if n == 1:
         skip("one rank reduces nothing: the call is a copy")
     run_packed_in_stages(BACKEND)
+
+
+def case_shape_decided_once(r, n):
+    if n == 1:
+        skip("one rank reduces nothing: the call is a copy, no policy is asked")
+    run_shape_decided_once(BACKEND)
 
 
 def case_mailbox_rings(r, n):

@@ -17,10 +17,11 @@ runtime's contract).
 from __future__ import annotations
 
 import bisect
+import collections
 import dataclasses
 import itertools
 import platform
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from ...errors import BackendError
 from ...ops import ReduceOp
 from ...schedule import policy
 from ...schedule.cache import Programs
+from ...schedule.program import RankProgram
 from ...schedule.runner import SequenceState, run_program, settle
 from .. import teardown
 from ..base import Backend, BackendContext
@@ -62,15 +64,29 @@ def staged_elems(n: int, itemsize: int, chunk_bytes: int) -> int:
 
 def _pack_range(pieces: Sequence[np.ndarray], starts: Sequence[int], lo: int, out: np.ndarray) -> None:
     """Copy elements ``[lo, lo + out.size)`` of the concatenation of ``pieces`` into ``out``;
-    ``starts[i]`` is where piece ``i`` begins in it (so a stage finds its first piece at once)."""
-    i, filled = bisect.bisect_right(starts, lo) - 1, 0
-    while filled < out.shape[0]:
-        piece = pieces[i]
-        start = lo + filled - starts[i]
-        take = min(piece.shape[0] - start, out.shape[0] - filled)
-        out[filled:filled + take] = piece[start:start + take]
-        filled += take
-        i += 1
+    ``starts[i]`` is where piece ``i`` begins in it (so a stage finds its first piece at once).
+    One ``np.concatenate`` of the stage's pieces, the first and last cut to the stage: a
+    training step's hundreds of gradients are copied by one C loop, not a Python one."""
+    hi = lo + out.shape[0]
+    first, last = bisect.bisect_right(starts, lo) - 1, bisect.bisect_left(starts, hi) - 1
+    parts = list(pieces[first:last + 1])
+    parts[-1] = parts[-1][:hi - starts[last]]  # (first and last may be one piece: cut its end first)
+    parts[0] = parts[0][lo - starts[first]:]
+    np.concatenate(parts, out=out)
+
+
+class _AllreduceShape(NamedTuple):
+    """How an all-reduce of one call shape runs, decided on its first call: the policy's choice
+    and the programs of its stages (a training loop repeats a few shapes every step, where
+    deciding again would cost more Python than the rest of a small call's bookkeeping)."""
+
+    choice: policy.Choice
+    program: RankProgram
+    """The whole call's program (single copy), or a full stage's (packed)."""
+    stage: int
+    """Elements per stage (``n`` when one stage holds the call)."""
+    last: RankProgram
+    """The last stage's program (``program`` unless the last stage is shorter)."""
 
 
 def _flat(arr) -> np.ndarray:
@@ -114,6 +130,7 @@ class CpuBackend(Backend):
         self.caps = policy.Capabilities("cpu", single_copy=self.single_copy is not None, l2_bytes=self.l2_bytes)
         self.last_choice: Optional[policy.Choice] = None
         """The policy's choice for the latest collective (tests, debugging)."""
+        self._allreduce_shapes: "collections.OrderedDict[tuple, _AllreduceShape]" = collections.OrderedDict()
         self._closed = False
         agree_policy(self.comm, config, self.caps, layout)
 
@@ -256,10 +273,9 @@ class CpuBackend(Backend):
                 if scale != 1.0:
                     scaled_copy(result, result, scale)
             return
-        runner, program = self._program("allreduce", n, result.itemsize)
-        in_place = prescale == 1.0  # the single copy's candidates: calls it can read where they lie
-        choice = self._choose("allreduce", result.nbytes, result.itemsize, npieces=len(pieces),
-                              program=program if in_place else None)
+        shape = self._allreduce_shape(n, result.itemsize, len(pieces), in_place=prescale == 1.0)
+        choice, program = shape.choice, shape.program
+        self.last_choice = choice
         if choice.algorithm == "single_copy":
             self.stats["single_copy"] += 1
             before = self.single_copy.helped_chunks
@@ -271,22 +287,53 @@ class CpuBackend(Backend):
             self.stats["helped_chunks"] += self.single_copy.helped_chunks - before
             return
         self.stats["packed"] += 1
-        stage = staged_elems(n, result.itemsize, choice.chunk_bytes)
-        if stage < n:
-            program = self.programs.get("allreduce", stage, choice.chunk_elems(result.itemsize))
         ufunc = kernels.combiner(op)
+        stage = shape.stage
+        if stage == n:  # one stage: the whole call packed by one C loop
+            self._mark("start", "COPY_IN")
+            buf = self.buffer(n, result.dtype)
+            np.concatenate(pieces, out=buf)  # (flat and contiguous: Backend.allreduce_pieces' contract)
+            if prescale != 1.0:
+                self.scale(buf, prescale)
+            self._mark("end", "COPY_IN")
+            self._run(choice, program, buf, ufunc, out=result, scale=scale)
+            return
         starts = list(itertools.accumulate((p.shape[0] for p in pieces[:-1]), initial=0))
         for lo in range(0, n, stage):
             hi = min(n, lo + stage)
-            if hi - lo != stage:  # the last, shorter stage (the same on every rank: n is agreed)
-                program = self.programs.get("allreduce", hi - lo, choice.chunk_elems(result.itemsize))
             self._mark("start", "COPY_IN")
             buf = self.buffer(hi - lo, result.dtype)
             _pack_range(pieces, starts, lo, buf)
             if prescale != 1.0:
                 self.scale(buf, prescale)
             self._mark("end", "COPY_IN")
-            self._run(choice, program, buf, ufunc, out=result[lo:hi], scale=scale)
+            self._run(choice, program if hi - lo == stage else shape.last, buf, ufunc, out=result[lo:hi], scale=scale)
+
+    def _allreduce_shape(self, n: int, itemsize: int, npieces: int, in_place: bool) -> _AllreduceShape:
+        """The policy's decision for an all-reduce of ``n`` elements of ``itemsize`` bytes in
+        ``npieces`` tensors (``in_place``: the single copy may read them where they lie, i.e.
+        no prescale), remembered per call shape. Every input of the decision is in the key: the
+        call's shape, and what a test may change on a live backend (the chunk, the single copy,
+        the stage size)."""
+        key = (n, itemsize, npieces, in_place, self.chunk_bytes, self.single_copy is not None, STAGE_BYTES)
+        shape = self._allreduce_shapes.get(key)
+        if shape is not None:
+            self._allreduce_shapes.move_to_end(key)
+            return shape
+        _, program = self._program("allreduce", n, itemsize)
+        choice = self._choose("allreduce", n * itemsize, itemsize, npieces=npieces,
+                              program=program if in_place else None)
+        stage, last = n, program
+        if choice.algorithm != "single_copy":
+            chunk = choice.chunk_elems(itemsize)
+            stage = staged_elems(n, itemsize, choice.chunk_bytes)
+            if stage < n:
+                program = self.programs.get("allreduce", stage, chunk)
+                last = program if n % stage == 0 else self.programs.get("allreduce", n % stage, chunk)
+        shape = self._allreduce_shapes[key] = _AllreduceShape(choice, program, stage, last)
+        if len(self._allreduce_shapes) > self.programs.capacity:
+            self._allreduce_shapes.popitem(last=False)
+        return shape
 
     def broadcast(self, buf, root: int) -> None:
         buf = _flat(buf)
