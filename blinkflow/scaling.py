@@ -1,15 +1,28 @@
 """Horovod's pre/post-scale arithmetic, the one definition every backend and binding uses.
 
 A collective's ``prescale_factor``, ``postscale_factor`` and Average's division by the number of
-ranks multiply a buffer by a factor. Horovod computes that product
+ranks multiply a buffer by a factor. Horovod 0.28's CPU operations do it in
+``HorovodOp::ScaleBuffer`` (``horovod/common/ops/collective_operations.cc``, with
+``ScaleBufferCPUImpl`` in ``collective_operations.h``): the prescale on each rank's input before
+the reduction, then the postscale on the reduced sum, where Average is a Sum whose postscale
+was divided by the size first, in float64 (``postscale_factor /= size`` in
+``mpi_operations.cc`` and ``gloo_operations.cc``). ScaleBuffer multiplies
 
-- for integers (and bool) in float64, truncated toward zero;
-- for float16 in float32, the factor rounded to float32, the product rounded once to float16;
-- for other floats in their own precision (the factor rounded to the buffer's dtype);
+- integers in float64 (``double * int``), converted back by truncation toward zero;
+- float16 in float32: the factor cast to float, the product rounded once to float16;
+- float32 in float32: the factor cast to float (``(float)scale_factor``), so a float32 Average
+  at 3 ranks is ``sum * float32(1/3)``, not ``sum / 3``;
+- float64 in float64.
 
-and an Average of integers without a postscale divides exactly (integer division truncated
-toward zero, no float64 rounding of large int64, no ``49 * (1/49) = 0.999...`` that truncates
-one too low). Horovod's results are then matched bit for bit at up to three ranks.
+blinkflow does the same, bit for bit, with three choices of its own:
+
+- an Average of integers without a postscale divides exactly (integer division truncated
+  toward zero, no float64 rounding of large int64), where Horovod's ``49 * (1/49)`` is
+  ``0.999...`` and truncates one too low; the two agree at 2 and 3 ranks for sums below 2**53;
+- factors keep float64 precision, where Horovod's TensorFlow op carries them as float32
+  attributes (``horovod/tensorflow/mpi_ops.cc``) and so rounds them before the core sees them;
+- bfloat16 and bool, which ScaleBuffer refuses: bfloat16 multiplies by the factor rounded to
+  bfloat16, bool in float64 (nonzero is true).
 
 The forms, held to each other by ``tests/unit/test_scaling.py``:
 
@@ -49,23 +62,20 @@ def scaled_copy(src, dst, factor: float) -> None:
 def average(buf, size: int, postscale: float = 1.0, scale: Callable[[object, float], None] = scale) -> None:
     """Divide a summed ``buf`` by ``size`` ranks and multiply by ``postscale``, in place.
 
-    Floats (and bool) are multiplied by ``postscale / size`` through ``scale`` (a backend passes
-    its own, a kernel on the GPU). Integers without a postscale are divided exactly, truncated
-    toward zero; with one, ``sum * postscale / size`` is computed in float64 and truncated.
+    As Horovod, ``buf`` is multiplied by one factor, ``postscale / size`` computed first in
+    float64, through ``scale`` (a backend passes its own, a kernel on the GPU); integers without
+    a postscale are instead divided exactly, truncated toward zero.
     """
-    if buf.dtype.kind not in "iu":
+    if buf.dtype.kind not in "iu" or postscale != 1.0:
         scale(buf, postscale / size)
         return
-    if postscale == 1.0:
-        # In 64 bits: ``int8 // 200`` would not even accept the size. Floor division, then
-        # truncation toward zero where a negative sum leaves a remainder.
-        wide = buf.astype("uint64" if buf.dtype.kind == "u" else "int64", copy=False)
-        quotient = wide // size
-        if buf.dtype.kind == "i":
-            quotient += ((wide - quotient * size) != 0) & (wide < 0)
-        buf[...] = quotient
-    else:
-        buf[...] = (buf.astype("float64") * postscale / size).astype(buf.dtype)
+    # In 64 bits: ``int8 // 200`` would not even accept the size. Floor division, then
+    # truncation toward zero where a negative sum leaves a remainder.
+    wide = buf.astype("uint64" if buf.dtype.kind == "u" else "int64", copy=False)
+    quotient = wide // size
+    if buf.dtype.kind == "i":
+        quotient += ((wide - quotient * size) != 0) & (wide < 0)
+    buf[...] = quotient
 
 
 def tf_scaled(tensor, factor: float):
@@ -88,12 +98,11 @@ def tf_averaged(summed, size: int, postscale: float = 1.0):
     """:func:`average` of a ``tf.Tensor``: ``summed`` over ``size`` ranks, times ``postscale``."""
     import tensorflow as tf
 
-    if summed.dtype.is_floating or summed.dtype == tf.bool:
+    if summed.dtype.is_floating or summed.dtype == tf.bool or postscale != 1.0:
         return tf_scaled(summed, postscale / size)
-    if postscale == 1.0:  # in 64 bits, as the array form: ``int8`` cannot even hold 200 ranks
-        wide = tf.uint64 if summed.dtype.is_unsigned else tf.int64
-        return tf.cast(tf.truncatediv(tf.cast(summed, wide), tf.constant(size, wide)), summed.dtype)
-    return tf.cast(tf.cast(summed, tf.float64) * postscale / size, summed.dtype)
+    # In 64 bits, as the array form: ``int8`` cannot even hold 200 ranks.
+    wide = tf.uint64 if summed.dtype.is_unsigned else tf.int64
+    return tf.cast(tf.truncatediv(tf.cast(summed, wide), tf.constant(size, wide)), summed.dtype)
 
 
 def kernel_factor(dtype: str, factor: float) -> float:

@@ -98,7 +98,7 @@ def report(name: str, n: int, found, killed: bool, verbose: bool) -> collections
     lines = []
     for test, status, text in found:
         if status in ("failed", "hung"):
-            label, why = classify.classify(test, text)
+            label, why = classify.classify(test, text, n)
             labels[label] += 1
             first = next((ln for ln in text.splitlines() if ln.strip()), "")
             lines.append(f"    {status} [{label}] {test.split('::', 1)[-1]}: {why or first[:200]}")
@@ -163,7 +163,8 @@ def summarize(everything, verbose: bool) -> int:
     applicable = total["passed"] + total["failed_applicable"]
     share = 100.0 * total["passed"] / applicable if applicable else 0.0
     print(f"applicable units passing: {total['passed']} of {applicable} ({share:.1f} %); "
-          f"{total['not_applicable']} failures not applicable (Keras 2, Horovod internal, GPU-only); "
+          f"{total['not_applicable']} failures not applicable (Keras 2, Horovod internal, GPU-only, "
+          "a reference Horovod fails); "
           f"{total['hung']} hung")
     return 0 if total["hung"] == 0 else 1
 

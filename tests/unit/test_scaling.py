@@ -147,18 +147,25 @@ def test_average_of_integers_is_exact(dtype, data, size):
 @EXAMPLES
 @given(data=st.data(), size=st.integers(1, 64), postscale=st.floats(0.25, 4.0))
 def test_average_with_a_postscale_matches_tensorflow(dtype, data, size, postscale):
-    """Integers: ``sum * postscale / size`` in float64, truncated; floats: one scale by
-    ``postscale / size``."""
+    """One scale by ``postscale / size``, the factor computed first (Horovod divides the
+    postscale by the size, then scales), integers included."""
     x = data.draw(_values(dtype))
     got = x.copy()
     scaling.average(got, size, postscale)
-    if x.dtype.kind in "iu":
-        want = np.array([int(float(v) * postscale / size) for v in x.tolist()], dtype=dtype)
-    else:
-        want = _by_hand(x, postscale / size)
+    want = _by_hand(x, postscale / size)
     np.testing.assert_array_equal(got, want)
     tf = pytest.importorskip("tensorflow")
     np.testing.assert_array_equal(scaling.tf_averaged(tf.constant(x), size, postscale).numpy(), want)
+
+
+def test_average_of_integers_with_a_postscale_scales_by_one_factor():
+    """``5 * (0.6 / 3)`` is ``0.999...`` in float64 and truncates to 0, as Horovod's ScaleBuffer
+    with its postscale already divided by the size; ``5 * 0.6 / 3`` would give 1."""
+    got = np.array([5, -5], np.int32)
+    scaling.average(got, 3, 0.6)
+    assert got.tolist() == [0, 0]
+    tf = pytest.importorskip("tensorflow")
+    assert scaling.tf_averaged(tf.constant([5, -5], tf.int32), 3, 0.6).numpy().tolist() == [0, 0]
 
 
 def test_average_uses_the_given_scale_for_floats():
