@@ -76,6 +76,10 @@ class Config:
     """Bytes of gradients per bucket: DistributedOptimizer and DistributedGradientTape submit each
     bucket as soon as backprop has produced it, last layer first, so its all-reduce overlaps the
     rest of backprop (PyTorch DDP's ``bucket_cap_mb``, and its default); 0 = one bucket."""
+    elastic_min_np: int = 0
+    """The fewest ranks an elastic job (``blinkflow.elastic.run``) goes on with after losing some
+    (``blinkrun --min-np``); below it the job ends on every survivor with TooFewRanksError naming
+    the ranks lost. 0: any number, down to one."""
     pin_gpus: int = 1
     """1: ``blinkrun`` names, before CUDA starts in a rank, the GPUs of the rank's host by uuid in
     ``CUDA_VISIBLE_DEVICES`` (the same list for every local rank; local rank k drives device k;
@@ -96,6 +100,18 @@ class Config:
     split_hosts: int = 0
     """For tests of the multi-host path on one machine: treat the job's ranks as this many hosts
     (consecutive blocks of ranks, no shared memory between blocks). 0 = real host names."""
+    elastic_max_np: int = 0
+    """The most ranks an elastic job grows to as hosts appear (``blinkrun --max-np``; 0 = no bound)."""
+    elastic_timeout: float = 600.0
+    """Seconds an elastic reset may take (``blinkrun --elastic-timeout``, Horovod's 600 s)."""
+    elastic_reset_limit: int = 0
+    """Resets (ranks lost or gained) after which an elastic job ends (``--reset-limit``; 0 = none)."""
+    elastic_hosts_file: Optional[str] = None
+    """The file in the job's scratch folder where ``blinkrun`` lists the new ranks its host
+    discovery asks for; the lowest rank reads it at ``check_host_updates()``."""
+    elastic_joining: int = 0
+    """1 in a rank that a running elastic job started to add it (``MPI_Comm_spawn``):
+    ``blinkflow.init()`` joins that job instead of starting one. Set by the spawning ranks."""
 
     def __post_init__(self):
         for field, (low, high, low_open, unit) in BOUNDS.items():
@@ -111,7 +127,7 @@ class Config:
             raise ConfigError(f"{ENV_PREFIX}LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if self.algorithm not in ALGORITHMS:
             raise ConfigError(f"{ENV_PREFIX}ALGORITHM must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
-        for flag in ("cpu_single_copy", "pin_gpus", "tf_memory_growth", "check_schedules"):
+        for flag in ("cpu_single_copy", "pin_gpus", "tf_memory_growth", "check_schedules", "elastic_joining"):
             if getattr(self, flag) not in (0, 1):
                 raise ConfigError(f"{self.env_name(flag)} must be 0 or 1, got {getattr(self, flag)}")
         if self.cpu_control not in CPU_CONTROLS:
@@ -159,6 +175,9 @@ class Config:
 #: beyond any use and keep each value inside what its consumer accepts (a lock's timeout, a
 #: bit vector sent every cycle, an allocation).
 BOUNDS = {
+    "elastic_max_np": (0, 1 << 24, False, " ranks"),
+    "elastic_timeout": (0.0, 30 * _DAY_S, True, " s"),
+    "elastic_reset_limit": (0, 1 << 30, False, " resets"),
     "fusion_threshold": (0, float(1 << 40), False, " bytes"),
     "cycle_time": (0.0, 10_000.0, True, " ms"),
     "cache_capacity": (0, 65536, False, " entries"),
@@ -168,6 +187,7 @@ BOUNDS = {
     "chunk_bytes": (0, float(1 << 30), False, " bytes"),
     "bucket_bytes": (0, float(1 << 40), False, " bytes"),
     "split_hosts": (0, 65536, False, " hosts"),
+    "elastic_min_np": (0, 1 << 24, False, " ranks"),
 }
 
 

@@ -138,9 +138,9 @@ def _pinned(environ: dict, rank: int, host: str, verbose: bool) -> dict:
 
 
 def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
-        verbose: bool = False) -> int:
+        verbose: bool = False, rank: Optional[int] = None) -> int:
     environ = dict(os.environ if environ is None else environ)
-    rank = env_int(environ, RANK_VARS, 0)
+    rank = env_int(environ, RANK_VARS, 0) if rank is None else rank
     size = env_int(environ, SIZE_VARS, 1)
     host = socket.gethostname()
     _set_parent_death_signal(signal.SIGTERM)
@@ -279,12 +279,13 @@ def main(argv: Optional[List[str]] = None) -> None:
                                      description="Run one rank of a blinkrun job (started by blinkrun).")
     parser.add_argument("--output-dir", help="also write this rank's stdout/stderr under DIR/rank.N/")
     parser.add_argument("--verbose", action="store_true", help="say which GPU the rank drives")
+    parser.add_argument("--rank", type=int, help="the rank's tag (a rank an elastic job added: its slot)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("missing COMMAND after --")
-    sys.exit(run(command, args.output_dir, verbose=args.verbose))
+    sys.exit(run(command, args.output_dir, verbose=args.verbose, rank=args.rank))
 
 
 if __name__ == "__main__":

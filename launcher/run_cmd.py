@@ -18,6 +18,7 @@ from blinkflow.config import Config, unknown_variables
 from blinkflow.errors import ConfigError
 from blinkflow.version import __version__
 
+from .elastic_flags import elastic_options, elastic_spec
 from .flags import SETTING_FLAGS, settings_env
 from .hosts import hosts_arg, mpich_hostfile_text, parse_hostfile, parse_hosts_arg
 from .mpi_impl import MPICH, detect
@@ -92,6 +93,7 @@ def _setting_options(func):
               help="Hosts and their slots, e.g. a:4,b:4 (default: this machine only).")
 @click.option("--hostfile", type=click.Path(dir_okay=False), help="File of 'host slots=N' lines.")
 @_setting_options
+@elastic_options
 @click.option("--mpi-args", default="", metavar="'ARGS'", help="Extra arguments for mpirun, as one quoted string.")
 @click.option("--output-filename", type=click.Path(file_okay=False), metavar="DIR",
               help="Also write each rank's output to DIR/rank.N/stdout and stderr.")
@@ -110,6 +112,11 @@ def command(np, hosts, hostfile, mpi_args, output_filename, verbose, command, **
 
     Tools that launch nothing: blinkrun topo | plan | simulate --help.
     """
+    try:
+        elastic = elastic_spec(setting_values, np)   # None: a fixed-size job
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
+    np = np or (elastic.min_np if elastic else None)
     if np is None:
         raise click.UsageError("missing option -np (the number of ranks)")
     if not command:
@@ -119,6 +126,9 @@ def command(np, hosts, hostfile, mpi_args, output_filename, verbose, command, **
     try:
         if hostfile:
             hosts = parse_hostfile(hostfile)
+        if elastic:
+            from . import elastic_launch
+            hosts, hostfile = elastic_launch.starting_hosts(elastic, hosts), None
         settings = settings_env(setting_values, os.environ)
         start_timeout = Config.from_env(settings).start_timeout  # the ranks' init deadline, and ours for their start
         extra = tuple(shlex.split(mpi_args))
@@ -131,6 +141,8 @@ def command(np, hosts, hostfile, mpi_args, output_filename, verbose, command, **
     _check_topology(settings, given_as_flag=setting_values.get("topology") is not None)
     try:
         impl = detect()
+        if elastic:
+            extra = elastic_launch.mpirun_args(impl) + extra
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
     spec = LaunchSpec(np=np, command=tuple(command), hosts=tuple(hosts or ()), hostfile=hostfile,
@@ -145,6 +157,10 @@ def command(np, hosts, hostfile, mpi_args, output_filename, verbose, command, **
             mpich_hostfile = os.path.join(scratch, "hosts.hydra")
             with open(mpich_hostfile, "w") as f:
                 f.write(mpich_hostfile_text(spec.hosts))
+        driver = None
+        if elastic:
+            driver, spec = elastic_launch.start_driver(elastic, spec, scratch, os.environ,
+                                                       say=lambda line: click.echo(f"blinkrun: {line}", err=True))
         argv = build_mpirun_argv(impl, spec, python=sys.executable, environ=os.environ,
                                  is_root=hasattr(os, "geteuid") and os.geteuid() == 0,
                                  local_cores=local_cores(), mpich_hostfile=mpich_hostfile)
@@ -155,5 +171,7 @@ def command(np, hosts, hostfile, mpi_args, output_filename, verbose, command, **
         env = dict(os.environ)
         env.update(settings)
         env["PATH"] = interpreter_first_path(env.get("PATH", ""), os.path.dirname(sys.executable))
-        status = Job(argv, env, np=np, start_timeout=start_timeout).run()
+        status = Job(argv, env, np=np, start_timeout=start_timeout, elastic=driver).run()
+        if driver:
+            driver.stop()
     sys.exit(status)
