@@ -106,6 +106,9 @@ class BackendContext:
     config: Config
     timeline: Optional[Any] = None
     """An object with ``start(name, phase)`` / ``end(name, phase)`` or None."""
+    failure: Optional[Callable[[], Optional[BaseException]]] = None
+    """Asked while a collective waits for a peer: an error it returns (a peer found gone) is
+    raised instead of waiting on for a message that may never come."""
 
     @property
     def devices(self) -> Tuple[int, ...]:

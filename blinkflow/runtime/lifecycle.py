@@ -36,6 +36,12 @@ def init(comm=None, process_sets=None) -> None:
     call it within ``BLINKFLOW_START_TIMEOUT`` seconds (60) of the others, and a rank whose set-up
     fails tells the others: InitError names the ranks missing or failed.
     """
+    start(comm, process_sets)
+
+
+def start(comm=None, process_sets=None, device=None) -> None:
+    """``init``; ``device``: the topology device this rank drove in the job it re-forms from
+    (:mod:`blinkflow.elastic.reform`), which it keeps whatever its new rank."""
     with RUNTIME.lock:
         running = RUNTIME.engine
         if running is not None:
@@ -59,7 +65,8 @@ def init(comm=None, process_sets=None) -> None:
             from mpi4py import MPI
 
             base = MPI.COMM_WORLD
-        engine = Engine(get_config(), comm, [ranks_of_entry(e, base) for e in entries], handles=RUNTIME.handles)
+        engine = Engine(get_config(), comm, [ranks_of_entry(e, base) for e in entries], handles=RUNTIME.handles,
+                        device=device)
         try:
             engine.start()
         except BaseException as error:

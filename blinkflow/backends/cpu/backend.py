@@ -68,7 +68,7 @@ class CpuBackend(Backend):
         self.arena = SharedArena(self.local)
         self._wire_comm = self.comm.Dup()  # the transport's messages never meet another layer's
         self.mailbox = self._open_mailbox(config)
-        self.wire = MpiWire(self._wire_comm, self.mailbox)
+        self.wire = MpiWire(self._wire_comm, self.mailbox, failure=ctx.failure)
         self.transport = CpuTransport(self.wire, layout, self.arena)
         self.state = SequenceState()
         self.programs = Programs(ctx.plan_for, layout.devices, layout.rank, fuse_inputs=FUSE_INPUTS,
