@@ -298,9 +298,11 @@ fn = hvd.broadcast_object_fn(root_rank=n - 1)
 check("broadcast_object_fn", fn({"from": r}) == {"from": n - 1})
 check("broadcast_object process_set", hvd.broadcast_object(r, ranks[0], process_set=mine) == ranks[0])
 check("allgather_object process_set", hvd.allgather_object(r, process_set=mine) == ranks)
-raises("elastic run", NotImplementedError, lambda: hvd.elastic.run(lambda state: None), "checkpoints")
-raises("elastic state", NotImplementedError, lambda: hvd.elastic.TensorFlowKerasState(model), "elastic")
-raises("keras elastic callback", NotImplementedError, lambda: hk.elastic.CommitStateCallback(None), "blinkrun")
+elastic_state = hvd.elastic.TensorFlowKerasState(model, epoch=r)
+hvd.elastic.run(lambda state: None)(elastic_state)  # syncs from rank 0 first, as after every reset
+check("elastic run syncs the state from rank 0", elastic_state.epoch == 0)
+elastic_state.commit()  # no host changed: no HostsUpdatedInterrupt
+check("keras elastic callbacks", isinstance(hk.elastic.CommitStateCallback(elastic_state), keras.callbacks.Callback))
 
 # TF1's tf.compat.v1.train optimizers (Horovod's _DistributedOptimizer), over the job and over a set.
 for label, process_set, members in (("job", None, list(range(n))), ("set", mine, ranks)):
