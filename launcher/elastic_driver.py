@@ -23,9 +23,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import threading
 import time
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import events
 from .elastic_discovery import DiscoveryError, HostBook, run_discovery_script
@@ -56,18 +57,18 @@ def initial_slots(np: int, hosts: Sequence[Tuple[str, int]], now: float) -> Dict
 class ElasticDriver:
     """Publishes spawn requests for free slots and books the ranks' starts and ends.
 
-    ``slot_argv(slot)`` is the argv of a new rank's wrapper; ``spawn_env`` the variables every
-    new rank gets (mpirun's ``-x`` reaches only the ranks it started); ``say`` prints one line
+    ``slot_argv(slot)`` is the argv of a new rank's wrapper (with its environment); ``wdir`` its
+    working folder; ``say`` prints one line
     on blinkrun's stderr; ``discover`` returns the hosts of one discovery run (raising
     DiscoveryError), None for a job without a discovery script.
     """
 
     def __init__(self, spec: ElasticSpec, hosts_file: str, hosts: Sequence[Tuple[str, int]], np: int,
-                 slot_argv: Callable[[int], List[str]], spawn_env: Mapping[str, str], wdir: str,
+                 slot_argv: Callable[[int], List[str]], wdir: str,
                  say: Callable[[str], None], discover: Optional[Callable[[], Dict[str, int]]] = None,
                  clock: Callable[[], float] = time.time):
         self.spec, self.hosts_file, self.slot_argv = spec, hosts_file, slot_argv
-        self.spawn_env, self.wdir, self.say, self.clock = dict(spawn_env), wdir, say, clock
+        self.wdir, self.say, self.clock = wdir, say, clock
         self.discover = discover
         self.book = HostBook(spec.blacklist_cooldown_range)
         self.book.update(dict(hosts))
@@ -133,9 +134,8 @@ class ElasticDriver:
                 if slot.state != LOST:
                     slot.state, slot.since = LOST, now
                     self.book.blacklist(slot.host, now)
-                    how = f"killed by {event['signal']}" if event.get("signal") else f"exited with status {event.get('status')}"
-                    self.say(f"rank {slot_id} (host {slot.host}) lost: {how}; host blacklisted, the job goes on "
-                             "without it")
+                    how = _how_it_ended(event)
+                    self.say(f"rank {slot_id} (host {slot.host}) lost: {how}; host blacklisted")
             elif kind == events.EXITED and slot.state != LOST:
                 slot.state, slot.since = DONE, now
 
@@ -189,11 +189,22 @@ class ElasticDriver:
 
     def write(self) -> None:
         """The hosts file, replaced whole."""
-        body = {"schema": HOSTS_FILE_SCHEMA, "wdir": self.wdir, "env": self.spawn_env, "requests": self.requests}
+        body = {"schema": HOSTS_FILE_SCHEMA, "wdir": self.wdir, "requests": self.requests}
         temporary = f"{self.hosts_file}.{os.getpid()}.tmp"
         with open(temporary, "w") as f:
             json.dump(body, f)
         os.replace(temporary, self.hosts_file)
+
+
+def _how_it_ended(event: dict) -> str:
+    status = event.get("status")
+    name = event.get("signal")
+    if not name and isinstance(status, int) and 128 < status < 128 + 65:
+        try:
+            name = signal.Signals(status - 128).name
+        except ValueError:
+            name = None
+    return f"killed by {name}" if name else f"exited with status {status}"
 
 
 __all__ = ["ElasticDriver", "Slot", "initial_slots", "POLL_INTERVAL_S"]

@@ -15,6 +15,7 @@ import os
 import sys
 from typing import List, Mapping, Optional, Sequence, Tuple
 
+from blinkflow.config import Config
 from blinkflow.errors import ConfigError
 
 from .elastic_discovery import run_discovery_script
@@ -48,9 +49,13 @@ def mpirun_args(impl: MpiImpl) -> Tuple[str, ...]:
     return ULFM_ARGS + ("--oversubscribe",)
 
 
-def slot_argv(python: str, launch: LaunchSpec, slot: int) -> List[str]:
-    """A new rank's wrapper: as mpirun starts the others, with its slot as its rank tag."""
-    argv = [python, "-m", RANK_EXEC_MODULE, "--rank", str(slot)]
+def slot_argv(python: str, launch: LaunchSpec, slot: int, env: Mapping[str, str]) -> List[str]:
+    """A new rank's wrapper, as mpirun starts the others, with its slot as its rank tag; run
+    through ``env`` with the variables mpirun's ``-x`` gives the others (a spawned process does
+    not inherit them), and ``BLINKFLOW_ELASTIC_JOINING=1``, which makes its ``init()`` join."""
+    variables = dict(env, **{Config.env_name("elastic_joining"): "1"})
+    argv = ["env", *(f"{k}={v}" for k, v in sorted(variables.items())), python, "-m", RANK_EXEC_MODULE,
+            "--rank", str(slot)]
     if launch.output_dir:
         argv += ["--output-dir", launch.output_dir]
     if launch.verbose:
@@ -58,10 +63,11 @@ def slot_argv(python: str, launch: LaunchSpec, slot: int) -> List[str]:
     return argv + ["--", *launch.command]
 
 
-def start_driver(spec: ElasticSpec, launch: LaunchSpec, scratch: str, environ: Mapping[str, str], say) -> Tuple[ElasticDriver, LaunchSpec]:
+def start_driver(spec: ElasticSpec, launch: LaunchSpec, scratch: str, environ: Mapping[str, str],
+                 say) -> Tuple[ElasticDriver, LaunchSpec]:
     """The driver, started, and the launch with the ``BLINKFLOW_ELASTIC_*`` settings every rank
-    gets. A job without a discovery script keeps the slots it
-    started with: ``-H``'s, or ``-np`` on this machine."""
+    gets. ``environ``: the environment the ranks run with. A job without a discovery script
+    keeps the slots it started with: ``-H``'s, or ``-np`` on this machine."""
     hosts_file = os.path.join(scratch, HOSTS_FILE_NAME)
     settings = dict(launch.settings)
     settings.update(spec.settings_env(hosts_file))
@@ -69,8 +75,8 @@ def start_driver(spec: ElasticSpec, launch: LaunchSpec, scratch: str, environ: M
     spawn_env.update({name: environ[name] for name in INHERITED_VARS if name in environ})
     hosts = [(h.name, h.slots) for h in launch.hosts] or [("localhost", launch.np)]
     driver = ElasticDriver.for_script(spec, hosts_file=hosts_file, hosts=hosts, np=launch.np,
-                                      slot_argv=lambda slot: slot_argv(sys.executable, launch, slot),
-                                      spawn_env=spawn_env, wdir=os.getcwd(), say=say)
+                                      slot_argv=lambda slot: slot_argv(sys.executable, launch, slot, spawn_env),
+                                      wdir=os.getcwd(), say=say)
     driver.start()
     return driver, dataclasses.replace(launch, settings=settings)
 

@@ -160,7 +160,7 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
     environ = _pinned(environ, rank, host, verbose)
     scratch = tempfile.mkdtemp(prefix=scratch_prefix(rank))
     record_file = os.path.join(scratch, "exception.json")
-    stopping, reported = [], []
+    stopping, reported, failed = [], [], []
 
     def report(returncode: Optional[int], record: Optional[dict], ended: float) -> int:
         """Tell blinkrun this rank failed (once); the status it failed with."""
@@ -228,9 +228,24 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
             return 0
         if stopping and record is None:
             return 128 + stopping[0]
+        failed.append(True)
         return report(returncode, record, ended)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        if failed and _elastic(environ):
+            # ULFM tells the peers of a rank that died by a signal; of one that exited without
+            # MPI_Finalize (this wrapper, whatever its child did), never: they would wait forever.
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _elastic(environ: Mapping[str, str]) -> bool:
+    """Whether the rank belongs to an elastic job (``blinkrun --min-np``/``--host-discovery-script``)."""
+    from blinkflow.config import Config
+
+    try:
+        return Config.from_env(environ).elastic_min_np > 0
+    except Exception:  # noqa: BLE001 - a bad setting fails in the rank itself, with its message
+        return False
 
 
 def _lead_own_group() -> bool:

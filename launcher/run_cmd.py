@@ -159,7 +159,9 @@ def command(np, hosts, hostfile, mpi_args, output_filename, verbose, command, **
                 f.write(mpich_hostfile_text(spec.hosts))
         driver = None
         if elastic:
-            driver, spec = elastic_launch.start_driver(elastic, spec, scratch, os.environ,
+            ranks_environ = dict(os.environ, PATH=interpreter_first_path(os.environ.get("PATH", ""),
+                                                                         os.path.dirname(sys.executable)))
+            driver, spec = elastic_launch.start_driver(elastic, spec, scratch, ranks_environ,
                                                        say=lambda line: click.echo(f"blinkrun: {line}", err=True))
         argv = build_mpirun_argv(impl, spec, python=sys.executable, environ=os.environ,
                                  is_root=hasattr(os, "geteuid") and os.geteuid() == 0,

@@ -4,14 +4,17 @@
 (``BLINKFLOW_ELASTIC_HOSTS_FILE``; see ``launcher/elastic_driver.py``): a host, and for each new
 rank the argv of its wrapper. The ranks act on them in three steps:
 
-1. :func:`new_ranks_requested` (``State.check_host_updates()``, collective): the lowest rank
-   reads the file and broadcasts the requests not acted on yet, so every rank gets the same
-   answer at the same step (Horovod raises ``HostsUpdatedInterrupt`` on every rank then).
-2. :func:`add_new_ranks` (the reset of ``blinkflow.elastic.run``, collective): the job's
-   ranks start the new ones together with ``MPI_Comm_spawn_multiple`` under the ``mpirun`` that
-   started the job, merge the intercommunicator into one communicator (old ranks first, in their
-   order: ``Intercomm_merge(high=False)``), and start the runtime again on it
-   (:func:`blinkflow.elastic.reform.reform_on`: fresh trees for the larger set).
+1. :func:`watch_hosts_file`: a thread on the job's rank 0 reads the file every second and, for
+   requests the job has not acted on, tells the elastic states that hosts were added
+   (:func:`blinkflow.elastic.hosts.notify_hosts_updated`, the request id as timestamp); at the
+   next ``commit()`` / ``check_host_updates()`` every rank raises ``HostsUpdatedInterrupt``.
+2. :func:`reset` (the reset of ``blinkflow.elastic.run``, collective): rank 0 reads the requests
+   again and tells the others over the job's communicator; the ranks start the new ones together
+   with ``MPI_Comm_spawn_multiple`` under the ``mpirun`` that started the job, merge the
+   intercommunicator into one communicator (old ranks first, in their order:
+   ``Intercomm_merge(high=False)``), and start the runtime again on it
+   (:func:`blinkflow.elastic.reform.reform_on`: fresh trees for the larger set). Without
+   requests, or after a loss, it is :func:`blinkflow.elastic.reform.reform`.
 3. :func:`join_running_job` (``blinkflow.init()`` in a new rank, which ``BLINKFLOW_ELASTIC_JOINING``
    tells it is one): merges with its parents (``high=True``) and starts the runtime with them.
 
@@ -20,101 +23,97 @@ process that the job's ``mpirun`` did not start cannot connect to it (``MPI_ERR_
 two are not in one PMIx universe without a separate PRRTE DVM), while ``Comm_spawn`` under
 ``mpirun --with-ft ulfm`` starts the ranks through the job's own launcher, also after ranks were
 lost and the job shrank, and places them with the ``host``/``add-host`` info keys. Spawned ranks
-do not inherit ``mpirun -x`` variables, so the request carries the environment
-(``PMIX_ENVAR`` info key).
+do not inherit ``mpirun -x`` variables: blinkrun's argv for them sets their environment
+(``env NAME=VALUE ... python -m blinkflow.launcher.rank_exec ...``; an info value holds only
+``MPI_MAX_INFO_VAL`` characters).
 """
 from __future__ import annotations
 
 import json
+import threading
 from typing import List, Optional
 
 from ..config import Config, get_config
-from ..errors import ConfigError, NotInitializedError
+from ..errors import ConfigError
 from ..runtime.global_state import RUNTIME
 from ..runtime.log import logger
 
-HOST_UPDATES_NAME = "blinkflow.elastic.host_updates"
-_JOIN_TAG_NAME = "blinkflow.elastic.joined"
+WATCH_INTERVAL_S = 1.0
 
 _applied = 0
 """The id of the last request this job acted on (the same on every rank; newcomers receive it)."""
-_pending: List[dict] = []
-"""Requests agreed by :func:`new_ranks_requested`, acted on by :func:`add_new_ranks`."""
+_watcher: Optional[threading.Thread] = None
+_watch_lock = threading.Lock()
 
 
 def read_requests(path: Optional[str], after: int) -> List[dict]:
     """The requests of the hosts file at ``path`` with an id above ``after``, oldest first,
-    each with the file's ``env`` and ``wdir``; [] without a file. A file that cannot be read
-    as blinkrun writes it is said once in the log and counts as no request."""
+    each with the file's ``wdir``; [] without a file. A file that cannot be read
+    as blinkrun writes it is said in the log and counts as no request."""
     if not path:
         return []
     try:
         with open(path) as f:
             body = json.load(f)
+        return [dict(r, wdir=body.get("wdir")) for r in body.get("requests", ())
+                if int(r["id"]) > after]
     except FileNotFoundError:
         return []
-    except (OSError, ValueError) as e:
-        logger.warning("elastic: cannot read the hosts file %s (%s); no ranks added", path, e)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        logger.warning("elastic: cannot read the hosts file %s (%s: %s); no ranks added", path, type(e).__name__, e)
         return []
-    return [dict(r, env=body.get("env", {}), wdir=body.get("wdir")) for r in body.get("requests", ())
-            if int(r.get("id", 0)) > after]
 
 
-def new_ranks_requested() -> bool:
-    """Whether blinkrun asked for new ranks since the job last grew; collective (the lowest
-    rank reads the file, every rank gets its answer). ``State.check_host_updates()`` raises
-    ``HostsUpdatedInterrupt`` on every rank when this is True."""
-    global _pending
-    from ..runtime.objects import broadcast_object
-
-    config = get_config()
-    job = _running_job()
-    mine = read_requests(config.elastic_hosts_file, _applied) if job.rank == 0 else None
-    requests = broadcast_object(mine, root_rank=0, name=HOST_UPDATES_NAME)
-    if config.elastic_max_np:
-        room = config.elastic_max_np - job.size
-        requests = _within(requests, room)
-    _pending = requests
-    return bool(requests)
+def watch_hosts_file() -> None:
+    """Start, once per process, the thread that tells the elastic states of new requests (it
+    reads the file only while this process is rank 0 of the job). Nothing without a hosts file
+    (a job not started by ``blinkrun`` with elastic flags)."""
+    global _watcher
+    path = get_config().elastic_hosts_file
+    with _watch_lock:
+        if not path or _watcher is not None:
+            return
+        _watcher = threading.Thread(target=_watch, args=(path,), name="blinkflow-elastic-hosts", daemon=True)
+        _watcher.start()
 
 
-def _running_job():
-    engine = RUNTIME.engine
-    if engine is None or engine.job is None:
-        raise NotInitializedError("checking for new ranks (State.check_host_updates)")
-    return engine.job
+def _watch(path: str) -> None:
+    from . import hosts
+
+    # Told again every second until acted on: a reset clears the news the states hold, and a
+    # request that came during one must not be lost (the same timestamp twice is one change).
+    stop = threading.Event()
+    while not stop.wait(WATCH_INTERVAL_S):
+        engine = RUNTIME.engine
+        if engine is None or engine.job is None or engine.job.rank != 0:
+            continue
+        newest = max((int(r["id"]) for r in read_requests(path, _applied)), default=0)
+        if newest:
+            hosts.notify_hosts_updated(float(newest), hosts.HostUpdateResult.added)
 
 
-def _within(requests: List[dict], room: int) -> List[dict]:
-    """The requests cut to ``room`` new ranks (blinkrun keeps to ``--max-np`` too; this guards a
-    job whose ranks were counted differently, e.g. after a loss it has not seen yet)."""
-    kept = []
-    for request in requests:
-        procs = request["procs"][:max(0, room)]
-        room -= len(procs)
-        if procs:
-            kept.append(dict(request, procs=procs))
-    return kept
-
-
-def add_new_ranks():
-    """Spawn the requests :func:`new_ranks_requested` agreed on, merge them into the job and
-    start the runtime on the larger set; collective over the job's ranks. Returns the
-    :class:`~blinkflow.elastic.reform.Reset`, or None when nothing was pending or the spawn
-    failed (said in the log; the job goes on with its ranks, and blinkrun blacklists the host
-    when its ranks never start)."""
-    global _applied, _pending
+def reset():
+    """``blinkflow.elastic.run``'s reset: spawn the ranks blinkrun asked for and start the
+    runtime on the larger set; after a loss (or with nothing asked for), re-form on the ranks
+    there are (:func:`~blinkflow.elastic.reform.reform`). Collective over the job's ranks.
+    Returns the :class:`~blinkflow.elastic.reform.Reset`, or None when nothing changed (the
+    request was acted on already, or its spawn failed: said in the log, and blinkrun blacklists
+    the host when its ranks never start)."""
+    global _applied
     from mpi4py import MPI
 
-    from .reform import reform_on
+    from .reform import reform, reform_on
 
-    requests, _pending = _pending, []
+    engine = RUNTIME.engine
+    if engine is None or engine.job is None or engine.peer_failed or engine.broken or not engine.alive:
+        return reform()
+    members = _members(engine)
+    mine = read_requests(get_config().elastic_hosts_file, _applied) if members.Get_rank() == 0 else None
+    requests = _within(members.bcast(mine, root=0), members.Get_size())
     if not requests:
         return None
-    engine = RUNTIME.engine
-    members = _members(engine)
-    commands, argvs, counts, infos = _spawn_arguments(requests, members.Get_rank() == 0)
     _applied = max(int(r["id"]) for r in requests)
+    commands, argvs, counts, infos = _spawn_arguments(requests, members.Get_rank() == 0)
     try:
         inter = members.Spawn_multiple(commands, argvs, counts, infos, root=0)
     except MPI.Exception as e:
@@ -132,8 +131,11 @@ def add_new_ranks():
 
 def join_running_job():
     """In a rank an elastic job spawned (``BLINKFLOW_ELASTIC_JOINING=1``): merge with the job and
-    start the runtime with it; collective with the job's :func:`add_new_ranks`."""
+    start the runtime with it; collective with the job's :func:`reset`."""
     global _applied
+    from ..config import apply_mpi_defaults
+
+    apply_mpi_defaults()   # before MPI starts in this process (importing mpi4py.MPI starts it)
     from mpi4py import MPI
 
     from .reform import reform_on
@@ -148,12 +150,27 @@ def join_running_job():
     return reform_on(merged)
 
 
+def _within(requests: List[dict], size: int) -> List[dict]:
+    """The requests cut to ``BLINKFLOW_ELASTIC_MAX_NP`` (blinkrun keeps to ``--max-np`` too;
+    this guards a job whose ranks blinkrun counted differently)."""
+    most = get_config().elastic_max_np
+    if not most:
+        return requests
+    room, kept = most - size, []
+    for request in requests:
+        procs = request["procs"][:max(0, room)]
+        room -= len(procs)
+        if procs:
+            kept.append(dict(request, procs=procs))
+    return kept
+
+
 def _members(engine):
     """The communicator of the job's processes that the runtime was started on (it runs on a
     private duplicate, so this one is free for the spawn)."""
     from mpi4py import MPI
 
-    comm = getattr(engine, "_user_comm", None) if engine is not None else None
+    comm = getattr(engine, "_user_comm", None)
     return comm if comm is not None else MPI.COMM_WORLD
 
 
@@ -164,7 +181,6 @@ def _spawn_arguments(requests: List[dict], root: bool):
 
     commands, argvs, counts, infos = [], [], [], []
     for request in requests:
-        env = dict(request.get("env") or {}, **{Config.env_name("elastic_joining"): "1"})
         for proc in request["procs"]:
             argv = [str(a) for a in proc["argv"]]
             commands.append(argv[0])
@@ -175,9 +191,8 @@ def _spawn_arguments(requests: List[dict], root: bool):
                 info.Set(request.get("info_key") or "host", str(request["host"]))
                 if request.get("wdir"):
                     info.Set("wdir", str(request["wdir"]))
-                info.Set("PMIX_ENVAR", "\n".join(f"{k}={v}" for k, v in env.items() if "\n" not in f"{k}{v}"))
             infos.append(info)
     return commands, argvs, counts, infos
 
 
-__all__ = ["add_new_ranks", "join_running_job", "new_ranks_requested", "read_requests"]
+__all__ = ["join_running_job", "read_requests", "reset", "watch_hosts_file"]

@@ -134,6 +134,8 @@ class _Old:
     """What the new job needs of the old one on this rank."""
 
     comm: object
+    group: object
+    """The old job's MPI group, taken before a clean shutdown frees its communicator."""
     rank: int
     size: int
     device: Optional[int]
@@ -145,7 +147,7 @@ class _Old:
         job = engine.job
         sets = dict(engine.sets.ranks_of) if engine.sets is not None else {}
         sets.pop(0, None)
-        return cls(comm=job.comm, rank=job.rank, size=job.size, device=job.devices[job.rank],
+        return cls(comm=job.comm, group=job.comm.Get_group(), rank=job.rank, size=job.size, device=job.devices[job.rank],
                    sets=sets, rate_gbps=_allreduce_rate(job))
 
 
@@ -253,7 +255,7 @@ def _old_ranks(old: Optional[_Old], comm) -> List[Optional[int]]:
     if old is not None:
         from mpi4py import MPI
 
-        mine = MPI.Group.Translate_ranks(comm.Get_group(), [comm.Get_rank()], old.comm.Get_group())[0]
+        mine = MPI.Group.Translate_ranks(comm.Get_group(), [comm.Get_rank()], old.group)[0]
         mine = None if mine == MPI.UNDEFINED else mine
     return comm.allgather(mine)
 

@@ -29,7 +29,7 @@ def make(tmp_path, found, np=2, hosts=(("localhost", 2),), **spec):
 
     driver = ElasticDriver(ElasticSpec(min_np=1, **spec), hosts_file=str(tmp_path / "hosts.json"), hosts=list(hosts),
                            np=np, slot_argv=lambda slot: ["python", "-m", "wrapper", "--rank", str(slot)],
-                           spawn_env={"BLINKFLOW_ELASTIC_MIN_NP": "1"}, wdir="/work", say=said.append,
+                           wdir="/work", say=said.append,
                            discover=discover, clock=clock)
     return driver, said, clock
 
@@ -49,13 +49,13 @@ def test_no_request_while_the_hosts_are_full(tmp_path):
     assert published(tmp_path)["requests"] == [] and not said
 
 
-def test_a_new_slot_becomes_a_request_with_its_wrapper_env_and_wdir(tmp_path):
+def test_a_new_slot_becomes_a_request_with_its_wrapper_and_wdir(tmp_path):
     driver, _, _ = make(tmp_path, [{"localhost": 3}, {"localhost": 3, "b": 1}])
     driver.poll()
     body = published(tmp_path)
     assert body["requests"] == [{"id": 1, "host": "localhost", "info_key": "host",
                                  "procs": [{"slot": 2, "argv": ["python", "-m", "wrapper", "--rank", "2"]}]}]
-    assert body["env"] == {"BLINKFLOW_ELASTIC_MIN_NP": "1"} and body["wdir"] == "/work"
+    assert body["wdir"] == "/work"
     driver.poll()   # the pending slot counts: only host b is new, and mpirun must be told of it
     assert [(r["id"], r["host"], r["info_key"], [p["slot"] for p in r["procs"]]) for r in published(tmp_path)["requests"]] \
         == [(1, "localhost", "host", [2]), (2, "b", "add-host", [3])]
@@ -73,7 +73,7 @@ def test_a_failed_rank_frees_its_slot_but_blacklists_its_host(tmp_path):
     driver.poll()
     assert published(tmp_path)["requests"] == [{"id": 1, "host": "b", "info_key": "host",
                                                 "procs": [{"slot": 2, "argv": ["python", "-m", "wrapper", "--rank", "2"]}]}]
-    assert said == ["rank 1 (host localhost) lost: killed by SIGKILL; host blacklisted, the job goes on without it"]
+    assert said == ["rank 1 (host localhost) lost: killed by SIGKILL; host blacklisted"]
 
 
 def test_a_cooled_down_host_gets_its_slot_back(tmp_path):
@@ -127,3 +127,10 @@ def test_finished(tmp_path, ends, finished):
         clock.now += 1
         driver.on_event({"event": events.EXITED, "rank": rank, "status": status})
     assert driver.finished() is finished
+
+
+def test_a_rank_killed_by_a_signal_is_said_so(tmp_path):
+    driver, said, _ = make(tmp_path, [])
+    driver.on_event({"event": events.EXITED, "rank": 1, "status": 137})
+    driver.on_event({"event": events.FAILED, "rank": 1, "status": 137, "signal": "SIGKILL"})
+    assert said == ["rank 1 (host localhost) lost: killed by SIGKILL; host blacklisted"]
