@@ -42,6 +42,10 @@ class Slot:
     host: str
     state: str
     since: float
+    spawned: bool = False
+    """Started by the ranks (MPI_Comm_spawn), not by mpirun at the job's start."""
+    mpi: bool = False
+    """Its rank began MPI's initialisation (the wrapper's ``mpi`` event)."""
 
 
 def initial_slots(np: int, hosts: Sequence[Tuple[str, int]], now: float) -> Dict[int, Slot]:
@@ -119,25 +123,35 @@ class ElasticDriver:
                 self.write()
 
     # -- what the ranks report ---------------------------------------------------------------
-    def on_event(self, event: dict) -> None:
+    def on_event(self, event: dict) -> bool:
+        """Book one event of a rank's wrapper; True when the job must be stopped: a new rank
+        ended before it began MPI's initialisation, and the ranks spawning it would wait for it
+        forever inside ``MPI_Comm_spawn``."""
         kind, slot_id = event.get("event"), event.get("rank")
         if not isinstance(slot_id, int):
-            return
+            return False
         with self._lock:
             slot = self.slots.get(slot_id)
             if slot is None:
-                return
+                return False
             now = self.clock()
             if kind == events.STARTED and slot.state == PENDING:
                 slot.state, slot.since = RUNNING, now
+            elif kind == events.MPI_STARTING:
+                slot.mpi = True
             elif kind == events.FAILED or (kind == events.EXITED and event.get("status")):
                 if slot.state != LOST:
                     slot.state, slot.since = LOST, now
                     self.book.blacklist(slot.host, now)
                     how = _how_it_ended(event)
+                    if slot.spawned and not slot.mpi:
+                        self.say(f"new rank {slot_id} (host {slot.host}) {how} before it began MPI's start-up; "
+                                 "the ranks starting it cannot go on (MPI_Comm_spawn waits for it): stopping the job")
+                        return True
                     self.say(f"rank {slot_id} (host {slot.host}) lost: {how}; host blacklisted")
             elif kind == events.EXITED and slot.state != LOST:
                 slot.state, slot.since = DONE, now
+        return False
 
     # -- bookkeeping -------------------------------------------------------------------------
     def finished(self) -> bool:
@@ -177,7 +191,7 @@ class ElasticDriver:
                 continue
             ids = list(range(max(self.slots) + 1, max(self.slots) + 1 + free))
             for slot_id in ids:
-                self.slots[slot_id] = Slot(host, PENDING, now)
+                self.slots[slot_id] = Slot(host, PENDING, now, spawned=True)
             self.requests.append({"id": len(self.requests) + 1, "host": host,
                                   "info_key": "host" if host in self.allocated else "add-host",
                                   "procs": [{"slot": i, "argv": self.slot_argv(i)} for i in ids]})

@@ -44,6 +44,7 @@ LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
 SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 STOP_GRACE_SECONDS = 3.0
 TAIL_LINES = 40
+ELASTIC_EVENT_GRACE_S = 0.5
 
 
 def env_int(environ: Mapping[str, str], names, default: int) -> int:
@@ -235,6 +236,9 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
         if failed and _elastic(environ):
             # ULFM tells the peers of a rank that died by a signal; of one that exited without
             # MPI_Finalize (this wrapper, whatever its child did), never: they would wait forever.
+            # First a moment for mpirun to forward the events just written (a killed process's
+            # unsent output is dropped).
+            time.sleep(ELASTIC_EVENT_GRACE_S)
             os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -148,8 +148,8 @@ class Job:
 
     def _on_event(self, event: dict):
         kind, rank = event.get("event"), event.get("rank")
-        if self.elastic is not None:
-            self.elastic.on_event(event)
+        if self.elastic is not None and self.elastic.on_event(event):
+            self.stop()
         with self._lock:
             if kind == events.STARTED:
                 self.started[rank] = event.get("host", "?")

@@ -134,3 +134,21 @@ def test_a_rank_killed_by_a_signal_is_said_so(tmp_path):
     driver.on_event({"event": events.EXITED, "rank": 1, "status": 137})
     driver.on_event({"event": events.FAILED, "rank": 1, "status": 137, "signal": "SIGKILL"})
     assert said == ["rank 1 (host localhost) lost: killed by SIGKILL; host blacklisted"]
+
+
+def test_a_new_rank_that_ends_before_mpi_stops_the_job(tmp_path):
+    driver, said, _ = make(tmp_path, [{"localhost": 3}] * 2)
+    driver.poll()
+    assert driver.on_event({"event": events.STARTED, "rank": 2}) is False
+    assert driver.on_event({"event": events.EXITED, "rank": 2, "status": 3}) is True
+    assert said == ["new rank 2 (host localhost) exited with status 3 before it began MPI's start-up; the ranks "
+                    "starting it cannot go on (MPI_Comm_spawn waits for it): stopping the job"]
+
+
+def test_a_new_rank_lost_after_it_began_mpi_is_an_ordinary_loss(tmp_path):
+    driver, said, _ = make(tmp_path, [{"localhost": 3}] * 2)
+    driver.poll()
+    driver.on_event({"event": events.STARTED, "rank": 2})
+    driver.on_event({"event": events.MPI_STARTING, "rank": 2})
+    assert driver.on_event({"event": events.FAILED, "rank": 2, "status": 137, "signal": "SIGKILL"}) is False
+    assert said == ["rank 2 (host localhost) lost: killed by SIGKILL; host blacklisted"]
