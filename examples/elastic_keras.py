@@ -54,7 +54,7 @@ model.compile(loss="sparse_categorical_crossentropy", optimizer=opt, metrics=["a
 
 def on_state_reset():
     """The job re-formed: the learning rate follows the new number of workers."""
-    keras.backend.set_value(state.model.optimizer.learning_rate, args.lr * hvd.size())  # blinkflow
+    state.model.optimizer.learning_rate.assign(args.lr * hvd.size())  # blinkflow
 
 
 state = hvd.elastic.KerasState(model, batch=0, epoch=0)  # blinkflow

@@ -17,7 +17,8 @@ SUITES = {
     "scale": "blinkflow.bench.scale",
     "control": "blinkflow.bench.control",
     "autotune": "blinkflow.bench.autotune",
-    "elastic": "blinkflow.bench.elastic",
+    "elastic-loss": "blinkflow.bench.elastic_loss",
+    "elastic-gain": "blinkflow.bench.elastic_gain",
 }
 
 

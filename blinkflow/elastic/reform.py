@@ -141,14 +141,20 @@ class _Old:
     device: Optional[int]
     sets: Dict[int, Tuple[int, ...]]
     rate_gbps: Optional[float]
+    cuda_ordinal: Optional[int]
+    """The CUDA device this process drives (None: none); it keeps it, whatever its new local rank."""
 
     @classmethod
     def of(cls, engine) -> "_Old":
+        from ..backends.cuda import device as cuda_device
+
         job = engine.job
         sets = dict(engine.sets.ranks_of) if engine.sets is not None else {}
         sets.pop(0, None)
-        return cls(comm=job.comm, group=job.comm.Get_group(), rank=job.rank, size=job.size, device=job.devices[job.rank],
-                   sets=sets, rate_gbps=_allreduce_rate(job))
+        cuda = engine.config.backend != "cpu" and cuda_device.is_available()
+        return cls(comm=job.comm, group=job.comm.Get_group(), rank=job.rank, size=job.size,
+                   device=job.devices[job.rank], sets=sets, rate_gbps=_allreduce_rate(job),
+                   cuda_ordinal=cuda_device.rank_device(job.layout) if cuda else None)
 
 
 def _take_engine(what: str):
@@ -233,6 +239,10 @@ def _start(old: Optional[_Old], comm, started: float) -> Reset:
         RUNTIME.remember_broken(None, error)  # leave at exit without MPI_Finalize: ranks are gone
         raise error
     sets = _renumbered(old_sets, kept, lost)
+    if old is not None and old.cuda_ordinal is not None:
+        from ..backends.cuda.device import keep_ordinal
+
+        keep_ordinal(old.cuda_ordinal)
     lifecycle.start(comm, [list(ranks) for ranks in sets], device=old.device if old is not None else None)
     engine = RUNTIME.engine
     _renumber_user_sets(old_sets, kept)

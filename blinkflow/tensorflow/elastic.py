@@ -63,11 +63,12 @@ class TensorFlowState(ObjectState):
 
 class TensorFlowKerasState(ObjectState):
     """Horovod's ``TensorFlowKerasState``: a Keras ``model`` and its ``optimizer`` (default
-    ``model.optimizer``), plus the keyword arguments as attributes (``batch``, ``epoch``)."""
+    ``model.optimizer``, none for a model not compiled), plus the keyword arguments as attributes
+    (``batch``, ``epoch``)."""
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs):
         self.model = model
-        self.optimizer = optimizer if optimizer is not None else model.optimizer
+        self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
         self.backend = backend
         self._save_model()
         super().__init__(bcast_object=broadcast_object, get_rank=_rank, **kwargs)

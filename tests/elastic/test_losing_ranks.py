@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from blinkrun_helpers import run_blinkrun
-from harness import run_ranks
+from harness import fake_cupy_env, run_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "loss_script.py")
@@ -78,3 +78,13 @@ def test_below_min_np_the_job_ends_naming_the_lost_rank_and_leaves_no_process():
     assert job.returncode != 0
     left = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     assert TOKEN not in left, [line for line in left.splitlines() if TOKEN in line]
+
+
+@pytest.mark.mpi
+def test_on_gpus_a_survivor_keeps_its_gpu_when_its_local_rank_changes():
+    """Under the fake CuPy here (the cuda backend's code paths, not a device's timing)."""
+    env = fake_cupy_env(BLINKFLOW_BACKEND="cuda", BLINKFLOW_TOPOLOGY="cpu-host:3", FAKE_CUPY_DEVICES="3")
+    proc = run_ranks(3, ["python", os.path.join(HERE, "cuda_loss_script.py")], env=env, timeout=180, check=False,
+                     mpi_options=["--with-ft", "ulfm"])
+    found = sorted(re.findall(r"^GPU rank (\d+) new (\d+) ordinal (\d+) device (\d+) ok$", proc.stdout, re.M))
+    assert found == [("0", "0", "0", "0"), ("2", "1", "2", "2")], proc.stdout[-3000:] + proc.stderr[-3000:]
