@@ -6,7 +6,7 @@ the weights are equal on every rank and equal to a reference computed here from 
 data (a step averages the gradients of the ranks that still have a batch, over the job's size);
 ``history['loss']`` is equal on every rank (MetricAverageCallback runs after the alignment) and
 the optimizer counted the longest shard's steps. Once with the usual callbacks, once XLA-compiled
-with AlignEpochsCallback alone.
+with AlignEpochsCallback alone, once with no blinkflow callback at all.
 
 Prints ``UNEVEN OK <count>``; exits 1 naming every failed check.
 """
@@ -94,4 +94,5 @@ history = train("usual callbacks", [hvd.callbacks.BroadcastGlobalVariablesCallba
 losses = hvd.allgather_object(history.history["loss"])
 check("MetricAverageCallback: loss equal on every rank", all(l == losses[0] for l in losses), str(losses))
 train("XLA, AlignEpochsCallback", [hvd.callbacks.AlignEpochsCallback()], jit_compile=True)
+train("no blinkflow callback", [], jit_compile=False)  # the DistributedOptimizer's fit aligns all the same
 checks.report("UNEVEN OK")
