@@ -115,8 +115,6 @@ class Config:
     (consecutive blocks of ranks, no shared memory between blocks). 0 = real host names."""
     elastic_max_np: int = 0
     """The most ranks an elastic job grows to as hosts appear (``blinkrun --max-np``; 0 = no bound)."""
-    elastic_timeout: float = 600.0
-    """Seconds an elastic reset may take (``blinkrun --elastic-timeout``, Horovod's 600 s)."""
     elastic_reset_limit: int = 0
     """Resets (ranks lost or gained) after which an elastic job ends (``--reset-limit``; 0 = none)."""
     elastic_hosts_file: Optional[str] = None
@@ -189,7 +187,6 @@ class Config:
 #: bit vector sent every cycle, an allocation).
 BOUNDS = {
     "elastic_max_np": (0, 1 << 24, False, " ranks"),
-    "elastic_timeout": (0.0, 30 * _DAY_S, True, " s"),
     "elastic_reset_limit": (0, 1 << 30, False, " resets"),
     "fusion_threshold": (0, float(1 << 40), False, " bytes"),
     "cycle_time": (0.0, 10_000.0, True, " ms"),

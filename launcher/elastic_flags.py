@@ -44,7 +44,7 @@ ELASTIC_FLAGS = (
                 "Executable printing one 'host[:slots]' line per available host, polled every second; "
                 "makes the job elastic."),
     ElasticFlag("--elastic-timeout", (), "elastic_timeout", click.IntRange(min=1), ELASTIC_TIMEOUT_DEFAULT_S,
-                "Seconds a reset may take (new ranks started and joined) before the job ends."),
+                "Seconds a new rank may take to start; past it its host is blacklisted."),
     ElasticFlag("--reset-limit", (), "reset_limit", click.IntRange(min=0), None,
                 "End the job after this many resets (ranks lost or gained; default: no limit)."),
     ElasticFlag("--blacklist-cooldown-range", (), "blacklist_cooldown_range", click.INT, None,
@@ -65,10 +65,10 @@ class ElasticSpec:
     blacklist_cooldown_range: Optional[Tuple[int, int]] = None
 
     def settings_env(self, hosts_file: Optional[str]) -> Dict[str, str]:
-        """The ``BLINKFLOW_ELASTIC_*`` variables every rank gets."""
+        """The ``BLINKFLOW_ELASTIC_*`` variables every rank gets (``--elastic-timeout`` is
+        blinkrun's own: how long a new rank may take to start)."""
         env = {Config.env_name("elastic_min_np"): str(self.min_np),
                Config.env_name("elastic_max_np"): str(self.max_np or 0),
-               Config.env_name("elastic_timeout"): str(self.elastic_timeout),
                Config.env_name("elastic_reset_limit"): str(self.reset_limit or 0)}
         if hosts_file:
             env[Config.env_name("elastic_hosts_file")] = hosts_file

@@ -102,23 +102,23 @@ def reset():
     global _applied
     from mpi4py import MPI
 
-    from .reform import reform, reform_on
+    from .reform import members, reform, reform_on
 
     engine = RUNTIME.engine
     if engine is None or engine.job is None or engine.peer_failed or engine.broken or not engine.alive:
         return reform()
-    members = _members(engine)
-    mine = read_requests(get_config().elastic_hosts_file, _applied) if members.Get_rank() == 0 else None
-    requests = _within(members.bcast(mine, root=0), members.Get_size())
+    comm = members(engine)
+    mine = read_requests(get_config().elastic_hosts_file, _applied) if comm.Get_rank() == 0 else None
+    requests = _within(comm.bcast(mine, root=0), comm.Get_size())
     if not requests:
         return None
     _applied = max(int(r["id"]) for r in requests)
-    commands, argvs, counts, infos = _spawn_arguments(requests, members.Get_rank() == 0)
+    commands, argvs, counts, infos = _spawn_arguments(requests, comm.Get_rank() == 0)
     try:
-        inter = members.Spawn_multiple(commands, argvs, counts, infos, root=0)
+        inter = comm.Spawn_multiple(commands, argvs, counts, infos, root=0)
     except MPI.Exception as e:
         logger.warning("elastic: starting %d new rank(s) failed (%s); going on with %d ranks",
-                       sum(counts), e.Get_error_string(), members.Get_size())
+                       sum(counts), e.Get_error_string(), comm.Get_size())
         return None
     finally:
         for info in infos:
@@ -163,15 +163,6 @@ def _within(requests: List[dict], size: int) -> List[dict]:
         if procs:
             kept.append(dict(request, procs=procs))
     return kept
-
-
-def _members(engine):
-    """The communicator of the job's processes that the runtime was started on (it runs on a
-    private duplicate, so this one is free for the spawn)."""
-    from mpi4py import MPI
-
-    comm = getattr(engine, "_user_comm", None)
-    return comm if comm is not None else MPI.COMM_WORLD
 
 
 def _spawn_arguments(requests: List[dict], root: bool):
