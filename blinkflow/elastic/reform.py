@@ -20,8 +20,12 @@ the collective in flight has raised :class:`~blinkflow.errors.ShutdownError` the
    A process set that lost a member cannot be re-formed: ProcessSetError on every survivor
    names the set and the rank it lost.
 
-The old job's shared-memory windows cannot be freed (``MPI_Win_free`` is collective over ranks
-that are gone): their mappings stay in each survivor until it exits, one set per reset.
+Between 2 and 4, once every survivor is past step 1 (the shrink is collective among them), the
+old job's cpu backends and communicators are released: its shared-memory windows (``MPI_Win_free``
+synchronizes the window's ranks; with the lost ones reported failed it returns among the
+survivors), its rings, its communicators. That runs under a deadline (:data:`RELEASE_S`): should
+it not return, the old runtime is left as it is and its mappings stay until the process exits,
+as they do for a job with a cuda backend (whose teardown needs the ranks that are gone).
 
 :func:`reform_on` is the entry for a communicator made elsewhere (ranks added: an
 intercommunicator merged with the newcomers, ``MPI.Intercomm.Merge``): collective over that
@@ -50,6 +54,8 @@ from ..runtime.log import logger
 #: How long a retired runtime's threads get to leave (its communicators are revoked by then, so
 #: only a thread inside a long local computation takes this long; it is a daemon and left behind).
 RETIRE_JOIN_S = 10.0
+#: How long releasing the old job's windows and communicators may take (see the module docstring).
+RELEASE_S = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,8 +91,8 @@ class Reset:
 
 
 _history: List[Reset] = []
-_retired: List[object] = []
-"""Engines retired after a loss: kept referenced, since their windows cannot be freed (see above)."""
+_unreleased: List[object] = []
+"""Retired engines whose release did not finish in time: kept, with their windows, until exit."""
 
 
 def resets() -> int:
@@ -109,6 +115,8 @@ def reform() -> Reset:
     old = _Old.of(engine)
     _retire(engine)
     survivors = engine.job.comm.Shrink()
+    _release(engine)
+    RUNTIME.ranks_lost = True
     return _start(old, survivors, started)
 
 
@@ -124,6 +132,7 @@ def reform_on(comm) -> Reset:
         if engine.peer_failed or engine.broken or not engine.alive:
             _take_engine("blinkflow.elastic.reform_on")
             _retire(engine)
+            _release(engine)
         else:
             lifecycle.shutdown()
     return _start(old, comm, started)
@@ -133,7 +142,6 @@ def reform_on(comm) -> Reset:
 class _Old:
     """What the new job needs of the old one on this rank."""
 
-    comm: object
     group: object
     """The old job's MPI group, from the communicator the runtime was started on: the runtime's
     own duplicate is freed by a clean shutdown, which the first rank to re-form starts for all."""
@@ -153,7 +161,7 @@ class _Old:
         sets = dict(engine.sets.ranks_of) if engine.sets is not None else {}
         sets.pop(0, None)
         cuda = engine.config.backend != "cpu" and cuda_device.is_available()
-        return cls(comm=job.comm, group=members(engine).Get_group(), rank=job.rank, size=job.size,
+        return cls(group=members(engine).Get_group(), rank=job.rank, size=job.size,
                    device=job.devices[job.rank], sets=sets, rate_gbps=_allreduce_rate(job),
                    cuda_ordinal=cuda_device.rank_device(job.layout) if cuda else None)
 
@@ -198,7 +206,33 @@ def _retire(engine) -> None:
         engine._watchdog.stop()
     if engine._timeline is not None:
         engine._timeline.close()
-    _retired.append(engine)
+
+
+def _release(engine) -> None:
+    """Free the retired engine's backends (windows, rings) and communicators, under a deadline.
+    Only the cpu backend's teardown is known to end among the survivors; the cuda backend's
+    starts with a barrier over its host's ranks, which a revoked communicator refuses, and the
+    process sets of such a job are left as they are, with their memory."""
+    loops = [engine.loop] + ([t.loop for t in engine.sets.threads.values()] if engine.sets else [])
+    if any(backend.name != "cpu" for loop in loops if loop is not None for backend in loop.backends.values()):
+        _unreleased.append(engine)
+        return
+
+    def release() -> None:
+        for loop in loops:
+            if loop is not None:
+                loop.close_backends()
+                loop.job.free()
+        if engine.side is not None:
+            engine.side.close()
+
+    thread = threading.Thread(target=release, name="blinkflow-elastic-release", daemon=True)
+    thread.start()
+    thread.join(RELEASE_S)
+    if thread.is_alive():
+        logger.warning("elastic reset: the old job's shared memory was not released within %.0f s; it stays "
+                       "mapped until this process exits", RELEASE_S)
+        _unreleased.append(engine)
 
 
 def _communicators(engine) -> List[object]:

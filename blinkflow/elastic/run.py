@@ -20,9 +20,9 @@ from __future__ import annotations
 import functools
 from typing import Callable, Optional
 
+from ..config import get_config
 from ..errors import HostsUpdatedInterrupt, ShutdownError
 from ..runtime.global_state import RUNTIME
-from ..config import get_config
 from . import grow, hosts
 
 

@@ -86,4 +86,6 @@ try:
     raise AssertionError("the job re-formed below BLINKFLOW_ELASTIC_MIN_NP")
 except TooFewRanksError as error:
     print(f"TOOFEW rank {first} lost={error.lost} left={error.left}: {error}", flush=True)
+    # The first survivor to leave with status 1 makes mpirun end the others: let both print first.
+    time.sleep(2)
     raise

@@ -177,21 +177,24 @@ raises("deprecated op and average: ValueError", ValueError,
        lambda: hvd.allreduce(tf.ones(1), op=hvd.Sum, average=True), "supersedes")
 close("deprecated numpy average=False", hvd.allreduce(value(r), average=False), sum(value(q) for q in range(n)))
 
-# ---- row: IndexedSlices in grouped calls; prescale applied; Min/Max/Product NotImplementedError -----
+# ---- row: IndexedSlices in grouped calls; scale factors and Min/Max/Product NotImplementedError ----
 for mode in ("eager", "function", "graph"):
     def mixed():
         s = tf.IndexedSlices(tf.constant(value(r, (2, 3))), tf.constant([r, r + 1]), tf.constant([n + 1, 3]))
-        dense_out, sparse_out = hvd.grouped_allreduce([tf.constant(value(r)), s], op=hvd.Sum, prescale_factor=2.0)
+        dense_out, sparse_out = hvd.grouped_allreduce([tf.constant(value(r)), s], op=hvd.Sum)
         return dense_out, tf.convert_to_tensor(sparse_out)
     dense_out, sparse_dense = run(mixed, mode)
-    close(f"slices {mode} grouped dense member", dense_out, sum(2 * value(q) for q in range(n)))
+    close(f"slices {mode} grouped dense member", dense_out, sum(value(q) for q in range(n)))
     want = np.zeros((n + 1, 3), np.float32)
     for q in range(n):
-        want[q:q + 2] += 2 * value(q, (2, 3))
-    close(f"slices {mode} grouped sparse member, prescaled", sparse_dense, want)
+        want[q:q + 2] += value(q, (2, 3))
+    close(f"slices {mode} grouped sparse member", sparse_dense, want)
 s = tf.IndexedSlices(tf.constant(value(r, (1, 2))), tf.constant([0]), tf.constant([1, 2]))
-got = tf.convert_to_tensor(hvd.allreduce(s, prescale_factor=3.0, postscale_factor=0.5))
-close("slices allreduce average with scale factors", got, sum(value(q, (1, 2)) for q in range(n)) * 1.5 / n)
+for scales in ({"prescale_factor": 3.0}, {"postscale_factor": 0.5}):
+    raises(f"slices with {scales}: NotImplementedError", NotImplementedError,
+           lambda scales=scales: hvd.allreduce(s, **scales), "scale factors")
+    raises(f"grouped slices with {scales}: NotImplementedError", NotImplementedError,
+           lambda scales=scales: hvd.grouped_allreduce([tf.ones(1), s], **scales), "scale factors")
 for op in (hvd.Min, hvd.Max, hvd.Product):
     raises(f"slices {op.name} NotImplementedError", NotImplementedError, lambda op=op: hvd.allreduce(s, op=op),
            "Average and Sum")
