@@ -29,12 +29,12 @@ def check_op(op) -> ReduceOp:
 
 def reduced_values(gathered: tf.Tensor, op: ReduceOp, size: int) -> tf.Tensor:
     """Every rank's values, gathered, finished as ``op`` over ``size`` ranks would be. Average
-    divides as Horovod does, with TensorFlow's true division: integer values average to floats."""
+    divides as Horovod does, by TensorFlow's true division (integer values average to floats)."""
     if op is not ReduceOp.AVERAGE:
         return gathered
-    if gathered.dtype.is_integer:
-        return gathered / tf.cast(size, gathered.dtype)
-    return scaling.tf_averaged(gathered, size)
+    if gathered.dtype == tf.bool:
+        return scaling.tf_averaged(gathered, size)
+    return gathered / tf.cast(size, gathered.dtype)
 
 
 def allreduce_slices(slices, op, name, prescale_factor=1.0, postscale_factor=1.0,

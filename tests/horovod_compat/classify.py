@@ -20,6 +20,8 @@ RULES = (
     (KERAS2, r"Argument\(s\) not recognized: \{'lr'|__init__\(\) missing 1 required positional argument: "
              r"'learning_rate'"),
     (KERAS2, r"keras\.backend' has no attribute|K\.(get_value|set_value|eval)"),
+    # BatchNormalization(fused=False): Keras 3 has no fused kernel and refuses the argument.
+    (KERAS2, r"Unrecognized keyword arguments passed to BatchNormalization: \{'fused'"),
     # Keras 3 variables have no tf.Variable.ref(): Horovod's tests key dicts by var.ref().
     (KERAS2, r"'Variable' object has no attribute 'ref'"),
 )

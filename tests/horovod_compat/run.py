@@ -80,10 +80,10 @@ def units(results: str, n: int, killed: bool):
     return out
 
 
-def run_file(tests_dir: str, name: str, n: int, timeout: float, work: str):
+def run_file(tests_dir: str, name: str, n: int, timeout: float, work: str, select=None):
     results = tempfile.mkdtemp(prefix=f"{name}-{n}-", dir=work)
     argv = ["python", os.path.join(HERE, "rank_main.py"), results, os.path.join(tests_dir, "parallel", name),
-            "-o", "timeout=600"]
+            "-o", "timeout=600"] + (["-k", select] if select else [])
     killed = False
     try:
         run_ranks(n, argv, env=SETTINGS, timeout=timeout, check=False, cwd=results)
@@ -121,6 +121,7 @@ def main(argv=None) -> int:
     parser.add_argument("--files", nargs="+", default=list(FILES))
     parser.add_argument("--timeout", type=float, default=1800, help="seconds for one file at one world size")
     parser.add_argument("--json", help="write every unit's result here")
+    parser.add_argument("-k", dest="select", help="only the tests pytest's -k expression selects")
     parser.add_argument("-v", "--verbose", action="store_true", help="print the real failures' tracebacks")
     parser.add_argument("--from-json", nargs="+", help="report the units of earlier --json files instead of running")
     args = parser.parse_args(argv)
@@ -135,13 +136,18 @@ def main(argv=None) -> int:
     everything = []
     for name in args.files:
         for n in args.np:
-            found, killed = run_file(tests_dir, name, n, args.timeout, work)
-            everything += [{"file": name, "np": n, "test": t, "status": s, "text": x[-3000:], "killed": killed}
+            found, killed = run_file(tests_dir, name, n, args.timeout, work, args.select)
+            everything += [{"file": name, "np": n, "test": t, "status": s, "text": _shortened(x), "killed": killed}
                            for t, s, x in found]
     if args.json:
         with open(args.json, "w") as out:
             json.dump(everything, out, indent=1)
     return summarize(everything, args.verbose)
+
+
+def _shortened(text: str) -> str:
+    """A failure's first lines (the errors) and its last (where they were raised)."""
+    return text if len(text) <= 4000 else text[:1000] + "\n...\n" + text[-3000:]
 
 
 def summarize(everything, verbose: bool) -> int:

@@ -2,14 +2,19 @@
 hosts: the real backend code (tables, memory through CUDA IPC, one launch, one event, the proxy
 thread for network edges) with blinkflow's numpy interpreter standing in for the kernel; results
 bitwise the host-driven runner's, the timeline naming the algorithm, and a call one rank skips
-ending in a BackendError on the others instead of a hang."""
+ending in a BackendError on the others instead of a hang. Then the loopback mode, one process
+running 2, 4 and 8 virtual ranks' blocks in one launch, bitwise the runner's."""
 import os
+import subprocess
+import sys
 
 import pytest
 
 from mpi_launch import fake_cupy_env, run_mpi
 
-WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu", "device_executor_worker.py")
+GPU_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu")
+WORKER = os.path.join(GPU_TESTS, "device_executor_worker.py")
+LOOPBACK_WORKER = os.path.join(GPU_TESTS, "loopback_worker.py")
 
 
 @pytest.mark.mpi
@@ -18,3 +23,13 @@ WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 def test_device_executor_bitwise_the_runner(n, hosts):
     out = run_mpi(n, ["python", "-m", "mpi4py", WORKER, str(hosts)], timeout=240, env=fake_cupy_env())
     assert f"BITWISE OK {n} ranks, {hosts} hosts" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nranks", [2, 4, 8])
+def test_loopback_bitwise_the_runner(nranks):
+    """All virtual ranks' blocks in one launch (an H100's 132 SMs hold 8 ranks' 64-96 blocks)."""
+    env = {**os.environ, **fake_cupy_env(FAKE_CUPY_SMS="132")}
+    out = subprocess.run([sys.executable, LOOPBACK_WORKER, str(nranks)], env=env, capture_output=True, text=True,
+                         timeout=240)
+    assert f"LOOPBACK BITWISE OK {nranks} virtual ranks" in out.stdout, out.stdout + out.stderr

@@ -1,10 +1,10 @@
-"""Horovod's TensorFlow API rows of issue 32, case by case, at 2 and 3 ranks (test_gradient_rows.py).
+"""Horovod's TensorFlow semantics, case by case, at 2 and 3 ranks (test_gradient_rows.py).
 
 Every gradient runs the same collectives on every rank, eagerly, in a tf.function and in a TF1
 graph run by a Session that fetches the gradient alone (a rank that skips its collective there
 leaves the others waiting: the job's stall shutdown ends it); the gradients of grouped calls
 taken once per output (one ``tf.gradients`` each, all run in one step, Horovod's pattern); an
-all-to-all without splits whose ranks have different first dimensions; rank outside a process
+all-to-all without splits whose ranks have different first dimensions; a rank outside a process
 set passing its gradients through (DistributedGradientTape, the TF1 DistributedOptimizer);
 ``allreduce(IndexedSlices)`` refusing scale factors; the process-set errors' classes in TF1
 graphs; ``BroadcastGlobalVariablesCallback(local_variables=)``; ``opt.variables()`` (Keras 2).

@@ -1,4 +1,4 @@
-"""Issue 32's TensorFlow API rows (gradient_rows_cases.py) at 2 and 3 ranks, one launch per size;
+"""Horovod's TensorFlow semantics (gradient_rows_cases.py) at 2 and 3 ranks, one launch per size;
 a stalled collective ends its case within the job's stall shutdown time."""
 import os
 
