@@ -20,6 +20,8 @@ def test_the_job_stops_naming_the_new_rank(tmp_path):
     discover.chmod(discover.stat().st_mode | stat.S_IEXEC)
     done = run_blinkrun(["-np", "2", "--host-discovery-script", str(discover), "python", SCRIPT, str(slots)],
                         timeout=120)
-    assert done.returncode == 3, done.stderr[-3000:]
     assert ("blinkrun: new rank 2 (host localhost) exited with status 3 before it began MPI's start-up; the ranks "
             "starting it cannot go on (MPI_Comm_spawn waits for it): stopping the job") in done.stderr, done.stderr[-3000:]
+    # The status is the new rank's when its wrapper's event reached blinkrun before its end
+    # (mpirun drops a killed process's unsent output), else mpirun's; never 0.
+    assert done.returncode in (3, 1), done.stderr[-3000:]
