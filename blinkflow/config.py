@@ -116,6 +116,16 @@ class Config:
     split_hosts: int = 0
     """For tests of the multi-host path on one machine: treat the job's ranks as this many hosts
     (consecutive blocks of ranks, no shared memory between blocks). 0 = real host names."""
+    elastic_max_np: int = 0
+    """The most ranks an elastic job grows to as hosts appear (``blinkrun --max-np``; 0 = no bound)."""
+    elastic_reset_limit: int = 0
+    """Resets (ranks lost or gained) after which an elastic job ends (``--reset-limit``; 0 = none)."""
+    elastic_hosts_file: Optional[str] = None
+    """The file in the job's scratch folder where ``blinkrun`` lists the new ranks its host
+    discovery asks for; the lowest rank reads it at ``check_host_updates()``."""
+    elastic_joining: int = 0
+    """1 in a rank that a running elastic job started to add it (``MPI_Comm_spawn``):
+    ``blinkflow.init()`` joins that job instead of starting one. Set by the spawning ranks."""
 
     def __post_init__(self):
         for field, (low, high, low_open, unit) in BOUNDS.items():
@@ -131,7 +141,7 @@ class Config:
             raise ConfigError(f"{ENV_PREFIX}LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if self.algorithm not in ALGORITHMS:
             raise ConfigError(f"{ENV_PREFIX}ALGORITHM must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
-        for flag in ("cpu_single_copy", "pin_gpus", "tf_memory_growth", "check_schedules", "autotune"):
+        for flag in ("cpu_single_copy", "pin_gpus", "tf_memory_growth", "check_schedules", "autotune", "elastic_joining"):
             if getattr(self, flag) not in (0, 1):
                 raise ConfigError(f"{self.env_name(flag)} must be 0 or 1, got {getattr(self, flag)}")
         if self.cpu_control not in CPU_CONTROLS:
@@ -189,6 +199,8 @@ class Config:
 #: beyond any use and keep each value inside what its consumer accepts (a lock's timeout, a
 #: bit vector sent every cycle, an allocation).
 BOUNDS = {
+    "elastic_max_np": (0, 1 << 24, False, " ranks"),
+    "elastic_reset_limit": (0, 1 << 30, False, " resets"),
     "fusion_threshold": (0, float(1 << 40), False, " bytes"),
     "cycle_time": (0.0, 10_000.0, True, " ms"),
     "cache_capacity": (0, 65536, False, " entries"),

@@ -8,8 +8,10 @@ A row is handled one of three ways:
 * ``ACCEPTED``: the flag asks for what blinkflow already does (``--mpi``, ``--no-autotune``,
   ``--hierarchical-allreduce``); it is taken and changes nothing.
 * ``REFUSED``: blinkrun stops before launching with one line naming the flag and what to use
-  instead. A row with an ``owner`` is refused only until that part of blinkflow (elastic
-  training) declares the flag itself: the part then flips the row to ``NATIVE``.
+  instead.
+
+A row with an ``owner`` is declared by that part of blinkflow (elastic training: its flags live
+in ``elastic_flags.py``).
 
 Switches take no value (``nargs`` 0); ``--blacklist-cooldown-range`` takes two.
 """
@@ -24,9 +26,6 @@ REFUSED = "refused"
 
 ELASTIC = "elastic"
 
-_ELASTIC_HINT = ("elastic training is not in blinkrun yet: start a fixed job with -np and restart it from a "
-                 "checkpoint after a host is lost")
-
 
 @dataclasses.dataclass(frozen=True)
 class HorovodFlag:
@@ -34,7 +33,7 @@ class HorovodFlag:
     nargs: int               # values the flag takes (0: a switch)
     handling: str            # NATIVE | ACCEPTED | REFUSED
     note: str                # NATIVE/ACCEPTED: what it does here; REFUSED: what to use instead
-    owner: str = ""          # REFUSED until this part of blinkflow declares it (ELASTIC)
+    owner: str = ""          # the part of blinkflow that declares it (ELASTIC: launcher/elastic_flags.py)
 
     @property
     def name(self) -> str:
@@ -93,13 +92,13 @@ HOROVOD_FLAGS = (
     _row("--autotune-bayes-opt-max-samples", 1, NATIVE, "scored samples before the best is kept (default 20)"),
     _row("--autotune-gaussian-process-noise", 1, NATIVE, "observation noise of the search (default 0.8)"),
     # elastic
-    _row("--min-np --min-num-proc", 1, REFUSED, _ELASTIC_HINT, ELASTIC),
-    _row("--max-np --max-num-proc", 1, REFUSED, _ELASTIC_HINT, ELASTIC),
-    _row("--slots-per-host", 1, REFUSED, _ELASTIC_HINT, ELASTIC),
-    _row("--elastic-timeout", 1, REFUSED, _ELASTIC_HINT, ELASTIC),
-    _row("--reset-limit", 1, REFUSED, _ELASTIC_HINT, ELASTIC),
-    _row("--blacklist-cooldown-range", 2, REFUSED, _ELASTIC_HINT, ELASTIC),
-    _row("--host-discovery-script", 1, REFUSED, _ELASTIC_HINT, ELASTIC),
+    _row("--min-np --min-num-proc", 1, NATIVE, "fewest ranks an elastic job goes on with (default -np)", ELASTIC),
+    _row("--max-np --max-num-proc", 1, NATIVE, "most ranks an elastic job grows to", ELASTIC),
+    _row("--slots-per-host", 1, NATIVE, "slots of a discovered host whose line gives none", ELASTIC),
+    _row("--elastic-timeout", 1, NATIVE, "seconds a new rank may take to start (default 600)", ELASTIC),
+    _row("--reset-limit", 1, NATIVE, "the elastic job ends after this many resets", ELASTIC),
+    _row("--blacklist-cooldown-range", 2, NATIVE, "how long a host whose rank failed stays blacklisted", ELASTIC),
+    _row("--host-discovery-script", 1, NATIVE, "prints the available hosts; makes the job elastic", ELASTIC),
     # timeline
     _row("--timeline-filename", 1, NATIVE, "write a Chrome-trace timeline to this file"),
     _row("--timeline-mark-cycles", 0, REFUSED, "blinkflow negotiates each submission at once, so there are no "

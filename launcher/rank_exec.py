@@ -44,6 +44,7 @@ LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
 SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 STOP_GRACE_SECONDS = 3.0
 TAIL_LINES = 40
+ELASTIC_EVENT_GRACE_S = 0.5
 
 
 def env_int(environ: Mapping[str, str], names, default: int) -> int:
@@ -179,9 +180,9 @@ def _pinned(environ: dict, rank: int, host: str, verbose: bool) -> dict:
 
 
 def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
-        verbose: bool = False, timestamp: bool = False) -> int:
+        verbose: bool = False, timestamp: bool = False, rank: Optional[int] = None) -> int:
     environ = dict(os.environ if environ is None else environ)
-    rank = env_int(environ, RANK_VARS, 0)
+    rank = env_int(environ, RANK_VARS, 0) if rank is None else rank
     size = env_int(environ, SIZE_VARS, 1)
     host = socket.gethostname()
     _set_parent_death_signal(signal.SIGTERM)
@@ -201,7 +202,7 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
     environ = _pinned(environ, rank, host, verbose)
     scratch = tempfile.mkdtemp(prefix=scratch_prefix(rank))
     record_file = os.path.join(scratch, "exception.json")
-    stopping, reported = [], []
+    stopping, reported, failed = [], [], []
 
     def report(returncode: Optional[int], record: Optional[dict], ended: float) -> int:
         """Tell blinkrun this rank failed (once); the status it failed with."""
@@ -271,9 +272,27 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
             return 0
         if stopping and record is None:
             return 128 + stopping[0]
+        failed.append(True)
         return report(returncode, record, ended)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        if failed and _elastic(environ):
+            # ULFM tells the peers of a rank that died by a signal; of one that exited without
+            # MPI_Finalize (this wrapper, whatever its child did), never: they would wait forever.
+            # First a moment for mpirun to forward the events just written (a killed process's
+            # unsent output is dropped).
+            time.sleep(ELASTIC_EVENT_GRACE_S)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _elastic(environ: Mapping[str, str]) -> bool:
+    """Whether the rank belongs to an elastic job (``blinkrun --min-np``/``--host-discovery-script``)."""
+    from blinkflow.config import Config
+
+    try:
+        return Config.from_env(environ).elastic_min_np > 0
+    except Exception:  # noqa: BLE001 - a bad setting fails in the rank itself, with its message
+        return False
 
 
 def _lead_own_group() -> bool:
@@ -323,12 +342,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--output-dir", help="also write this rank's stdout/stderr under DIR/rank.N/")
     parser.add_argument("--verbose", action="store_true", help="say which GPU the rank drives")
     parser.add_argument("--timestamp", action="store_true", help="start every output line with the time")
+    parser.add_argument("--rank", type=int, help="the rank's tag (a rank an elastic job added: its slot)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("missing COMMAND after --")
-    sys.exit(run(command, args.output_dir, verbose=args.verbose, timestamp=args.timestamp))
+    sys.exit(run(command, args.output_dir, verbose=args.verbose, timestamp=args.timestamp, rank=args.rank))
 
 
 if __name__ == "__main__":

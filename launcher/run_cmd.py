@@ -7,6 +7,7 @@ anything starts.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import sys
@@ -20,6 +21,7 @@ from blinkflow.errors import ConfigError
 from blinkflow.version import __version__
 
 from . import horovod_config_file
+from .elastic_flags import elastic_options, elastic_spec
 from .flags import SETTING_FLAGS, settings_env
 from .horovod_flags import ACCEPTED, REFUSED, by_name, generated_rows
 from .hosts import hosts_arg, mpich_hostfile_text, parse_hostfile, parse_hosts_arg
@@ -111,6 +113,7 @@ def _horovod_options(func):
               help="Hosts and their slots, e.g. a:4,b:4 (default: this machine only).")
 @click.option("-hostfile", "--hostfile", type=click.Path(dir_okay=False), help="File of 'host slots=N' lines.")
 @_setting_options
+@elastic_options
 @click.option("--no-stall-check", is_flag=True, default=None,
               help="No stall warnings and no stall shutdown (both times 0).")
 @click.option("--config-file", type=click.Path(dir_okay=False), metavar="FILE",
@@ -146,6 +149,10 @@ def command(**options):
     (README.md, "From horovodrun"). Tools that launch nothing: blinkrun topo | plan | simulate --help.
     """
     try:
+        elastic = elastic_spec(options, options["np"])   # None: a fixed-size job
+        if elastic:
+            from . import elastic_launch
+            options = elastic_launch.with_elastic_start(options, elastic)
         spec, start_timeout = spec_from_options(click.get_current_context(), options, os.environ)
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
@@ -154,6 +161,8 @@ def command(**options):
     _check_topology(spec.settings, given_as_flag=options.get("topology") is not None)
     try:
         impl = detect()
+        if elastic:
+            spec = dataclasses.replace(spec, mpi_args=elastic_launch.mpirun_args(impl) + spec.mpi_args)
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
     from .reclaim import quietly_reclaim, scratch_prefix
@@ -165,6 +174,12 @@ def command(**options):
             mpich_hostfile = os.path.join(scratch, "hosts.hydra")
             with open(mpich_hostfile, "w") as f:
                 f.write(mpich_hostfile_text(spec.hosts))
+        driver = None
+        if elastic:
+            ranks_environ = dict(os.environ, PATH=interpreter_first_path(os.environ.get("PATH", ""),
+                                                                         os.path.dirname(sys.executable)))
+            driver, spec = elastic_launch.start_driver(elastic, spec, scratch, ranks_environ,
+                                                       say=lambda line: click.echo(f"blinkrun: {line}", err=True))
         try:
             argv = build_mpirun_argv(impl, spec, python=sys.executable, environ=os.environ,
                                      is_root=hasattr(os, "geteuid") and os.geteuid() == 0,
@@ -178,7 +193,9 @@ def command(**options):
         env = dict(os.environ)
         env.update(spec.settings)
         env["PATH"] = interpreter_first_path(env.get("PATH", ""), os.path.dirname(sys.executable))
-        status = Job(argv, env, np=spec.np, start_timeout=start_timeout).run()
+        status = Job(argv, env, np=spec.np, start_timeout=start_timeout, elastic=driver).run()
+        if driver:
+            driver.stop()
     sys.exit(status)
 
 

@@ -35,8 +35,11 @@ FAILURE_GRACE_SECONDS = 5.0   # a rank failed -> mpirun must have stopped the jo
 
 class Job:
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], np: int, start_timeout: float,
-                 out: Optional[BinaryIO] = None, err: Optional[BinaryIO] = None):
+                 out: Optional[BinaryIO] = None, err: Optional[BinaryIO] = None, elastic=None):
         self.argv, self.env, self.np, self.start_timeout = list(argv), dict(env), np, start_timeout
+        self.elastic = elastic
+        """An elastic job's driver (launcher/elastic_driver.py): it hears every rank's events, and
+        a failed rank does not stop the job (the others re-form without it)."""
         self.out = out or sys.stdout.buffer
         self.err = err or sys.stderr.buffer
         self.started: Dict[int, str] = {}
@@ -148,6 +151,8 @@ class Job:
 
     def _on_event(self, event: dict):
         kind, rank = event.get("event"), event.get("rank")
+        if self.elastic is not None and self.elastic.on_event(event):
+            self.stop()
         with self._lock:
             if kind == events.STARTED:
                 self.started[rank] = event.get("host", "?")
@@ -161,7 +166,7 @@ class Job:
                 self.exits[rank] = dict(event, host=self.started.get(rank, "?"))
             elif kind == events.FAILED:
                 self.failures.append(event)
-                if len(self.failures) == 1:
+                if len(self.failures) == 1 and self.elastic is None:
                     timer = threading.Timer(FAILURE_GRACE_SECONDS, self.stop)
                     timer.daemon = True
                     timer.start()
@@ -180,6 +185,8 @@ class Job:
     def _report(self, returncode: int) -> int:
         # Ranks that fail while being stopped are casualties of the stop, not its cause.
         failures = [f for f in self.failures if self.interrupted is None or (f.get("time") or 0.0) < self.interrupted_at]
+        if self.elastic is not None and self.elastic.finished():
+            return 0   # the ranks that ended the job ended well; the ranks lost on the way were said
         if failures:
             first = verdict.first_cause(failures)
             if first is None:  # every failure is a casualty: name the rank they blame

@@ -18,6 +18,7 @@ SUITES = {
     "control": "blinkflow.bench.control",
     "autotune": "blinkflow.bench.autotune",
     "elastic-loss": "blinkflow.bench.elastic_loss",
+    "elastic-gain": "blinkflow.bench.elastic_gain",
 }
 
 

@@ -143,7 +143,8 @@ class _Old:
     """What the new job needs of the old one on this rank."""
 
     group: object
-    """The old job's MPI group (its communicator is freed before the new job starts)."""
+    """The old job's MPI group, from the communicator the runtime was started on: the runtime's
+    own duplicate is freed by a clean shutdown, which the first rank to re-form starts for all."""
     rank: int
     size: int
     device: Optional[int]
@@ -160,9 +161,18 @@ class _Old:
         sets = dict(engine.sets.ranks_of) if engine.sets is not None else {}
         sets.pop(0, None)
         cuda = engine.config.backend != "cpu" and cuda_device.is_available()
-        return cls(group=job.comm.Get_group(), rank=job.rank, size=job.size, device=job.devices[job.rank],
-                   sets=sets, rate_gbps=_allreduce_rate(job),
+        return cls(group=members(engine).Get_group(), rank=job.rank, size=job.size,
+                   device=job.devices[job.rank], sets=sets, rate_gbps=_allreduce_rate(job),
                    cuda_ordinal=cuda_device.rank_device(job.layout) if cuda else None)
+
+
+def members(engine):
+    """The communicator the engine was started on: it runs on a private duplicate, so this one
+    is free for the elastic side's own calls (a spawn) and outlives the engine's shutdown."""
+    from mpi4py import MPI
+
+    comm = getattr(engine, "_user_comm", None)
+    return comm if comm is not None else MPI.COMM_WORLD
 
 
 def _take_engine(what: str):

@@ -8,7 +8,8 @@ The loop of :func:`run_fn`, on every rank:
    :class:`~blinkflow.errors.ShutdownError`, Horovod's ``HorovodInternalError``, whatever class
    the framework wrapped it in): ``state.restore()`` rolls back to the last commit;
    :class:`~blinkflow.errors.HostsUpdatedInterrupt`: the state is current;
-3. the reset (:func:`blinkflow.elastic.reform`), ``state.on_reset()`` (the reset callbacks), back
+3. the reset (:func:`blinkflow.elastic.grow.reset`: new ranks in, or
+   :func:`blinkflow.elastic.reform` on the ranks left), ``state.on_reset()`` (the reset callbacks), back
    to 1.
 
 Any other error, and TooFewRanksError from the reset, ends the loop. ``reset_limit``
@@ -19,10 +20,10 @@ from __future__ import annotations
 import functools
 from typing import Callable, Optional
 
+from ..config import get_config
 from ..errors import HostsUpdatedInterrupt, ShutdownError
 from ..runtime.global_state import RUNTIME
-from . import hosts
-from .reform import reform
+from . import grow, hosts
 
 
 def lost_ranks_failure(error: BaseException) -> Optional[ShutdownError]:
@@ -37,12 +38,18 @@ def lost_ranks_failure(error: BaseException) -> Optional[ShutdownError]:
     return failure if isinstance(failure, ShutdownError) else None
 
 
-def run_fn(func: Callable, reset: Callable[[], object] = reform, reset_limit: Optional[int] = None) -> Callable:
-    """``func(state, *args, **kwargs)`` retried after each reset (the module docstring)."""
+def run_fn(func: Callable, reset: Callable[[], object] = grow.reset, reset_limit: Optional[int] = None) -> Callable:
+    """``func(state, *args, **kwargs)`` retried after each reset (the module docstring). The
+    default reset adds the ranks blinkrun's host discovery asked for, else re-forms on the ranks
+    there are; ``reset_limit`` defaults to ``BLINKFLOW_ELASTIC_RESET_LIMIT`` (``--reset-limit``)."""
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
+        nonlocal reset_limit
+        if reset_limit is None:
+            reset_limit = get_config().elastic_reset_limit or None
         hosts.register_listener(state)
+        grow.watch_hosts_file()
         skip_sync = False
         resets = 0
         try:

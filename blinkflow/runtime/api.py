@@ -27,17 +27,31 @@ new arrays; inputs are never written and may be non-contiguous.
 from __future__ import annotations
 
 from ..compression import Compression
+from ..config import get_config
 from ..ops import Average
+from . import lifecycle
 from .barriers import barrier, join  # noqa: F401
 from .collectives import refuse, run, submit
 from .enqueue import poll, synchronize  # noqa: F401
 from .global_state import RUNTIME
-from .lifecycle import init, is_initialized, shutdown  # noqa: F401
+from .lifecycle import is_initialized, shutdown  # noqa: F401
 from .objects import allgather_object, broadcast_object  # noqa: F401
 from .process_sets import (add_process_set, comm_process_set_id, get_process_set_ids_and_ranks,  # noqa: F401
                            process_set_ranks, remove_process_set)
 
 auto_name = RUNTIME.auto_name
+
+
+def init(comm=None, process_sets=None) -> None:
+    """Start the runtime (:func:`.lifecycle.init`). A rank that a running elastic job started to
+    add it (``BLINKFLOW_ELASTIC_JOINING=1``, set by the spawning ranks) joins that job instead:
+    :func:`blinkflow.elastic.grow.join_running_job`."""
+    if comm is None and not is_initialized() and get_config().elastic_joining:
+        from ..elastic.grow import join_running_job
+
+        join_running_job()
+        return
+    lifecycle.init(comm, process_sets)
 """The next automatic name of an op in a process set; the TensorFlow bindings draw theirs here
 too when eager."""
 

@@ -25,7 +25,7 @@ def run(func):
     """Horovod's ``@hvd.elastic.run``: ``func(state, ...)`` runs, and after a rank is lost (or
     hosts change) the job re-forms, the state rolls back to its last commit and is synced from
     rank 0, and ``func`` runs again; see :mod:`blinkflow.elastic.run`."""
-    return run_fn(func, reform)
+    return run_fn(func)
 
 
 def _rank() -> int:

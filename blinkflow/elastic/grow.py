@@ -1,0 +1,189 @@
+"""Gaining ranks: new processes join a running elastic job.
+
+``blinkrun``'s host discovery appends spawn requests to the job's hosts file
+(``BLINKFLOW_ELASTIC_HOSTS_FILE``; see ``launcher/elastic_driver.py``): a host, and for each new
+rank the argv of its wrapper. The ranks act on them in three steps:
+
+1. :func:`watch_hosts_file`: a thread on the job's rank 0 reads the file every second and, for
+   requests the job has not acted on, tells the elastic states that hosts were added
+   (:func:`blinkflow.elastic.hosts.notify_hosts_updated`, the request id as timestamp); at the
+   next ``commit()`` / ``check_host_updates()`` every rank raises ``HostsUpdatedInterrupt``.
+2. :func:`reset` (the reset of ``blinkflow.elastic.run``, collective): rank 0 reads the requests
+   again and tells the others over the job's communicator; the ranks start the new ones together
+   with ``MPI_Comm_spawn_multiple`` under the ``mpirun`` that started the job, merge the
+   intercommunicator into one communicator (old ranks first, in their order:
+   ``Intercomm_merge(high=False)``), and start the runtime again on it
+   (:func:`blinkflow.elastic.reform.reform_on`: fresh trees for the larger set). Without
+   requests, or after a loss, it is :func:`blinkflow.elastic.reform.reform`.
+3. :func:`join_running_job` (``blinkflow.init()`` in a new rank, which ``BLINKFLOW_ELASTIC_JOINING``
+   tells it is one): merges with its parents (``high=True``) and starts the runtime with them.
+
+Why spawn and not ``MPI_Open_port``/``Comm_accept``/``Comm_connect``: under Open MPI 5 a
+process that the job's ``mpirun`` did not start cannot connect to it (``MPI_ERR_INTERN``: the
+two are not in one PMIx universe without a separate PRRTE DVM), while ``Comm_spawn`` under
+``mpirun --with-ft ulfm`` starts the ranks through the job's own launcher, also after ranks were
+lost and the job shrank, and places them with the ``host``/``add-host`` info keys. Spawned ranks
+do not inherit ``mpirun -x`` variables: blinkrun's argv for them sets their environment
+(``env NAME=VALUE ... python -m blinkflow.launcher.rank_exec ...``; an info value holds only
+``MPI_MAX_INFO_VAL`` characters).
+"""
+from __future__ import annotations
+
+import json
+import threading
+from typing import List, Optional
+
+from ..config import Config, get_config
+from ..errors import ConfigError
+from ..runtime.global_state import RUNTIME
+from ..runtime.log import logger
+
+WATCH_INTERVAL_S = 1.0
+
+_applied = 0
+"""The id of the last request this job acted on (the same on every rank; newcomers receive it)."""
+_watcher: Optional[threading.Thread] = None
+_watch_lock = threading.Lock()
+
+
+def read_requests(path: Optional[str], after: int) -> List[dict]:
+    """The requests of the hosts file at ``path`` with an id above ``after``, oldest first,
+    each with the file's ``wdir``; [] without a file. A file that cannot be read
+    as blinkrun writes it is said in the log and counts as no request."""
+    if not path:
+        return []
+    try:
+        with open(path) as f:
+            body = json.load(f)
+        return [dict(r, wdir=body.get("wdir")) for r in body.get("requests", ())
+                if int(r["id"]) > after]
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        logger.warning("elastic: cannot read the hosts file %s (%s: %s); no ranks added", path, type(e).__name__, e)
+        return []
+
+
+def watch_hosts_file() -> None:
+    """Start, once per process, the thread that tells the elastic states of new requests (it
+    reads the file only while this process is rank 0 of the job). Nothing without a hosts file
+    (a job not started by ``blinkrun`` with elastic flags)."""
+    global _watcher
+    path = get_config().elastic_hosts_file
+    with _watch_lock:
+        if not path or _watcher is not None:
+            return
+        _watcher = threading.Thread(target=_watch, args=(path,), name="blinkflow-elastic-hosts", daemon=True)
+        _watcher.start()
+
+
+def _watch(path: str) -> None:
+    from . import hosts
+
+    # Told again every second until acted on: a reset clears the news the states hold, and a
+    # request that came during one must not be lost (the same timestamp twice is one change).
+    stop = threading.Event()
+    while not stop.wait(WATCH_INTERVAL_S):
+        engine = RUNTIME.engine
+        if engine is None or engine.job is None or engine.job.rank != 0:
+            continue
+        newest = max((int(r["id"]) for r in read_requests(path, _applied)), default=0)
+        if newest:
+            hosts.notify_hosts_updated(float(newest), hosts.HostUpdateResult.added)
+
+
+def reset():
+    """``blinkflow.elastic.run``'s reset: spawn the ranks blinkrun asked for and start the
+    runtime on the larger set; after a loss (or with nothing asked for), re-form on the ranks
+    there are (:func:`~blinkflow.elastic.reform.reform`). Collective over the job's ranks.
+    Returns the :class:`~blinkflow.elastic.reform.Reset`, or None when nothing changed (the
+    request was acted on already, or its spawn failed: said in the log, and blinkrun blacklists
+    the host when its ranks never start)."""
+    global _applied
+    from mpi4py import MPI
+
+    from .reform import members, reform, reform_on
+
+    engine = RUNTIME.engine
+    if engine is None or engine.job is None or engine.peer_failed or engine.broken or not engine.alive:
+        return reform()
+    comm = members(engine)
+    mine = read_requests(get_config().elastic_hosts_file, _applied) if comm.Get_rank() == 0 else None
+    requests = _within(comm.bcast(mine, root=0), comm.Get_size())
+    if not requests:
+        return None
+    _applied = max(int(r["id"]) for r in requests)
+    commands, argvs, counts, infos = _spawn_arguments(requests, comm.Get_rank() == 0)
+    try:
+        inter = comm.Spawn_multiple(commands, argvs, counts, infos, root=0)
+    except MPI.Exception as e:
+        logger.warning("elastic: starting %d new rank(s) failed (%s); going on with %d ranks",
+                       sum(counts), e.Get_error_string(), comm.Get_size())
+        return None
+    finally:
+        for info in infos:
+            info.Free()
+    merged = inter.Merge(high=False)
+    inter.Free()
+    merged.bcast(_applied, root=0)   # the newcomers learn which requests the job acted on
+    return reform_on(merged)
+
+
+def join_running_job():
+    """In a rank an elastic job spawned (``BLINKFLOW_ELASTIC_JOINING=1``): merge with the job and
+    start the runtime with it; collective with the job's :func:`reset`."""
+    global _applied
+    from ..config import apply_mpi_defaults
+
+    apply_mpi_defaults()   # before MPI starts in this process (importing mpi4py.MPI starts it)
+    from mpi4py import MPI
+
+    from .reform import reform_on
+
+    parent = MPI.Comm.Get_parent()
+    if parent == MPI.COMM_NULL:
+        raise ConfigError(f"{Config.env_name('elastic_joining')}=1, but no running job started this process "
+                          "(MPI_Comm_get_parent is null); unset it: only ranks an elastic job spawns join one")
+    merged = parent.Merge(high=True)
+    parent.Free()
+    _applied = merged.bcast(None, root=0)
+    return reform_on(merged)
+
+
+def _within(requests: List[dict], size: int) -> List[dict]:
+    """The requests cut to ``BLINKFLOW_ELASTIC_MAX_NP`` (blinkrun keeps to ``--max-np`` too;
+    this guards a job whose ranks blinkrun counted differently)."""
+    most = get_config().elastic_max_np
+    if not most:
+        return requests
+    room, kept = most - size, []
+    for request in requests:
+        procs = request["procs"][:max(0, room)]
+        room -= len(procs)
+        if procs:
+            kept.append(dict(request, procs=procs))
+    return kept
+
+
+def _spawn_arguments(requests: List[dict], root: bool):
+    """``Spawn_multiple``'s per-process commands, argvs, counts and infos (only the root's
+    are read; the others pass placeholders of the same length)."""
+    from mpi4py import MPI
+
+    commands, argvs, counts, infos = [], [], [], []
+    for request in requests:
+        for proc in request["procs"]:
+            argv = [str(a) for a in proc["argv"]]
+            commands.append(argv[0])
+            argvs.append(argv[1:])
+            counts.append(1)
+            info = MPI.Info.Create()
+            if root:
+                info.Set(request.get("info_key") or "host", str(request["host"]))
+                if request.get("wdir"):
+                    info.Set("wdir", str(request["wdir"]))
+            infos.append(info)
+    return commands, argvs, counts, infos
+
+
+__all__ = ["join_running_job", "read_requests", "reset", "watch_hosts_file"]

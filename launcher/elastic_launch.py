@@ -1,0 +1,92 @@
+"""What an elastic job changes in ``blinkrun``'s launch (``run_cmd.py`` calls these few entries).
+
+- :func:`with_elastic_start` / :func:`starting_hosts`: the first run of the discovery script
+  decides where the job starts (it must succeed: Horovod's rule);
+- :func:`mpirun_args`: ``--with-ft ulfm`` (a lost rank must not end the job) and
+  ``--oversubscribe`` (blinkrun's discovery, not Open MPI's slot count, bounds where new ranks
+  go, and ``MPI_Comm_spawn`` refuses ranks beyond the slots otherwise);
+- :func:`start_driver`: the :class:`.elastic_driver.ElasticDriver` that polls discovery and
+  writes the job's hosts file, and the ``BLINKFLOW_ELASTIC_*`` settings the ranks get.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import List, Mapping, Optional, Sequence, Tuple
+
+from blinkflow.config import Config
+from blinkflow.errors import ConfigError
+
+from .elastic_discovery import run_discovery_script
+from .elastic_driver import ElasticDriver
+from .elastic_flags import ElasticSpec
+from .hosts import Host, parse_hostfile
+from .mpi_impl import OPEN_MPI, MpiImpl
+from .env_forwarding import forwarded_variables
+from .mpirun_argv import LaunchSpec, rank_command
+
+HOSTS_FILE_NAME = "elastic-hosts.json"
+ULFM_ARGS = ("--with-ft", "ulfm")
+
+
+def starting_hosts(spec: ElasticSpec, hosts: Optional[Sequence[Host]]) -> Optional[List[Host]]:
+    """The hosts the job starts on: the discovery script's first run (ConfigError, one line, when
+    it fails), or the ``-H``/hostfile hosts given (None: this machine)."""
+    if spec.host_discovery_script is None:
+        return list(hosts) if hosts else None
+    if hosts:
+        raise ConfigError("give the hosts of an elastic job either with --host-discovery-script or with "
+                          "-H/--hostfile, not both")
+    found = run_discovery_script(spec.host_discovery_script, spec.slots_per_host)
+    if not found:
+        raise ConfigError(f"host discovery script {spec.host_discovery_script!r} found no hosts to start on")
+    return [Host(name, slots) for name, slots in found.items()]
+
+
+def with_elastic_start(options: Mapping[str, object], spec: ElasticSpec) -> dict:
+    """blinkrun's parsed ``options`` with what an elastic job starts with: ``-np`` defaults to
+    ``--min-np``, and the hosts are the discovery script's first answer (as ``-H``)."""
+    hosts = options.get("hosts")
+    if options.get("hostfile"):
+        if hosts:
+            raise ConfigError("give hosts either with -H or with --hostfile, not both")
+        hosts = parse_hostfile(str(options["hostfile"]))
+    return dict(options, np=options.get("np") or spec.min_np, hosts=starting_hosts(spec, hosts), hostfile=None)
+
+
+def mpirun_args(impl: MpiImpl) -> Tuple[str, ...]:
+    if impl.family != OPEN_MPI:
+        raise ConfigError(f"elastic jobs need Open MPI 5 with ULFM (mpirun --with-ft ulfm); this is {impl.describe()}")
+    return ULFM_ARGS + ("--oversubscribe",)
+
+
+def slot_argv(python: str, launch: LaunchSpec, slot: int, env: Mapping[str, str]) -> List[str]:
+    """A new rank's wrapper, as mpirun starts the others, with its slot as its rank tag; run
+    through ``env`` with the variables mpirun's ``-x`` gives the others (a spawned process does
+    not inherit them), and ``BLINKFLOW_ELASTIC_JOINING=1``, which makes its ``init()`` join."""
+    variables = dict(env, **{Config.env_name("elastic_joining"): "1"})
+    wrapper = rank_command(python, dataclasses.replace(launch, wrapped=True))   # [python, -m, module, ...]
+    return ["env", *(f"{k}={v}" for k, v in sorted(variables.items())), *wrapper[:3], "--rank", str(slot),
+            *wrapper[3:]]
+
+
+def start_driver(spec: ElasticSpec, launch: LaunchSpec, scratch: str, environ: Mapping[str, str],
+                 say) -> Tuple[ElasticDriver, LaunchSpec]:
+    """The driver, started, and the launch with the ``BLINKFLOW_ELASTIC_*`` settings every rank
+    gets. ``environ``: the environment the ranks run with. A job without a discovery script
+    keeps the slots it started with: ``-H``'s, or ``-np`` on this machine."""
+    hosts_file = os.path.join(scratch, HOSTS_FILE_NAME)
+    settings = dict(launch.settings)
+    settings.update(spec.settings_env(hosts_file))
+    spawn_env = {name: environ[name] for name in forwarded_variables(environ)}   # as mpirun's -x
+    spawn_env.update(settings)
+    hosts = [(h.name, h.slots) for h in launch.hosts] or [("localhost", launch.np)]
+    driver = ElasticDriver.for_script(spec, hosts_file=hosts_file, hosts=hosts, np=launch.np,
+                                      slot_argv=lambda slot: slot_argv(sys.executable, launch, slot, spawn_env),
+                                      wdir=os.getcwd(), say=say)
+    driver.start()
+    return driver, dataclasses.replace(launch, settings=settings)
+
+
+__all__ = ["HOSTS_FILE_NAME", "mpirun_args", "slot_argv", "start_driver", "starting_hosts", "with_elastic_start"]

@@ -1,0 +1,67 @@
+"""A discovery script that offers a slot mid-``model.fit`` (grow_fit_script.py, Horovod's elastic
+Keras recipe, started on 2 ranks by ``blinkrun --host-discovery-script``): the new rank joins at
+the next ``check_host_updates()``, receives the state (its own initial weights are replaced by the
+job's, equal on every rank), the epoch and batch counters go on from where the job was, and the
+three ranks finish with bitwise equal weights."""
+import functools
+import os
+import re
+import stat
+
+import pytest
+
+from blinkrun_helpers import run_blinkrun
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "grow_fit_script.py")
+EPOCHS, GROW_EPOCH, GROW_BATCH = 4, 1, 2
+pytestmark = [pytest.mark.mpi, pytest.mark.tf, pytest.mark.slow, pytest.mark.xdist_group("elastic_grow_fit")]
+
+
+@functools.lru_cache(maxsize=None)
+def _job(tmp: str):
+    pytest.importorskip("tensorflow")
+    slots = os.path.join(tmp, "slots")
+    with open(slots, "w") as f:
+        f.write("localhost:2\n")
+    discover = os.path.join(tmp, "discover.sh")
+    with open(discover, "w") as f:
+        f.write(f"#!/bin/sh\ncat {slots}\n")
+    os.chmod(discover, os.stat(discover).st_mode | stat.S_IEXEC)
+    return run_blinkrun(["-np", "2", "--host-discovery-script", discover, "python", SCRIPT, slots], timeout=600)
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    return _job(str(tmp_path_factory.mktemp("grow_fit")))
+
+
+def _context(job):
+    return f"--- stdout ---\n{job.stdout[-4000:]}\n--- stderr ---\n{job.stderr[-3000:]}"
+
+
+def _rows(job, tag, pattern):
+    return [m.groups() for m in re.finditer(rf"^\[\d+\]<stdout>: {tag} {pattern}$", job.stdout, re.M)]
+
+
+def test_the_new_rank_joins_and_receives_the_state(job):
+    assert job.returncode == 0, _context(job)
+    trains = _rows(job, "TRAIN", r"rank (\d+) size (\d+) epoch (\d+) batch (\d+) weights (\w+)")
+    before = [(int(r), int(s), int(e), int(b), w) for r, s, e, b, w in trains]
+    assert sorted(t[:2] for t in before) == [(0, 2), (0, 3), (1, 2), (1, 3), (2, 3)], _context(job)
+    after = [t for t in before if t[1] == 3]
+    assert len({t[2:] for t in after}) == 1, after   # same epoch, batch and weights on every rank
+    epoch, batch, weights = after[0][2:]
+    # The counters of the last commit, made after batch GROW_BATCH - 1 of epoch GROW_EPOCH.
+    assert (epoch, batch) == (GROW_EPOCH, GROW_BATCH - 1), after
+    own = _rows(job, "BEFORE", r"rank (\d+) weights (\w+)")
+    assert [r for r, _ in own] == ["2"] and own[0][1] != weights, own   # its own weights were replaced
+
+
+def test_three_ranks_finish_with_equal_weights(job):
+    finals = _rows(job, "FINAL", r"rank (\d+) size (\d+) resets (\d+) epoch (\d+) weights (\w+)")
+    assert sorted(f[:2] for f in finals) == [("0", "3"), ("1", "3"), ("2", "3")], _context(job)
+    assert {f[3] for f in finals} == {str(EPOCHS)} and len({f[4] for f in finals}) == 1, finals
+    reset_line = re.findall(r"blinkflow elastic reset: 1 rank joined; 2 -> 3 ranks; all-reduce plan .* GB/s \(was .*\)",
+                            job.stderr)
+    assert len(reset_line) == 1, _context(job)

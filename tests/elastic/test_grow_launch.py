@@ -1,0 +1,56 @@
+"""What an elastic job changes in blinkrun's launch: ULFM, where it starts, a new rank's argv."""
+import stat
+
+import pytest
+
+from blinkflow.config import Config
+from blinkflow.errors import ConfigError
+from blinkflow.launcher.elastic_flags import ElasticSpec
+from blinkflow.launcher.elastic_launch import mpirun_args, slot_argv, starting_hosts
+from blinkflow.launcher.hosts import Host
+from blinkflow.launcher.mpi_impl import MPICH, OPEN_MPI, MpiImpl
+from blinkflow.launcher.mpirun_argv import LaunchSpec
+
+OMPI = MpiImpl(OPEN_MPI, "Open MPI", "5.0.11", "/venv/bin/mpirun", "pip wheel")
+HYDRA = MpiImpl(MPICH, "MPICH", "4.2.0", "/usr/bin/mpiexec.hydra")
+
+
+def test_an_elastic_job_runs_under_ulfm_and_may_place_ranks_beyond_open_mpis_slots():
+    assert mpirun_args(OMPI) == ("--with-ft", "ulfm", "--oversubscribe")
+
+
+def test_an_mpi_without_ulfm_is_refused():
+    with pytest.raises(ConfigError, match="need Open MPI 5 with ULFM"):
+        mpirun_args(HYDRA)
+
+
+def test_a_new_rank_is_the_wrapper_with_its_slot_and_the_jobs_environment():
+    launch = LaunchSpec(np=2, command=("python", "train.py"), output_dir="/logs")
+    argv = slot_argv("/venv/bin/python", launch, 5, {"PATH": "/venv/bin:/usr/bin", "BLINKFLOW_ELASTIC_MIN_NP": "1"})
+    assert argv == ["env", "BLINKFLOW_ELASTIC_JOINING=1", "BLINKFLOW_ELASTIC_MIN_NP=1", "PATH=/venv/bin:/usr/bin",
+                    "/venv/bin/python", "-m", "blinkflow.launcher.rank_exec", "--rank", "5", "--output-dir", "/logs",
+                    "--", "python", "train.py"]
+    assert Config.from_env({"BLINKFLOW_ELASTIC_JOINING": "1"}).elastic_joining == 1
+
+
+def test_the_job_starts_on_what_discovery_finds(tmp_path):
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\necho a:2\necho b:1\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    spec = ElasticSpec(min_np=1, host_discovery_script=str(script))
+    assert starting_hosts(spec, None) == [Host("a", 2), Host("b", 1)]
+    with pytest.raises(ConfigError, match="not both"):
+        starting_hosts(spec, [Host("a", 2)])
+
+
+def test_without_a_script_the_hosts_given_stay(tmp_path):
+    assert starting_hosts(ElasticSpec(min_np=1), [Host("a", 2)]) == [Host("a", 2)]
+    assert starting_hosts(ElasticSpec(min_np=1), None) is None
+
+
+def test_a_script_that_finds_nothing_cannot_start_a_job(tmp_path):
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    with pytest.raises(ConfigError, match="found no hosts to start on"):
+        starting_hosts(ElasticSpec(min_np=1, host_discovery_script=str(script)), None)
