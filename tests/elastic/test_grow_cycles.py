@@ -18,7 +18,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "grow_cycles_script.py")
 CYCLES, SIZE = 20, 3
 TOKEN = f"elastic-grow-cycles-{uuid.uuid4().hex[:12]}"
-pytestmark = [pytest.mark.mpi, pytest.mark.slow, pytest.mark.xdist_group("elastic_grow_cycles")]
+pytestmark = [pytest.mark.mpi, pytest.mark.slow, pytest.mark.xdist_group("elastic_grow_cycles"),
+              # A soak (5+ minutes on 2 cores), and Open MPI's MPI_Finalize still crashes in some runs
+              # after many ULFM resets (docs/elastic.md): run on demand until that is fixed.
+              pytest.mark.skipif(os.environ.get("BLINKFLOW_TEST_SOAK") != "1",
+                                 reason="the 20-cycle elastic soak runs with BLINKFLOW_TEST_SOAK=1")]
 
 
 @functools.lru_cache(maxsize=None)
