@@ -165,3 +165,44 @@ def test_close_allows_the_rounding_of_a_sum_and_nothing_more():
     harness.close(np.array([1, 2], np.int32), np.array([1, 2], np.int64))
     half = np.full(3, 1.5, np.float16)
     harness.close(half + np.float16(0.0009765625), np.full(3, 1.5), magnitude=1.5, ranks=1)
+
+
+def test_one_process_runs_several_scripts_and_names_each_case_by_its_script(tmp_path):
+    first, second = tmp_path / "first_script.py", tmp_path / "second_script.py"
+    first.write_text("import harness\nSEEN = []\n\ndef case_a(r, n):\n    SEEN.append('a')\n\n"
+                     "def case_b(r, n):\n    harness.skip('not here')\n")
+    second.write_text("import first_script\n\ndef case_a(r, n):\n    assert first_script.SEEN == ['a']\n\n"
+                      "def case_c(r, n):\n    pass\n")
+    specs = [str(first), f"{second}:c,a"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        harness.run_scripts(specs, 0, 1, stop=lambda: None)
+    order = harness.scripts_order(specs)
+    assert order == ["first_script.a", "first_script.b", "second_script.a", "second_script.c"]
+    launch = harness.Launch(1, out.getvalue(), "", 0, order)
+    assert launch.verdict("first_script.a") == (harness.PASS, "")
+    assert launch.verdict("first_script.b") == (harness.SKIP, "not here")
+    assert launch.verdict("second_script.a") == (harness.PASS, "")   # the scripts share one process
+    assert launch.verdict("second_script.c") == (harness.PASS, "")
+
+
+def test_a_script_that_fails_to_import_fails_its_first_case_and_the_later_ones_did_not_run(tmp_path):
+    broken, after = tmp_path / "broken_script.py", tmp_path / "after_script.py"
+    broken.write_text("raise RuntimeError('no such device')\n\ndef case_x(r, n):\n    pass\n")
+    after.write_text("def case_y(r, n):\n    pass\n")
+    specs = [str(broken), str(after)]
+    out, stops = io.StringIO(), []
+    with contextlib.redirect_stdout(out):
+        harness.run_scripts(specs, 0, 1, stop=lambda: stops.append(True))
+    assert stops == [True]
+    cut = out.getvalue()[:out.getvalue().index('"case": "after_script.y"')]   # the job ended at the stop
+    launch = harness.Launch(1, cut[:cut.rindex("\n")], "", 1, harness.scripts_order(specs))
+    status, why = launch.verdict("broken_script.x")
+    assert status == harness.FAIL and "no such device" in why
+    assert "ended in case 'broken_script.x'" in launch.verdict("after_script.y")[1]
+
+
+def test_a_rank_knows_its_place_from_the_launcher_before_mpi_starts(monkeypatch):
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "2")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "3")
+    assert harness.job_rank_size() == (2, 3)
