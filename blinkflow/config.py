@@ -93,6 +93,10 @@ class Config:
     """1: prove every new call shape's schedule before it first runs (its collective's
     postcondition by symbolic execution, and that the device executor's tables cannot
     deadlock); on in the test suite. 0: only the structural checks."""
+    check_cache: Optional[str] = None
+    """A folder where ``check_schedules`` remembers, by digest, the schedules it proved, so the
+    processes that share it prove each schedule once (the test suite names a temporary folder
+    per session); None: every process proves every new call shape."""
     split_hosts: int = 0
     """For tests of the multi-host path on one machine: treat the job's ranks as this many hosts
     (consecutive blocks of ranks, no shared memory between blocks). 0 = real host names."""

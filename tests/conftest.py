@@ -1,11 +1,24 @@
 """Shared test fixtures. Tests import the installed package (``make test`` installs it)."""
 import os
 import pathlib
+import shutil
+import tempfile
 
 import pytest
 
-# Every new call shape of every test (and of the ranks it launches) is proven before it runs.
+# Every new call shape of every test (and of the ranks it launches) is proven before it runs,
+# once per session: the launches prove the same schedules again and again, so they share their
+# proofs in one folder (blinkflow/schedule/proofs.py), made by the first process that loads this
+# file (pytest-xdist's workers inherit it from the controller) and removed by it at the end.
 os.environ.setdefault("BLINKFLOW_CHECK_SCHEDULES", "1")
+_OWN_PROOFS = "BLINKFLOW_CHECK_CACHE" not in os.environ
+if _OWN_PROOFS:
+    os.environ["BLINKFLOW_CHECK_CACHE"] = tempfile.mkdtemp(prefix="blinkflow-proofs-")
+
+
+def pytest_unconfigure(config):
+    if _OWN_PROOFS and not hasattr(config, "workerinput"):
+        shutil.rmtree(os.environ["BLINKFLOW_CHECK_CACHE"], ignore_errors=True)
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
 
