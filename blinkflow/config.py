@@ -22,7 +22,7 @@ ENV_PREFIX = "BLINKFLOW_"
 #: cache, plan or choose data paths differently and wait for each other. The topology is one:
 #: rank 0 alone reads it, so one set on another rank only would be silently ignored.
 AGREED_FIELDS = ("fusion_threshold", "cache_capacity", "backend", "chunk_bytes", "cpu_single_copy", "cpu_control",
-                 "split_hosts", "topology", "bucket_bytes", "algorithm", "check_schedules")
+                 "split_hosts", "topology", "bucket_bytes", "algorithm", "check_schedules", "autotune")
 BACKENDS = ("auto", "cpu", "cuda")
 ALGORITHMS = ("auto", "runner", "device", "single_copy")
 CPU_CONTROLS = ("auto", "shm", "mpi")
@@ -97,6 +97,19 @@ class Config:
     """A folder where ``check_schedules`` remembers, by digest, the schedules it proved, so the
     processes that share it prove each schedule once (the test suite names a temporary folder
     per session); None: every process proves every new call shape."""
+    autotune: int = 0
+    """1: search the fusion threshold and the cycle time online while the job runs and keep the
+    best (:mod:`blinkflow.runtime.autotune`; Horovod's ``HOROVOD_AUTOTUNE``); 0: use the values set."""
+    autotune_log_file: Optional[str] = None
+    """CSV file rank 0 writes every autotune sample to (setting, score), or None."""
+    autotune_warmup_samples: int = 3
+    """Samples discarded before scoring starts (the first steps compile, fill caches, allocate)."""
+    autotune_steps_per_sample: int = 10
+    """Cycles that ran all-reduces per sample."""
+    autotune_bayes_opt_max_samples: int = 20
+    """Scored samples before the best setting is kept for good."""
+    autotune_gaussian_process_noise: float = 0.8
+    """Observation noise of the search's Gaussian process, in units of the scores' spread."""
     split_hosts: int = 0
     """For tests of the multi-host path on one machine: treat the job's ranks as this many hosts
     (consecutive blocks of ranks, no shared memory between blocks). 0 = real host names."""
@@ -115,7 +128,7 @@ class Config:
             raise ConfigError(f"{ENV_PREFIX}LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if self.algorithm not in ALGORITHMS:
             raise ConfigError(f"{ENV_PREFIX}ALGORITHM must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
-        for flag in ("cpu_single_copy", "pin_gpus", "tf_memory_growth", "check_schedules"):
+        for flag in ("cpu_single_copy", "pin_gpus", "tf_memory_growth", "check_schedules", "autotune"):
             if getattr(self, flag) not in (0, 1):
                 raise ConfigError(f"{self.env_name(flag)} must be 0 or 1, got {getattr(self, flag)}")
         if self.cpu_control not in CPU_CONTROLS:
@@ -172,6 +185,10 @@ BOUNDS = {
     "chunk_bytes": (0, float(1 << 30), False, " bytes"),
     "bucket_bytes": (0, float(1 << 40), False, " bytes"),
     "split_hosts": (0, 65536, False, " hosts"),
+    "autotune_warmup_samples": (0, 1_000_000, False, " samples"),
+    "autotune_steps_per_sample": (1, 1_000_000, False, " cycles"),
+    "autotune_bayes_opt_max_samples": (1, 10_000, False, " samples"),
+    "autotune_gaussian_process_noise": (0.0, 100.0, False, ""),
 }
 
 

@@ -16,6 +16,7 @@ SUITES = {
     "overlap-timeline": "blinkflow.bench.overlap_timeline",
     "scale": "blinkflow.bench.scale",
     "control": "blinkflow.bench.control",
+    "autotune": "blinkflow.bench.autotune",
 }
 
 

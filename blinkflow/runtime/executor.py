@@ -54,19 +54,24 @@ class _Plan(NamedTuple):
     steps: List[_Step]
     members: List[int]
     """Pieces of each response (a group's members; 1 otherwise; 0 for an empty group)."""
+    allreduce_bytes: int
+    """Bytes the plan's all-reduces reduce (the autotuner's measure of work done)."""
 
 
 def _plan_of(responses: List[Response], threshold: int) -> _Plan:
     steps = []
+    allreduce_bytes = 0
     for batch in make_batches(responses, threshold):
         names = [responses[i].name for i in batch.responses]
         if batch.kind is Kind.ALLREDUCE:
             first = responses[batch.pieces[0].response].first()
-            steps.append(_Step(batch, names, first, np.dtype(batch.pieces[0].dtype), ReduceOp(first.op)))
+            dtype = np.dtype(batch.pieces[0].dtype)
+            steps.append(_Step(batch, names, first, dtype, ReduceOp(first.op)))
+            allreduce_bytes += batch.total * dtype.itemsize
         else:
             steps.append(_Step(batch, names))
     members = [len(r.first().members()) if r.kind is Kind.ALLREDUCE else 1 for r in responses]
-    return _Plan(list(responses), steps, members)
+    return _Plan(list(responses), steps, members, allreduce_bytes)
 
 
 def _xp(device: str):
@@ -124,6 +129,15 @@ class Executor:
         self._responses_kept = 0
         self.running: Optional[tuple] = None
         """(kind, names) of the batch being executed, for the error if the backend fails in it."""
+        self.last_allreduce_bytes = 0
+        """Bytes the all-reduces of the last :meth:`run` reduced."""
+
+    def set_fusion_threshold(self, threshold: int) -> None:
+        """Fuse with ``threshold`` from the next :meth:`run` on (every rank switches at the same
+        place in the order of responses: the plans made with the old one are dropped)."""
+        self.fusion_threshold = threshold
+        self._plans.clear()
+        self._responses_kept = 0
 
     def describe_running(self) -> str:
         if self.running is None:
@@ -135,6 +149,7 @@ class Executor:
     def run(self, responses: List[Response], pending: Dict[str, Entry],
             on_done: Callable[[Response], None]) -> None:
         plan = self._plan(responses)
+        self.last_allreduce_bytes = plan.allreduce_bytes
         entries = [pending.pop(r.name, None) for r in responses]
         # Results per response, member by member; a response completes with its last piece.
         outputs: List[List[Any]] = [[None] * count for count in plan.members]

@@ -12,12 +12,14 @@ caches, where every extra Python or numpy call costs ten times its warm price).
 
 Cache-hit bits are AND-ed (ready everywhere); flags and invalid bits need OR, so they travel
 inverted and come back through the same AND (not(OR(x)) == AND(not x)). Flags: some rank has
-requests the coordinator must see; some rank asks to shut down; some rank has joined.
+requests the coordinator must see; some rank asks to shut down; some rank has joined; the
+coordinator has new settings for every rank (the autotuner's, :mod:`.autotune`).
 
-Only when some rank has such requests does the slow path run: ranks gather their requests to
-rank 0, whose :class:`MessageTable` decides what is ready, validates it, and broadcasts the
-responses. Every rank then runs the cache hits (in bit order) followed by the broadcast
-responses: the same list, in the same order, everywhere.
+Only when some rank has such requests, or the coordinator has settings, does the slow path run:
+ranks gather their requests to rank 0, whose :class:`MessageTable` decides what is ready,
+validates it, and broadcasts the responses with the settings. Every rank then runs the cache hits
+(in bit order) followed by the broadcast responses: the same list, in the same order,
+everywhere, and puts the settings in force after them (:attr:`Negotiator.agreed_settings`).
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from .response_cache import HIT, INVALID, ResponseCache
 from .state import Entry
 
 #: Flag bits of byte 0 (set = "no", so that AND across ranks answers "nobody").
-_NO_REQUESTS, _NO_SHUTDOWN, _NO_JOIN = 1, 2, 4
+_NO_REQUESTS, _NO_SHUTDOWN, _NO_JOIN, _NO_SETTINGS = 1, 2, 4, 8
 
 
 class Negotiator:
@@ -58,6 +60,10 @@ class Negotiator:
         self._agreed = bytearray(1 + 2 * region)
         view = memoryview(self._agreed)
         self._agreed_hits, self._agreed_invalid = view[1:1 + region], view[1 + region:]
+        self.proposed_settings = None
+        """Rank 0: settings to send every rank in the next cycle (the autotuner's), or None."""
+        self.agreed_settings = None
+        """What the last cycle's broadcast carried for every rank to apply after its responses."""
         self.stats = {"cycles": 0, "slow_paths": 0, "cache_hits": 0}
         """Counters for tests and debugging: the fast path shows as cycles without slow paths."""
 
@@ -104,8 +110,9 @@ class Negotiator:
             inverted = (self._ones ^ found).to_bytes(region, "little")
         else:
             inverted = self._none_invalid
+        self.agreed_settings = None
         flags = ((_NO_REQUESTS if not to_send else 0) | (_NO_SHUTDOWN if shutdown_reason is None else 0)
-                 | (_NO_JOIN if not joined else 0))
+                 | (_NO_JOIN if not joined else 0) | (_NO_SETTINGS if self.proposed_settings is None else 0))
         packed = b"%c" % flags + hits.to_bytes(region, "little") + inverted
         agreed = self._agreed
         quiet_wait.wait(self.comm.Iallreduce(packed, agreed, op=self.band), wake, failure)  # no spinning
@@ -126,7 +133,7 @@ class Negotiator:
             # Someone joined: it cannot vote on cache bits, so everything goes to the coordinator.
             to_send = [e for e in self.pending.values() if not e.sent]
         hit_names = [r.name for r in responses]
-        if not flags & _NO_REQUESTS or (not flags & _NO_JOIN and reasons is None):
+        if not flags & _NO_REQUESTS or not flags & _NO_SETTINGS or (not flags & _NO_JOIN and reasons is None):
             responses += self._slow_path(to_send, hit_names)
         elif self.table is not None:
             # A hit some rank had reported earlier (stall report, join) must not linger on the
@@ -154,7 +161,9 @@ class Negotiator:
             for name in hit_names:
                 self.table.forget(name)
             ready = self.table.pop_ready()
-        return self.comm.bcast(ready, root=0)
+        ready, self.agreed_settings = self.comm.bcast((ready, self.proposed_settings), root=0)
+        self.proposed_settings = None
+        return ready
 
 
 def _bits_of(bits: int) -> List[int]:

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional
 from ..backends.base import BackendContext
 from ..config import Config
 from ..errors import BackendError
+from .autotune import Autotuner, Knobs
 from .executor import BatchTimeline, Executor
 from .job import Job
 from .log import logger
@@ -113,6 +114,7 @@ class SetLoop:
         timeline = self.timeline
         cycle_s = config.cycle_time / 1000.0
         stalled_s = 0.0
+        tuner = self._autotuner() if negotiator.table is not None else None
 
         def done(response: Response) -> None:
             cache.put(response)
@@ -132,6 +134,16 @@ class SetLoop:
             if responses and logger.isEnabledFor(logging.DEBUG):
                 logger.debug("running %s", ", ".join(f"{r.kind.label} {shown(r.name)}" for r in responses))
             executor.run(responses, negotiator.pending, done)
+            if tuner is not None and executor.last_allreduce_bytes:
+                negotiator.proposed_settings = tuner.observe(executor.last_allreduce_bytes) \
+                    or negotiator.proposed_settings
+            knobs = negotiator.agreed_settings
+            if knobs is not None:  # every rank, after the same responses
+                executor.set_fusion_threshold(knobs.fusion_threshold)
+                cycle_s = knobs.cycle_time_ms / 1000.0
+                if timeline is not None:
+                    timeline.instant("autotune", "SETTINGS", {"fusion_threshold": knobs.fusion_threshold,
+                                                  "cycle_time_ms": knobs.cycle_time_ms})
             if reasons is not None:
                 return reasons
             if state.failure is not None:  # the watchdog saw a dead peer: MPI may hang from now on
@@ -155,6 +167,18 @@ class SetLoop:
                 state.wait_for_work(cycle_s - (time.monotonic() - synced))
             elif stalled_s:
                 state.wait_for_work(stalled_s)
+
+    def _autotuner(self) -> Optional[Autotuner]:
+        """The global set's coordinator searches the knobs when ``BLINKFLOW_AUTOTUNE=1``; every
+        other rank only applies what it broadcasts."""
+        config = self.config
+        if self.set_id != 0 or not config.autotune:
+            return None
+        return Autotuner(Knobs(config.fusion_threshold, config.cycle_time),
+                         warmup_samples=config.autotune_warmup_samples,
+                         steps_per_sample=config.autotune_steps_per_sample,
+                         max_samples=config.autotune_bayes_opt_max_samples,
+                         noise=config.autotune_gaussian_process_noise, log_file=config.autotune_log_file)
 
     def close_backends(self) -> None:
         for backend in self.backends.values():

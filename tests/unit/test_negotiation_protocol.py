@@ -109,3 +109,22 @@ def test_lru_eviction_resets_waiting_hits_so_a_reused_bit_never_means_two_names(
         return [n for n in ran if n[1] == "a"]
 
     assert run_ranks(2, script) == {0: [("ALLREDUCE", "a")], 1: [("ALLREDUCE", "a")]}
+
+
+def test_the_coordinators_settings_reach_every_rank_in_the_same_cycle():
+    """The autotuner's settings ride on the slow path even when every tensor is a cache hit, and
+    every rank sees them after the same responses."""
+    def script(rank, step, negotiator):
+        step([entry("x")])
+        step([entry("x")])  # now a cache hit
+        if rank == 0:
+            negotiator.proposed_settings = ("fusion", 123)
+        slow = negotiator.stats["slow_paths"]
+        out = names(step([entry("x")]))
+        seen = negotiator.agreed_settings
+        assert negotiator.stats["slow_paths"] == slow + 1
+        step([entry("x")])
+        assert negotiator.agreed_settings is None and negotiator.proposed_settings is None
+        return out, seen
+
+    assert run_ranks(3, script, report_after=(None,) * 3) == {r: ([("ALLREDUCE", "x")], ("fusion", 123)) for r in range(3)}
