@@ -2,12 +2,13 @@
 hosts: the real backend code (tables, memory through CUDA IPC, one launch, one event, the proxy
 thread for network edges) with blinkflow's numpy interpreter standing in for the kernel; results
 bitwise the host-driven runner's, the timeline naming the algorithm, and a call one rank skips
-ending in a BackendError on the others instead of a hang."""
+ending in a BackendError on the others instead of a hang. One launch of
+tests/gpu/device_executor_worker.py per configuration, each case a test."""
 import os
 
 import pytest
 
-from mpi_launch import fake_cupy_env, run_mpi
+from harness import case_names, fake_cupy_env, launch
 
 WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu", "device_executor_worker.py")
 
@@ -15,6 +16,6 @@ WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 @pytest.mark.mpi
 @pytest.mark.slow
 @pytest.mark.parametrize("n,hosts", [(1, 1), (2, 1), (4, 1), (4, 2)])
-def test_device_executor_bitwise_the_runner(n, hosts):
-    out = run_mpi(n, ["python", "-m", "mpi4py", WORKER, str(hosts)], timeout=240, env=fake_cupy_env())
-    assert f"BITWISE OK {n} ranks, {hosts} hosts" in out.stdout, out.stdout + out.stderr
+@pytest.mark.parametrize("case", case_names(WORKER))
+def test_device_executor_bitwise_the_runner(n, hosts, case):
+    launch(n, WORKER, args=[str(hosts)], env=fake_cupy_env(), timeout=240).expect(case)
