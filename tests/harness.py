@@ -9,9 +9,11 @@ cannot show green). Each rank prints one record per case and, once every case ra
 completion marker; scripts that are not split into cases print the marker with :func:`done`.
 
 The pytest side launches a script once per configuration (:func:`launch`, memoised, so one
-mpirun launch and one TensorFlow import serve every case of it) and reports each case as its own
-test (:meth:`Launch.expect`): passed on every rank, skipped (with the reason) on every rank, or
-failed, with the failing ranks' tracebacks.
+mpirun launch serves every case of it) and reports each case as its own test
+(:meth:`Launch.expect`): passed on every rank, skipped (with the reason) on every rank, or
+failed, with the failing ranks' tracebacks. :func:`launch_scripts` runs the cases of several
+scripts in one job, every rank importing them into one process (:func:`run_scripts`), so what
+they import, TensorFlow above all, is imported once per rank.
 
 :func:`close` is the one float comparison rule: the rounding bound a reduction can do.
 
