@@ -46,19 +46,19 @@ def _job(n: int, scripts: Sequence[str], env: Mapping[str, str] = (), timeout: f
 
 
 JOBS: Dict[str, Job] = {
-    # The host route (the cpu backend), the default bucket size.
+    # The host route (the cpu backend). Bucketing at both ends: the default size (these small
+    # models' gradients in one bucket), every gradient a bucket of its own, or one bucket.
     "host-2": _job(2, ["ops_script.py", "parity_script.py", "refusal_script.py", "uneven_fit_script.py"]),
-    "host-3": _job(3, ["parity_script.py", "refusal_script.py", "uneven_fit_script.py"]),
-    "host-4": _job(4, ["ops_script.py", FIT_CORE]),
-    # Every gradient a bucket of its own, or one bucket: both ends of bucketing.
     "host-2-buckets": _job(2, ["buckets_script.py", "fit_script.py"], ONE_GRADIENT_PER_BUCKET),
-    "host-3-buckets": _job(3, ["gradient_identity_script.py", "xla_script.py"], ONE_GRADIENT_PER_BUCKET),
-    "host-4-buckets": _job(4, ["buckets_script.py"], ONE_GRADIENT_PER_BUCKET),
     "host-2-one-bucket": _job(2, ["gradient_identity_script.py", "xla_script.py"], ONE_BUCKET),
+    "host-3-buckets": _job(3, ["parity_script.py", "refusal_script.py", "uneven_fit_script.py",
+                               "gradient_identity_script.py", "xla_script.py"], ONE_GRADIENT_PER_BUCKET),
+    "host-4": _job(4, ["ops_script.py", FIT_CORE]),
+    "host-4-buckets": _job(4, ["buckets_script.py"], ONE_GRADIENT_PER_BUCKET),
     # The device route: TF tensors by DLPack into the cuda backend (the fake CuPy).
-    "device-2": _job(2, ["ops_script.py", "parity_script.py"], device_route(2)),
+    "device-2-buckets": _job(2, ["ops_script.py", "parity_script.py", "buckets_script.py", FIT_CORE],
+                             device_route(2, **ONE_GRADIENT_PER_BUCKET)),
     "device-3": _job(3, ["ops_script.py"], device_route(3)),
-    "device-2-buckets": _job(2, ["buckets_script.py", FIT_CORE], device_route(2, **ONE_GRADIENT_PER_BUCKET)),
     # A GPU per rank (the fake's), TF shown one: DLPack device ids under set_visible_devices.
     "gpu-per-rank-tf-sees-one": _job(2, ["devices_tf_script.py:ids_follow_the_memory_under_set_visible_devices"],
                                      device_route(2, FAKE_CUPY_DEVICES="2", FAKE_CUPY_TF_SEES_ONE="1",
