@@ -206,3 +206,12 @@ def test_a_rank_knows_its_place_from_the_launcher_before_mpi_starts(monkeypatch)
     monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "2")
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "3")
     assert harness.job_rank_size() == (2, 3)
+
+
+def test_no_two_test_modules_share_a_name():
+    """pytest imports test modules by basename (tests/ has no packages): two of one name anywhere
+    under tests/ stop the whole suite's collection."""
+    seen = {}
+    for path in sorted(TESTS.rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(TESTS)))
+    assert not {name: paths for name, paths in seen.items() if len(paths) > 1}
