@@ -57,12 +57,12 @@ class Route:
         return route
 
 
-def close_trained(label, got, want, steps, rounding=None):
-    """Weights after ``steps`` steps of training against the same training done another way (one
-    process on the concatenated batches, without XLA, ...), array by array: each step's update is
-    a reduction whose rounding the one rule bounds, of values no larger than the weights plus one
-    (these small models' inputs, gradients and learning rates are of order one), and the steps'
-    bounds add up."""
+def close_trained(label, got, want, steps, rounding="float32"):
+    """Weights (or losses) after ``steps`` steps of training against the same training done
+    another way (one process on the concatenated batches, without XLA, ...), array by array:
+    each step's update is a reduction in ``rounding`` (the models train in float32) whose
+    rounding the one rule bounds, of values no larger than the weights plus one (these small
+    models' inputs, gradients and learning rates are of order one), and the steps' bounds add up."""
     check(f"{label}: as many arrays", len(got) == len(want), f"{len(got)} vs {len(want)}")
     for i, (g, w) in enumerate(zip(got, want)):
         close(f"{label} (array {i})", g, w, steps * (np.abs(np.asarray(w, np.float64)) + 1.0), rounding=rounding)
