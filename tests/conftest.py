@@ -43,5 +43,14 @@ def pytest_collection_modifyitems(config, items):
         callspec = getattr(item, "callspec", None)
         if callspec is None or "case" not in callspec.params or item.get_closest_marker("xdist_group"):
             continue
-        others = sorted((k, str(v)) for k, v in callspec.params.items() if k != "case")
-        item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}.{item.originalname}{others}"))
+        others = {k: v for k, v in callspec.params.items() if k != "case"}
+        item.add_marker(pytest.mark.xdist_group(launch_group(item.module.__name__, item.originalname, others)))
+
+
+def launch_group(module: str, function: str, params) -> str:
+    """The xdist group of the tests of one launch: one name per set of parameters. pytest-xdist
+    reads a test's group from its id's text after the last ``@`` only when no ``]`` follows it,
+    and otherwise schedules the test alone (each worker then runs the launch itself): the name
+    holds neither."""
+    text = ",".join(f"{k}={params[k]}" for k in sorted(params))
+    return f"{module}.{function}:" + text.translate(str.maketrans("[]@", "()_"))

@@ -215,3 +215,18 @@ def test_no_two_test_modules_share_a_name():
     for path in sorted(TESTS.rglob("test_*.py")):
         seen.setdefault(path.name, []).append(str(path.relative_to(TESTS)))
     assert not {name: paths for name, paths in seen.items() if len(paths) > 1}
+
+
+def test_the_tests_of_one_launch_form_one_xdist_group():
+    """pytest-xdist takes a test's group from its id only when the name holds no ``]`` (nor an
+    ``@``), else schedules the test alone: both workers then run the launch."""
+    import conftest
+    from xdist.scheduler.loadgroup import LoadGroupScheduling
+
+    params = {"n": 3, "env": {"BLINKFLOW_SPLIT_HOSTS": "2", "X": "[a@b]"}, "chunks": [4096]}
+    name = conftest.launch_group("test_runtime", "test_every_collective", params)
+    assert name == conftest.launch_group("test_runtime", "test_every_collective", dict(reversed(params.items())))
+    assert name != conftest.launch_group("test_runtime", "test_every_collective", dict(params, n=4))
+    scope = LoadGroupScheduling._split_scope
+    for case in ("allreduce", "allgather"):
+        assert scope(None, f"tests/mpi/test_runtime.py::test_every_collective[{case}-3]@{name}") == name
