@@ -12,6 +12,7 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from ..ops import ReduceOp
+from . import fences
 from .messages import JOIN_NAME, Kind, Request, Response, shown
 
 
@@ -19,8 +20,12 @@ class MessageTable:
     """``ranks[i]``: the global rank of index ``i`` (a process set's members; the identity for
     the job), named in messages; ``label`` says which process set, after a tensor's name."""
 
-    def __init__(self, size: int, ranks=None, label: str = ""):
+    def __init__(self, size: int, ranks=None, label: str = "", report_after_s: Optional[float] = None):
         self.size = size
+        self.report_after_s = report_after_s
+        """When a rank reports a cache hit that waits (:mod:`.fences` judges by it)."""
+        self.fenced_at: Dict[Tuple[str, int], float] = {}
+        """(name, rank index) -> when that rank submitted its add/remove_process_set."""
         self.ranks = tuple(ranks) if ranks is not None else tuple(range(size))
         self.label = label
         self.table: Dict[str, Dict[int, Request]] = {}
@@ -44,6 +49,8 @@ class MessageTable:
                 continue  # a stall report of something already here
             entry[rank] = request
             submitted = now - request.waited
+            if request.kind in fences.FENCES:
+                self.fenced_at[(request.name, rank)] = submitted
             self.first_seen[request.name] = min(self.first_seen.get(request.name, submitted), submitted)
             self._check_ready(request.name)
 
@@ -70,6 +77,15 @@ class MessageTable:
             self.first_seen.pop(name, None)
             out.append(self._respond(name, entry))
         self._ready = []
+        if self.fenced_at and not self.joined:
+            # add/remove_process_set called in another order on some ranks: every rank's call fails now.
+            for name, error in fences.out_of_order(self.table, self.fenced_at, self.ranks, time.monotonic(),
+                                                   self.report_after_s).items():
+                entry = self.table.pop(name)
+                self.first_seen.pop(name, None)
+                out.append(Response(Kind.ERROR, name, tuple(entry.get(r) for r in range(self.size)), error=error,
+                                    error_type="ProcessSetError"))
+            self.fenced_at = {key: t for key, t in self.fenced_at.items() if key[0] in self.table}
         if len(self.joined) == self.size:
             out.append(Response(Kind.JOIN, JOIN_NAME, last_joined=self.joined[-1]))
             self.joined = []

@@ -31,7 +31,8 @@ _RESPONSES_KEPT = 4096
 _ON_A_DEVICE = frozenset({Kind.ALLREDUCE, Kind.ALLGATHER, Kind.BROADCAST, Kind.REDUCESCATTER, Kind.ALLTOALL})
 """The kinds whose arrays live where their requests say (cpu, or a device the backend drives)."""
 _ERRORS = {"TensorMismatchError": TensorMismatchError, "ShutdownError": ShutdownError,
-           "InvalidArgumentError": InvalidArgumentError, "DuplicateNameError": DuplicateNameError}
+           "InvalidArgumentError": InvalidArgumentError, "DuplicateNameError": DuplicateNameError,
+           "ProcessSetError": ProcessSetError}
 
 
 class _Step(NamedTuple):

@@ -46,7 +46,7 @@ class Negotiator:
         self.rank = rank
         self.size = size
         self.cache = cache
-        self.table = MessageTable(size, ranks, label) if rank == 0 else None
+        self.table = MessageTable(size, ranks, label, report_after_s) if rank == 0 else None
         """Rank 0's coordinator; ``ranks`` (global ranks of a process set's members) and ``label``
         (which set) only shape its messages."""
         self.pending: Dict[str, Entry] = {}

@@ -193,7 +193,9 @@ def add_process_set(process_set) -> ProcessSet:
     with its id. Collective over every rank of the job (every rank calls it, with the same ranks),
     negotiated like a collective of the global set; the set's members then plan its collectives
     on their own devices and run them on a thread of their own. A set whose ranks equal another
-    registered set's raises ProcessSetError (a ValueError) on every rank."""
+    registered set's raises ProcessSetError (a ValueError) on every rank; so do this call and
+    another rank's different global collective where ranks do not call it at the same place
+    among their collectives (:mod:`.fences`)."""
     engine = RUNTIME.running("blinkflow.add_process_set")
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
@@ -214,14 +216,17 @@ def remove_process_set(process_set: ProcessSet) -> bool:
     """Unregister ``process_set`` and invalidate the object; False for the global set or a set
     that is not registered (without a collective, as Horovod). Otherwise collective over every
     rank: the set's members finish its collectives in flight (they fail with ProcessSetError)
-    and free its communicators."""
+    and free its communicators. Every rank calls it at the same place among its global
+    collectives; where some rank submitted another global collective instead, that call and
+    this one fail at once with ProcessSetError on every rank that made them, naming the ranks
+    (:mod:`.fences`)."""
     engine = RUNTIME.running("blinkflow.remove_process_set")
     set_id = getattr(process_set, "process_set_id", None)
     if set_id is None or set_id == 0:
         return False
-    process_set._invalidate()
     request = Request(RUNTIME.auto_name("remove_process_set"), Kind.REMOVE_PROCESS_SET, "uint8", (), root=set_id)
     removed = synchronize(enqueue(engine.loop, [(request, None)], first))
+    process_set._invalidate()  # not before: a call that failed on every rank removed nothing
     RUNTIME.forget_names(set_id)  # a later set under this id counts afresh
     return bool(removed)
 

@@ -59,18 +59,27 @@ class StallInspector:
             more = f"; and {len(waiting) - _FATAL_NAMES} more" if len(waiting) > _FATAL_NAMES else ""
             return (f"stall: tensors not submitted by every rank within {self.shutdown_s:g} s "
                     f"(BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS): " + "; ".join(said) + more + ". "
-                    + likely_fix([name for name, *_ in waiting]))
+                    + _joined(table) + likely_fix([name for name, *_ in waiting]))
         if stalled:
             lines = [f"  {shown(name)}{table.label}: missing on ranks {absent} (ready on ranks {present}, "
                      f"waiting {waited:.0f} s{_refusals(table, name)})"
                      for name, waited, present, absent in stalled]
             logger.warning("stalled collectives: some ranks did not submit these tensors. Every rank must "
-                           "run the same collectives under the same names. "
+                           "run the same collectives under the same names. " + _joined(table)
                            + likely_fix([name for name, *_ in stalled]) + "\n" + "\n".join(lines))
         for name in list(self._warned):
             if name not in table.table:
                 del self._warned[name]
         return None
+
+
+def _joined(table: MessageTable) -> str:
+    """Which ranks have joined (they wait for the others and are not the missing ones), or ''."""
+    if not table.joined:
+        return ""
+    joined = sorted(table.ranks[r] for r in table.joined)
+    said, they = (f"rank {joined[0]} has", "it takes") if len(joined) == 1 else (f"ranks {joined} have", "they take")
+    return f"{said} joined (blinkflow.join()): {they} part in these with zeros once the missing ranks submit them. "
 
 
 def _refusals(table: MessageTable, name: str) -> str:

@@ -23,6 +23,7 @@ from ..compression import Compression, FP16Compressor
 from ..errors import BlinkflowError
 from ..ops import ReduceOp, as_reduce_op
 from ._deprecated import warn_once
+from .fit_alignment import align_fits_of
 from .gradients import GradientReducer
 from .local_gradients import LocalSources, layer_variables
 
@@ -86,6 +87,8 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
                                         self.gradient_predivide_factor, self.sparse_as_dense, process_set)
         self._local = LocalSources(scale_local_gradients, process_set)
         self._accumulation = _Accumulation()
+        if process_set is None:
+            align_fits_of(self)  # model.fit on shards of different lengths stays in step
 
     def register_local_var(self, var) -> None:
         """Keep ``var``'s gradient on this rank (Horovod's): it is not all-reduced."""

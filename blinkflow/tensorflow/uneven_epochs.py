@@ -11,7 +11,10 @@ step, including those the others sat out — so all ranks start the next epoch a
 callbacks that reduce metrics run after that, in step.
 
 The blinkflow Keras callbacks call :func:`align` at the end of each epoch, once per epoch
-whichever of them runs first. A custom loop does the same by hand::
+whichever of them runs first. A ``fit`` given none of them aligns all the same: a
+``DistributedOptimizer`` makes ``keras.Model.fit`` put an :class:`~.callbacks.AlignEpochsCallback`
+first among the callbacks of a model it optimizes (:mod:`.fit_alignment`). A custom loop does
+the same by hand::
 
     for batch in my_shard:                       # any number of batches on each rank
         train_step(batch)                        # DistributedGradientTape inside
@@ -47,3 +50,4 @@ def align(model, epoch: int) -> None:
     state = list(model.weights) + (list(optimizer.variables) if optimizer is not None else [])
     # Metrics' variables stay each rank's own: MetricAverageCallback averages what each counted.
     broadcast_variables(state, last, name=f"AlignEpoch.{epoch}")
+

@@ -4,7 +4,8 @@ tensor: ``mpirun -np N python tests/mpi/allreduce_peak_memory.py SIZE``.
 Prints per rank the peak RSS (``VmHWM``, reset before the call) above the runtime's baseline with
 the input and the result included, and the proportional set size (PSS, shared pages divided
 among the processes mapping them) sampled every 2 ms during the call: RSS counts a page of a
-peer's shared-memory window that a rank reads once more in every rank that reads it.
+peer's shared-memory window that a rank reads once more in every rank that reads it. Then the
+path the call took: ``single_copy`` or ``packed`` (``BLINKFLOW_CPU_SINGLE_COPY=0``).
 """
 import sys
 import threading
@@ -12,6 +13,7 @@ import threading
 import numpy as np
 
 import blinkflow as bf
+from blinkflow.runtime.global_state import RUNTIME
 
 MIB = 1 << 20
 
@@ -54,9 +56,12 @@ def main():
     sampler.join()
     peak = _status("VmHWM")
     n = bf.size()
+    backend = RUNTIME.engine._backends["cpu"]
+    path = backend.last_choice.algorithm if n > 1 else "none"
+    path = "packed" if path == "runner" else path
     assert float(y[0]) == n * (n + 1) / 2 and float(y[-1]) == n * (n + 1) / 2
     print(f"PEAK rank {bf.rank()} tensor_mib={size / MIB:.0f} rss_x={(peak - base) / size:.2f} "
-          f"pss_x={(top[0] - base) / size:.2f}", flush=True)
+          f"pss_x={(top[0] - base) / size:.2f} path={path}", flush=True)
     bf.shutdown()
 
 

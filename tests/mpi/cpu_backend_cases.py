@@ -293,6 +293,37 @@ def run_single_copy_helping(be):
         policy.SINGLE_COPY_MIN_SHARD_BYTES, policy.SINGLE_COPY_MIN_PIECE_BYTES = thresholds
 
 
+def run_packed_in_stages(be):
+    """A packed all-reduce longer than a stage runs stage by stage through the shared window,
+    pieces straddling the stages' boundaries, the last stage shorter: the result is the
+    whole call's."""
+    from blinkflow.backends.cpu import backend as cpu_backend
+
+    single_copy, stage_bytes = be.single_copy, cpu_backend.STAGE_BYTES
+    be.single_copy = None  # the packed path, whatever this machine allows
+    try:
+        for seed, (dtype, op) in enumerate([(np.float32, ReduceOp.SUM), (np.int32, ReduceOp.MAX)]):
+            itemsize = np.dtype(dtype).itemsize
+            chunk = be._choose("allreduce", 1 << 30, itemsize).chunk_elems(itemsize)
+            cpu_backend.STAGE_BYTES = chunk * itemsize  # a stage of one chunk
+            n = 2 * chunk + chunk // 2 + 7
+            assert cpu_backend.staged_elems(n, itemsize, chunk * itemsize) == chunk
+            inputs = [data(r, n, dtype, 40 + seed) for r in range(SIZE)]
+            mine = inputs[RANK]
+            cuts = [0, 5, chunk - 3, chunk + 1, 2 * chunk + 11, n]
+            pieces = [mine[a:b] for a, b in zip(cuts, cuts[1:])]
+            out = np.empty(n, dtype)
+            packed = be.stats["packed"]
+            scale = 0.25 if np.dtype(dtype).kind == "f" else 1.0
+            be.allreduce_pieces(pieces, op, out=out, scale=scale)
+            what = f"packed in stages n={n} {np.dtype(dtype).name} {op.name}"
+            assert SIZE == 1 or be.stats["packed"] == packed + 1, what
+            expect_reduced(out / np.dtype(dtype).type(scale) if scale != 1.0 else out, inputs, op, what)
+            check_same_everywhere(out, what)
+    finally:
+        be.single_copy, cpu_backend.STAGE_BYTES = single_copy, stage_bytes
+
+
 def run_mailbox_rings():
     """The shared-memory control rings (mailbox.py) with 4 slots each. A full ring refuses a
     message rather than wait (its receiver may be outside the runner): every rank posts to every
@@ -483,6 +514,12 @@ def case_growth(r, n):
 
 def case_slot_reuse(r, n):
     run_slot_reuse(BACKEND)
+
+
+def case_packed_in_stages(r, n):
+    if n == 1:
+        skip("one rank reduces nothing: the call is a copy")
+    run_packed_in_stages(BACKEND)
 
 
 def case_mailbox_rings(r, n):

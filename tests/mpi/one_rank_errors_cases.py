@@ -1,6 +1,6 @@
 """What one rank alone does must end in a typed error (or the right result) on every rank of
 the call, within the stall bound: a name submitted again while in flight, join() while a peer
-waits in a process set's collective, remove_process_set on one rank, a rank that leaves its
+waits in a process set's collective, remove_process_set or add_process_set on one rank, a rank that leaves its
 loop early. Run by ``test_one_rank_errors.py`` under mpirun at 2 and 3 ranks, with a stall
 shutdown of a few seconds; each launch runs the case named on the command line (a stall shutdown
 ends the runtime, so every case has a launch of its own) and reports through tests/harness.py.
@@ -72,14 +72,30 @@ def case_join_while_a_peer_waits_in_a_process_set(r, n):
 
 
 def case_remove_process_set_on_one_rank(r, n):
-    # Only rank 0 removes the set; the others go on to their next collective. Every rank ends in a
-    # ShutdownError that names the missing ranks and says the call is collective.
+    # Only rank 0 removes the set; the others go on to their next collective. Both calls fail at
+    # once (a ProcessSetError: the stall would end them with ShutdownError) naming rank 0 and the
+    # others; the runtime goes on: the set is still registered everywhere, the next collective pairs.
     alone = bf.add_process_set([0])
+    others = "rank 1" if n == 2 else f"ranks {list(range(1, n))}"
     if r == 0:
         call = lambda: bf.remove_process_set(alone)  # noqa: E731
     else:
         call = lambda: bf.allreduce(np.ones(2), name="next.step")  # noqa: E731
-    _raises(bf.ShutdownError, call, "stall", "remove_process_set.noname.0", "collective over every rank")
+    _raises(bf.ProcessSetError, call, "rank 0 called remove_process_set 'remove_process_set.noname.0'", others,
+            "submitted", "'next.step'", "collective over every rank")
+    assert alone.process_set_id is not None and bf.get_process_set_ids_and_ranks()[alone.process_set_id] == [0]
+    assert np.array_equal(bf.allreduce(np.ones(2), op=bf.Sum, name="after.remove"), np.full(2, float(n)))
+
+
+def case_add_process_set_on_one_rank(r, n):
+    # The last rank adds a set alone while the others wait in a barrier: every rank's call fails at once.
+    if r == n - 1:
+        call = lambda: bf.add_process_set([0])  # noqa: E731
+    else:
+        call = lambda: bf.barrier()  # noqa: E731
+    _raises(bf.ProcessSetError, call, f"rank {n - 1} called add_process_set", "barrier", "collective over every rank")
+    assert bf.get_process_set_ids_and_ranks() == {0: list(range(n))}
+    assert np.array_equal(bf.allreduce(np.ones(2), op=bf.Sum, name="after.add"), np.full(2, float(n)))
 
 
 def case_a_rank_that_leaves_its_loop_early(r, n):

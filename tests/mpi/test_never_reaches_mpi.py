@@ -1,6 +1,7 @@
 """A rank that never reaches MPI (exits with status 0, or sleeps, before it imports blinkflow)
-ends the job within the start timeout: under blinkrun with an error naming it, under plain
-mpirun by every waiting rank's watchdog (MPI's start-up holds the GIL, so it is a process)."""
+ends the job within the start timeout with an error naming it: under blinkrun from outside the ranks,
+under plain mpirun by every waiting rank's watchdog (MPI's start-up holds the GIL, so it is a
+process), which finds the ranks that never marked the job's folder."""
 import os
 import subprocess
 import sys
@@ -43,6 +44,8 @@ def test_plain_mpirun_ends_a_job_whose_rank_never_reaches_mpi(n, how):
     env = {"BLINKFLOW_START_TIMEOUT": str(START_TIMEOUT), "PYTHONUNBUFFERED": "1"}
     proc, took = _run(mpirun_argv(n, [sys.executable, SCRIPT, how], env), env)
     assert proc.returncode != 0 and "INIT returned" not in proc.stdout
-    assert "MPI's start-up (MPI_Init, in blinkflow.init()) did not complete within 6 s" in proc.stderr, \
-        proc.stderr[-3000:]
+    # Every rank that waits names the one that never began (each marked itself before MPI_Init).
+    for rank in [0] + list(range(2, n)):
+        assert (f"blinkflow: rank {rank}: MPI's start-up (MPI_Init, in blinkflow.init()) did not complete within 6 s "
+                "(BLINKFLOW_START_TIMEOUT): rank 1 never began it") in proc.stderr, proc.stderr[-3000:]
     assert took < START_TIMEOUT + 30, took

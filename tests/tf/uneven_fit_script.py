@@ -6,7 +6,7 @@ the weights are equal on every rank and equal to a reference computed here from 
 data (a step averages the gradients of the ranks that still have a batch, over the job's size);
 ``history['loss']`` is equal on every rank (MetricAverageCallback runs after the alignment) and
 the optimizer counted the longest shard's steps. Once with the usual callbacks, once XLA-compiled
-with AlignEpochsCallback alone.
+with AlignEpochsCallback alone, once with no blinkflow callback at all.
 
 Case script of the harness (tests/harness.py), run with other TF case scripts in one launch.
 """
@@ -94,6 +94,11 @@ def case_usual_callbacks_align_weights_and_metrics(rank, size):
 
 def case_xla_compiled_with_align_epochs_alone(rank, size):
     train("XLA, AlignEpochsCallback", [hvd.callbacks.AlignEpochsCallback()], jit_compile=True)
+
+
+def case_no_blinkflow_callback_aligns_all_the_same(rank, size):
+    """The DistributedOptimizer's fit aligns the epochs itself."""
+    train("no blinkflow callback", [], jit_compile=False)
 
 
 if __name__ == "__main__":

@@ -217,6 +217,20 @@ def test_stall_inspector_warns_then_asks_for_shutdown(caplog):
     assert StallInspector(0, 0).inspect(table, now=1e9) is None
 
 
+def test_a_stall_while_a_rank_has_joined_says_it_joined(caplog):
+    # Rank 1 joined; rank 0 waits for 'x', which rank 2 has not submitted: rank 2 is missing,
+    # and the messages say that rank 1 joined (it is not the one to look for).
+    table = MessageTable(3, ranks=(4, 5, 6))
+    table.add(1, [Request(JOIN_NAME, Kind.JOIN, "uint8", ())], now=0.0)
+    table.add(0, [ar("x")], now=0.0)
+    inspector = StallInspector(check_s=10, shutdown_s=30)
+    with caplog.at_level("WARNING", logger="blinkflow"):
+        inspector.inspect(table, now=11)
+    assert "rank 5 has joined (blinkflow.join())" in caplog.text and "'x': missing on ranks [6]" in caplog.text
+    reason = inspector.inspect(table, now=31)
+    assert "'x' missing on ranks [6] (ready on ranks [4])" in reason and "rank 5 has joined" in reason
+
+
 def test_timeline_is_a_json_array_at_every_moment(tmp_path):
     path = str(tmp_path / "t.json")
     assert rank_path(path, 0) == path and rank_path(path, 3) == str(tmp_path / "t.rank3.json")

@@ -16,7 +16,9 @@ runtime's contract).
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 import platform
 from typing import Optional, Sequence
 
@@ -40,6 +42,35 @@ from .transport import CpuTransport, scaled_copy
 #: Most received chunks one reduction folds in: a star's root combines all its children in one
 #: pass over memory (cache-blocked by ``kernels.reduce_into``) instead of one pass per child.
 FUSE_INPUTS = 64
+
+
+#: Most bytes of a packed all-reduce staged in the shared window at once. A larger call runs in
+#: stages of this size, so the window (two slots) and the peers' windows a rank reads stay a few
+#: stages big instead of one more copy of the whole tensor each: a 600 MiB out-of-place call peaks
+#: at its input and result plus a few stages, not twice the tensor more. A stage holds whole
+#: pipeline chunks, and one stage is long enough that its start costs little against its copy.
+STAGE_BYTES = 8 << 20
+
+
+def staged_elems(n: int, itemsize: int, chunk_bytes: int) -> int:
+    """Elements of one stage of an ``n``-element packed all-reduce (``n`` when it fits one):
+    whole chunks of ``chunk_bytes``, at least one, and no more than :data:`STAGE_BYTES`."""
+    chunk = max(1, chunk_bytes // itemsize)
+    stage = max(chunk, STAGE_BYTES // itemsize // chunk * chunk)
+    return n if n <= stage else stage
+
+
+def _pack_range(pieces: Sequence[np.ndarray], starts: Sequence[int], lo: int, out: np.ndarray) -> None:
+    """Copy elements ``[lo, lo + out.size)`` of the concatenation of ``pieces`` into ``out``;
+    ``starts[i]`` is where piece ``i`` begins in it (so a stage finds its first piece at once)."""
+    i, filled = bisect.bisect_right(starts, lo) - 1, 0
+    while filled < out.shape[0]:
+        piece = pieces[i]
+        start = lo + filled - starts[i]
+        take = min(piece.shape[0] - start, out.shape[0] - filled)
+        out[filled:filled + take] = piece[start:start + take]
+        filled += take
+        i += 1
 
 
 def _flat(arr) -> np.ndarray:
@@ -234,11 +265,20 @@ class CpuBackend(Backend):
             self.stats["helped_chunks"] += self.single_copy.helped_chunks - before
             return
         self.stats["packed"] += 1
-        self._mark("start", "COPY_IN")
-        buf = self.buffer(n, result.dtype)
-        np.concatenate(pieces, out=buf)  # (flat and contiguous: Backend.allreduce_pieces' contract)
-        self._mark("end", "COPY_IN")
-        self._run(choice, program, buf, kernels.combiner(op), out=result, scale=scale)
+        stage = staged_elems(n, result.itemsize, choice.chunk_bytes)
+        if stage < n:
+            program = self.programs.get("allreduce", stage, choice.chunk_elems(result.itemsize))
+        ufunc = kernels.combiner(op)
+        starts = list(itertools.accumulate((p.shape[0] for p in pieces[:-1]), initial=0))
+        for lo in range(0, n, stage):
+            hi = min(n, lo + stage)
+            if hi - lo != stage:  # the last, shorter stage (the same on every rank: n is agreed)
+                program = self.programs.get("allreduce", hi - lo, choice.chunk_elems(result.itemsize))
+            self._mark("start", "COPY_IN")
+            buf = self.buffer(hi - lo, result.dtype)
+            _pack_range(pieces, starts, lo, buf)
+            self._mark("end", "COPY_IN")
+            self._run(choice, program, buf, ufunc, out=result[lo:hi], scale=scale)
 
     def broadcast(self, buf, root: int) -> None:
         buf = _flat(buf)
