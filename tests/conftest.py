@@ -20,6 +20,7 @@ def pytest_unconfigure(config):
     if _OWN_PROOFS and not hasattr(config, "workerinput"):
         shutil.rmtree(os.environ["BLINKFLOW_CHECK_CACHE"], ignore_errors=True)
 
+
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
 
 
