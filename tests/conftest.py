@@ -1,4 +1,5 @@
 """Shared test fixtures. Tests import the installed package (``make test`` installs it)."""
+import json
 import os
 import pathlib
 import shutil
@@ -16,9 +17,18 @@ if _OWN_PROOFS:
     os.environ["BLINKFLOW_CHECK_CACHE"] = tempfile.mkdtemp(prefix="blinkflow-proofs-")
 
 
+# The session's groups of tests (below): a file the first worker writes and the scheduler reads.
+_OWN_GROUPS = "TESTS_XDIST_GROUPS" not in os.environ
+if _OWN_GROUPS:
+    os.environ["TESTS_XDIST_GROUPS"] = os.path.join(tempfile.mkdtemp(prefix="blinkflow-groups-"), "groups.json")
+
+
 def pytest_unconfigure(config):
-    if _OWN_PROOFS and not hasattr(config, "workerinput"):
-        shutil.rmtree(os.environ["BLINKFLOW_CHECK_CACHE"], ignore_errors=True)
+    if not hasattr(config, "workerinput"):
+        if _OWN_PROOFS:
+            shutil.rmtree(os.environ["BLINKFLOW_CHECK_CACHE"], ignore_errors=True)
+        if _OWN_GROUPS:
+            shutil.rmtree(os.path.dirname(os.environ["TESTS_XDIST_GROUPS"]), ignore_errors=True)
 
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
@@ -55,3 +65,44 @@ def launch_group(module: str, function: str, params) -> str:
     holds neither."""
     text = ",".join(f"{k}={params[k]}" for k in sorted(params))
     return f"{module}.{function}:" + text.translate(str.maketrans("[]@", "()_"))
+
+
+def pytest_collection_finish(session):
+    """The first worker writes every grouped test's group, by test id, for the scheduler."""
+    workerinput = getattr(session.config, "workerinput", None)
+    if workerinput is None or workerinput.get("workerid") != "gw0":
+        return
+    groups = {}
+    for item in session.items:
+        names = sorted({str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args})
+        if names:
+            groups[item.nodeid] = "_".join(names)
+    path = os.environ["TESTS_XDIST_GROUPS"]
+    with open(path + ".tmp", "w") as f:
+        json.dump(groups, f)
+    os.replace(path + ".tmp", path)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` that groups by the groups the workers recorded. pytest-xdist finds a
+    test's group in a suffix it appends to the test's id, which pytest 9 no longer lets it set
+    (ids are derived): every test then ran alone, and both workers ran the launch of most
+    case scripts."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler.loadscope import LoadScopeScheduling
+
+    class RecordedGroupScheduling(LoadScopeScheduling):
+        _groups = None
+
+        def _split_scope(self, nodeid):
+            if self._groups is None:
+                with open(os.environ["TESTS_XDIST_GROUPS"]) as f:
+                    self._groups = json.load(f)
+            if nodeid in self._groups:
+                return "group:" + self._groups[nodeid]
+            if nodeid.rfind("@") > nodeid.rfind("]"):   # a pytest-xdist that can set the suffix
+                return nodeid.split("@")[-1]
+            return nodeid
+
+    return RecordedGroupScheduling(config, log)

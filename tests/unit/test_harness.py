@@ -4,6 +4,7 @@ a job that dies reports every case it did not reach, and the one float rule."""
 import ast
 import contextlib
 import io
+import os
 import pathlib
 
 import numpy as np
@@ -217,16 +218,25 @@ def test_no_two_test_modules_share_a_name():
     assert not {name: paths for name, paths in seen.items() if len(paths) > 1}
 
 
-def test_the_tests_of_one_launch_form_one_xdist_group():
-    """pytest-xdist takes a test's group from its id only when the name holds no ``]`` (nor an
-    ``@``), else schedules the test alone: both workers then run the launch."""
-    import conftest
-    from xdist.scheduler.loadgroup import LoadGroupScheduling
+def test_the_tests_of_one_launch_run_on_one_worker(tmp_path):
+    """Under ``-n 2 --dist loadgroup`` the tests of one group (one launch) all run on one worker,
+    through this suite's conftest: pytest-xdist's own grouping needs a test id it can no longer
+    set under pytest 9, and both workers then ran every launch."""
+    import shutil
+    import subprocess
+    import sys
 
-    params = {"n": 3, "env": {"BLINKFLOW_SPLIT_HOSTS": "2", "X": "[a@b]"}, "chunks": [4096]}
-    name = conftest.launch_group("test_runtime", "test_every_collective", params)
-    assert name == conftest.launch_group("test_runtime", "test_every_collective", dict(reversed(params.items())))
-    assert name != conftest.launch_group("test_runtime", "test_every_collective", dict(params, n=4))
-    scope = LoadGroupScheduling._split_scope
-    for case in ("allreduce", "allgather"):
-        assert scope(None, f"tests/mpi/test_runtime.py::test_every_collective[{case}-3]@{name}") == name
+    shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_groups.py").write_text(
+        "import os, time\nimport pytest\n\n"
+        "@pytest.mark.parametrize('config', [1, 2])\n@pytest.mark.parametrize('case', range(4))\n"
+        "def test_case(config, case):\n    time.sleep(0.2)\n"
+        "    with open(f'ran-{config}-{case}', 'w') as f:\n        f.write(os.environ['PYTEST_XDIST_WORKER'])\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("TESTS_XDIST_GROUPS", "BLINKFLOW_CHECK_CACHE")}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+                          "--dist", "loadgroup", str(tmp_path / "test_groups.py")],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=240).stdout
+    workers = {}
+    for ran in tmp_path.glob("ran-*"):
+        workers.setdefault(ran.name.split("-")[1], set()).add(ran.read_text())
+    assert sorted(workers) == ["1", "2"] and all(len(w) == 1 for w in workers.values()), (workers, out[-2000:])
