@@ -13,12 +13,17 @@ from .api import (allgather, allreduce, alltoall, broadcast, grouped_allgather, 
 from .capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, mpi_built, mpi_enabled,
                            nccl_built, rocm_built, sycl_built)
 from .compression import Compression
+from .config import apply_mpi_defaults_in_a_rank
 from .errors import (BackendError, BlinkflowError, ConfigError, DuplicateNameError, InitError, InvalidArgumentError,
                      NotInitializedError, NotSupportedError, PlanError, ProcessSetError, ShutdownError,
                      TensorMismatchError, TopologyError)
-from .ops import Average, Max, Min, Product, ReduceOp, Sum
+from .ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from .runtime.process_sets import ProcessSet, global_process_set
 from .version import __version__
+
+# Under a plain mpirun, Open MPI's settings must be in place before mpi4py starts MPI, which the
+# script may do right after this import.
+apply_mpi_defaults_in_a_rank()
 
 # The TensorFlow binding (imported when a TF tensor or a TF name is first used; it registers
 # itself on import too).
@@ -57,7 +62,7 @@ def __dir__():
 
 
 __all__ = [
-    "__version__", "Average", "Sum", "Min", "Max", "Product", "ReduceOp", "Compression",
+    "__version__", "Average", "Sum", "Min", "Max", "Product", "Adasum", "ReduceOp", "Compression",
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "reducescatter",
     "grouped_reducescatter", "alltoall", "ProcessSet", "global_process_set",
     "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built", "ddl_built", "ccl_built", "cuda_built",

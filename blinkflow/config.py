@@ -5,7 +5,9 @@ CLI > environment > the defaults below. No other module reads ``os.environ`` for
 settings; they receive a :class:`Config`.
 
 The environment name of a field is ``BLINKFLOW_`` + the field name upper-cased, following
-mpi4py's ``Rc``.
+mpi4py's ``Rc``. Horovod's ``HOROVOD_*`` variables are read where a field has a twin
+(:data:`HOROVOD_TWINS`), the ``BLINKFLOW_*`` one winning when both are set; the others are named
+with what to use instead (:data:`HOROVOD_WITHOUT_TWIN`, reported by :func:`unknown_variables`).
 """
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ class Config:
     :data:`BOUNDS` (a value that passed would otherwise fail later, far from its cause)."""
 
     fusion_threshold: int = 64 * 1024 * 1024
-    """Bytes of tensors fused into one collective (Horovod's default, 64 MiB)."""
+    """Bytes of tensors fused into one collective: 64 MiB. Horovod's default is 128 MiB
+    (``--fusion-threshold-mb 128`` or ``HOROVOD_FUSION_THRESHOLD=134217728`` matches it)."""
     cycle_time: float = 20.0
     """Milliseconds between the negotiation rounds of a runtime with nothing to negotiate (stall
     checks, join and shutdown travel on them). Submitted tensors are negotiated at once, so unlike
@@ -76,6 +79,10 @@ class Config:
     """Bytes of gradients per bucket: DistributedOptimizer and DistributedGradientTape submit each
     bucket as soon as backprop has produced it, last layer first, so its all-reduce overlaps the
     rest of backprop (PyTorch DDP's ``bucket_cap_mb``, and its default); 0 = one bucket."""
+    elastic_min_np: int = 0
+    """The fewest ranks an elastic job (``blinkflow.elastic.run``) goes on with after losing some
+    (``blinkrun --min-np``); below it the job ends on every survivor with TooFewRanksError naming
+    the ranks lost. 0: any number, down to one."""
     pin_gpus: int = 1
     """1: ``blinkrun`` names, before CUDA starts in a rank, the GPUs of the rank's host by uuid in
     ``CUDA_VISIBLE_DEVICES`` (the same list for every local rank; local rank k drives device k;
@@ -149,13 +156,23 @@ class Config:
         """Build a Config from ``environ`` (default ``os.environ``); unknown values raise ConfigError.
         Variables no field reads are not errors: see :func:`unknown_variables`."""
         environ = os.environ if environ is None else environ
-        values = {}
+        values, origins = {}, {}
+        horovod = horovod_settings(environ)
         for field in dataclasses.fields(cls):
-            raw = environ.get(cls.env_name(field.name))
+            name = cls.env_name(field.name)
+            raw = environ.get(name)
             if raw is None or raw == "":
-                continue
-            values[field.name] = _parse(field, raw.strip())
-        return cls(**values)
+                if field.name not in horovod:
+                    continue
+                name, raw = horovod[field.name]
+                origins[field.name] = f"{name}={raw}"
+            values[field.name] = _parse(field, raw.strip(), name)
+        try:
+            return cls(**values)
+        except ConfigError as e:
+            if not origins:
+                raise
+            raise ConfigError(f"{e} (read from Horovod's {', '.join(origins.values())})") from None
 
     def to_env(self) -> dict:
         """The ``BLINKFLOW_*`` variables that reproduce this config (non-default fields only)."""
@@ -185,6 +202,7 @@ BOUNDS = {
     "chunk_bytes": (0, float(1 << 30), False, " bytes"),
     "bucket_bytes": (0, float(1 << 40), False, " bytes"),
     "split_hosts": (0, 65536, False, " hosts"),
+    "elastic_min_np": (0, 1 << 24, False, " ranks"),
     "autotune_warmup_samples": (0, 1_000_000, False, " samples"),
     "autotune_steps_per_sample": (1, 1_000_000, False, " cycles"),
     "autotune_bayes_opt_max_samples": (1, 10_000, False, " samples"),
@@ -192,10 +210,112 @@ BOUNDS = {
 }
 
 
+#: Horovod's variables that set a field: name -> ((field, value of the field's variable), ...),
+#: the value ``None`` meaning "the Horovod variable's own text".
+HOROVOD_TWINS = {
+    # first: it wins over the stall times below, as in Horovod
+    "HOROVOD_STALL_CHECK_DISABLE": (("stall_check_time_seconds", "0"), ("stall_shutdown_time_seconds", "0")),
+    "HOROVOD_FUSION_THRESHOLD": (("fusion_threshold", None),),
+    "HOROVOD_CYCLE_TIME": (("cycle_time", None),),
+    "HOROVOD_CACHE_CAPACITY": (("cache_capacity", None),),
+    "HOROVOD_TIMELINE": (("timeline", None),),
+    "HOROVOD_STALL_CHECK_TIME_SECONDS": (("stall_check_time_seconds", None),),
+    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": (("stall_shutdown_time_seconds", None),),
+    "HOROVOD_START_TIMEOUT": (("start_timeout", None),),
+    "HOROVOD_LOG_LEVEL": (("log_level", None),),
+    "HOROVOD_AUTOTUNE": (("autotune", None),),
+    "HOROVOD_AUTOTUNE_LOG": (("autotune_log_file", None),),
+    "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": (("autotune_warmup_samples", None),),
+    "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": (("autotune_steps_per_sample", None),),
+    "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": (("autotune_bayes_opt_max_samples", None),),
+    "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": (("autotune_gaussian_process_noise", None),),
+}
+_THREE_PHASES = "blinkflow's collectives across hosts are always hierarchical (three phases)"
+_NO_NCCL = "blinkflow does not use NCCL"
+_LAUNCHER = "set by horovodrun for its own launch; blinkrun and mpirun set what blinkflow needs"
+_BUILD = "a build-time choice of Horovod's; blinkflow picks the backend per tensor (BLINKFLOW_BACKEND)"
+#: Horovod's variables no field reads, and what to do instead.
+HOROVOD_WITHOUT_TWIN = {
+    "HOROVOD_HIERARCHICAL_ALLREDUCE": _THREE_PHASES,
+    "HOROVOD_HIERARCHICAL_ALLGATHER": _THREE_PHASES,
+    "HOROVOD_TORUS_ALLREDUCE": _THREE_PHASES,
+    "HOROVOD_TIMELINE_MARK_CYCLES": "submissions are negotiated at once, so there are no cycles to mark",
+    "HOROVOD_MPI_THREADS_DISABLE": "blinkflow's background thread calls MPI, so MPI's thread support stays on",
+    "HOROVOD_NUM_NCCL_STREAMS": _NO_NCCL,
+    "HOROVOD_CCL_CACHE": "blinkflow does not use oneCCL",
+    "HOROVOD_THREAD_AFFINITY": "the background thread runs where its rank is bound (blinkrun --binding-args)",
+    "HOROVOD_GLOO_TIMEOUT_SECONDS": "no Gloo; BLINKFLOW_START_TIMEOUT and BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS "
+                                    "bound the waits",
+    "HOROVOD_GLOO_IFACE": "no Gloo; blinkrun --network-interface picks MPI's NIC",
+    "HOROVOD_LOG_HIDE_TIME": "blinkflow's log lines carry no time (blinkrun --prefix-output-with-timestamp "
+                             "stamps every line)",
+    "HOROVOD_CONTROLLER": "blinkflow's controller is always MPI",
+    "HOROVOD_CPU_OPERATIONS": _BUILD,
+    "HOROVOD_GPU_OPERATIONS": _BUILD,
+    "HOROVOD_GPU_ALLREDUCE": _BUILD,
+    "HOROVOD_GPU_ALLGATHER": _BUILD,
+    "HOROVOD_GPU_BROADCAST": _BUILD,
+    "HOROVOD_GPU_ALLTOALL": _BUILD,
+    "HOROVOD_GPU_REDUCESCATTER": _BUILD,
+    "HOROVOD_BATCH_D2D_MEMCOPIES": "the cuda backend packs a fused buffer with one kernel already",
+    "HOROVOD_DISABLE_GROUP_FUSION": "grouped collectives fuse like the others (BLINKFLOW_FUSION_THRESHOLD=0 "
+                                    "turns fusion off)",
+    "HOROVOD_DISABLE_NVTX_RANGES": "blinkflow emits no NVTX ranges",
+    "HOROVOD_ENABLE_XLA_OPS": "blinkflow's collectives run inside XLA-compiled steps without it",
+    "HOROVOD_ENABLE_ASYNC_COMPLETION": "a setting of Horovod's GPU operations; blinkflow's have no such switch",
+    "HOROVOD_ADASUM_MPI_CHUNK_SIZE": "a setting of Horovod's Adasum over MPI; blinkflow has no such setting",
+    "HOROVOD_DYNAMIC_PROCESS_SETS": "process sets can always be added",
+    "HOROVOD_ELASTIC": "elastic training is not in blinkflow yet",
+    "HOROVOD_ELASTIC_TIMEOUT": "elastic training is not in blinkflow yet",
+    **{name: _LAUNCHER for name in ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
+                                    "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME",
+                                    "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT",
+                                    "HOROVOD_SECRET_KEY")},
+}
+HOROVOD_PREFIX = "HOROVOD_"
+
+
+def horovod_settings(environ: Mapping[str, str]) -> dict:
+    """field -> (Horovod variable, text) for every field a set ``HOROVOD_*`` twin gives a value."""
+    out = {}
+    for name, fields in HOROVOD_TWINS.items():
+        raw = environ.get(name, "").strip()
+        if not raw:
+            continue
+        if name == "HOROVOD_STALL_CHECK_DISABLE" and raw.lower() in ("0", "false", "no", "off"):
+            continue
+        if name == "HOROVOD_TIMELINE" and raw.upper() == "DYNAMIC":
+            continue   # Horovod's "start it later with start_timeline()": no file until then
+        for field, value in fields:
+            out.setdefault(field, (name, raw if value is None else value))
+    return out
+
+
 def unknown_variables(environ: Optional[Mapping[str, str]] = None) -> List[str]:
-    """One line per ``BLINKFLOW_*`` variable that no setting reads (a misspelling is silently
-    ignored otherwise), naming the closest setting."""
+    """One line per variable that does not do what its name suggests: a ``BLINKFLOW_*`` variable
+    that no setting reads (a misspelling is silently ignored otherwise), naming the closest
+    setting; a ``HOROVOD_*`` twin that its ``BLINKFLOW_*`` twin overrides; a ``HOROVOD_*``
+    variable blinkflow has no counterpart for, with what to use instead."""
     environ = os.environ if environ is None else environ
+    return _blinkflow_unknown(environ) + _horovod_notes(environ)
+
+
+def _horovod_notes(environ: Mapping[str, str]) -> List[str]:
+    lines = []
+    for name in sorted(n for n in environ if n.startswith(HOROVOD_PREFIX) and environ[n] != ""):
+        if name in HOROVOD_TWINS:
+            won = [Config.env_name(f) for f, _ in HOROVOD_TWINS[name] if environ.get(Config.env_name(f))]
+            if won:
+                lines.append(f"{name}={environ[name]} is ignored: {', '.join(won)} is set and wins")
+        elif name in HOROVOD_WITHOUT_TWIN:
+            lines.append(f"{name} has no effect in blinkflow: {HOROVOD_WITHOUT_TWIN[name]}")
+        else:
+            lines.append(f"{name} is not a Horovod setting blinkflow reads; its settings are "
+                         f"{', '.join(sorted(HOROVOD_TWINS))}")
+    return lines
+
+
+def _blinkflow_unknown(environ: Mapping[str, str]) -> List[str]:
     known = [Config.env_name(f.name) for f in dataclasses.fields(Config)]
     lines = []
     for name in sorted(environ):
@@ -217,8 +337,7 @@ def _finite(value) -> bool:
 MAX_NUMBER_CHARS = 64
 
 
-def _parse(field: dataclasses.Field, raw: str):
-    name = Config.env_name(field.name)
+def _parse(field: dataclasses.Field, raw: str, name: str):
     kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
     if kind in ("int", "float") and len(raw) > MAX_NUMBER_CHARS:
         raise ConfigError(f"{name} is a {len(raw)}-character value ({raw[:20]}...); a number of at most "
@@ -272,3 +391,18 @@ def apply_mpi_defaults(environ=None) -> None:
     environ = os.environ if environ is None else environ
     for key, value in MPI_DEFAULTS.items():
         environ.setdefault(key, value)
+
+
+#: Variables Open MPI's launcher sets in every process it starts.
+OPEN_MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+
+
+def apply_mpi_defaults_in_a_rank(environ=None) -> None:
+    """:func:`apply_mpi_defaults` in a process Open MPI's launcher started. ``import blinkflow``
+    calls it, so a script run by a plain ``mpirun`` that imports blinkflow and then mpi4py (whose
+    import starts MPI) gets them in time; other processes' environments are left alone. A script
+    that starts MPI before it imports blinkflow is past helping: Open MPI fixes its components
+    when MPI starts (``OMPI_MCA_osc=^ucx`` in the job's environment, or blinkrun, sets it)."""
+    environ = os.environ if environ is None else environ
+    if any(name in environ for name in OPEN_MPI_RANK_VARS):
+        apply_mpi_defaults(environ)

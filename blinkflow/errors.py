@@ -44,6 +44,44 @@ class InitError(ShutdownError):
         self.ranks = ranks
 
 
+HorovodInternalError = ShutdownError
+"""Horovod's name for the error a collective ends with when the job lost a rank or stopped:
+``blinkflow.elastic.run`` catches it, rolls the state back to its last commit and re-forms the
+job on the ranks that are left."""
+
+
+class RanksLostError(ShutdownError):
+    """Ranks of the job are gone (their processes died, or their host did). ``ranks`` names
+    them (``rank`` the first). Under ``blinkflow.elastic.run`` the job re-forms on the others."""
+
+    def __init__(self, message: str, ranks=()):
+        ranks = sorted(ranks)
+        super().__init__(message, rank=ranks[0] if ranks else None)
+        self.ranks = ranks
+
+
+class TooFewRanksError(BlinkflowError):
+    """An elastic job lost ranks and fewer than its minimum (``blinkrun --min-np``,
+    ``BLINKFLOW_ELASTIC_MIN_NP``) are left: it ends on every survivor. ``lost`` names the ranks
+    gone (their ranks in the job before the loss), ``left`` how many remain."""
+
+    def __init__(self, message: str, lost=(), left: int = 0):
+        super().__init__(message)
+        self.lost = sorted(lost)
+        self.left = left
+
+
+class HostsUpdatedInterrupt(BlinkflowError):
+    """Horovod's signal that hosts were added or removed: raised by ``State.commit()`` /
+    ``check_host_updates()`` on every rank at the same step, so ``blinkflow.elastic.run`` re-forms
+    the job on the new set of ranks. ``skip_sync``: only ranks went away, so the survivors' state
+    is already equal and need not be broadcast again."""
+
+    def __init__(self, skip_sync: bool = False):
+        super().__init__("the job's hosts changed; blinkflow.elastic.run re-forms the job on the new set of ranks")
+        self.skip_sync = skip_sync
+
+
 class TensorMismatchError(BlinkflowError):
     """Ranks submitted the same tensor name with different shape, dtype, op, root or scale."""
 

@@ -8,6 +8,8 @@ class ReduceOp(enum.IntEnum):
     """How an all-reduce or reduce-scatter combines the ranks' values.
 
     ``AVERAGE`` is ``SUM`` followed by a division by the number of ranks (Horovod's default).
+    ``ADASUM`` is Horovod's adaptive summation (:mod:`blinkflow.backends.adasum`): not elementwise,
+    so it is its own algorithm, never a combiner of the trees.
     """
 
     AVERAGE = 0
@@ -15,11 +17,17 @@ class ReduceOp(enum.IntEnum):
     MIN = 2
     MAX = 3
     PRODUCT = 4
+    ADASUM = 5
 
     @property
     def combiner(self) -> "ReduceOp":
         """The elementwise operation the data path applies (Average reduces as Sum)."""
         return ReduceOp.SUM if self is ReduceOp.AVERAGE else self
+
+    @property
+    def elementwise(self) -> bool:
+        """Whether element i of the result depends on element i of the inputs alone."""
+        return self is not ReduceOp.ADASUM
 
 
 Average = ReduceOp.AVERAGE
@@ -27,6 +35,7 @@ Sum = ReduceOp.SUM
 Min = ReduceOp.MIN
 Max = ReduceOp.MAX
 Product = ReduceOp.PRODUCT
+Adasum = ReduceOp.ADASUM
 
 
 def as_reduce_op(op) -> ReduceOp:
@@ -41,4 +50,4 @@ def as_reduce_op(op) -> ReduceOp:
         return ReduceOp(by_value)
     from .errors import BlinkflowError
 
-    raise BlinkflowError(f"unknown reduce op {op!r}; use blinkflow.Average, Sum, Min, Max or Product")
+    raise BlinkflowError(f"unknown reduce op {op!r}; use blinkflow.Average, Sum, Min, Max, Product or Adasum")

@@ -41,9 +41,19 @@ def _mpi() -> Tuple[bool, str]:
 
 
 def _cupy() -> Tuple[bool, str]:
+    from .cuda_extra import cuda_major, extra_for
+    major, source = cuda_major()
+    extra = extra_for(major)
     if importlib.util.find_spec("cupy") is None:
+        if extra:
+            return False, f"not installed (pip install 'blinkflow[{extra}]' for this machine's CUDA {major})"
         return False, "not installed (pip install 'blinkflow[gpu-cuda12]', or [gpu-cuda13] on CUDA 13)"
     import cupy
+    built_for = cupy.cuda.runtime.runtimeGetVersion() // 1000
+    if major is not None and built_for != major:
+        fix = f"pip install 'blinkflow[{extra}]'" if extra else "install the CuPy built for it"
+        return False, (f"{cupy.__version__}, built for CUDA {built_for}, but this machine has CUDA {major} "
+                       f"({source}): {fix}")
     return True, cupy.__version__
 
 

@@ -26,6 +26,7 @@ class SettingFlag:
     type: object                   # click parameter type
     help: str
     to_env: Callable[[object], str] = str   # flag value -> variable text in the field's unit
+    negation: str = ""             # "--no-autotune": the flag is a switch, this spelling turns it off
 
     @property
     def param(self) -> str:
@@ -35,6 +36,10 @@ class SettingFlag:
     @property
     def env_name(self) -> str:
         return Config.env_name(self.field)
+
+
+def _switch(on) -> str:
+    return "1" if on else "0"
 
 
 def _mb_to_bytes(mb) -> str:
@@ -60,6 +65,17 @@ SETTING_FLAGS = (
     SettingFlag("--topology", "topology", click.STRING, "Topology preset or file (skips probing)."),
     SettingFlag("--backend", "backend", click.Choice(BACKENDS, case_sensitive=False), "Collective backend."),
     SettingFlag("--log-level", "log_level", click.Choice(LOG_LEVELS, case_sensitive=False), "Runtime log level."),
+    SettingFlag("--autotune", "autotune", click.BOOL, "Search the fusion threshold and cycle time while the job "
+                "runs and keep the best.", _switch, negation="--no-autotune"),
+    SettingFlag("--autotune-log-file", "autotune_log_file", click.STRING, "CSV file of every autotune sample."),
+    SettingFlag("--autotune-warmup-samples", "autotune_warmup_samples", click.INT,
+                "Autotune samples discarded before scoring starts."),
+    SettingFlag("--autotune-steps-per-sample", "autotune_steps_per_sample", click.INT,
+                "Cycles that ran all-reduces per autotune sample."),
+    SettingFlag("--autotune-bayes-opt-max-samples", "autotune_bayes_opt_max_samples", click.INT,
+                "Scored autotune samples before the best setting is kept."),
+    SettingFlag("--autotune-gaussian-process-noise", "autotune_gaussian_process_noise", click.FLOAT,
+                "Observation noise of autotune's Gaussian process."),
 )
 
 _FIELDS = {f.name for f in dataclasses.fields(Config)}
@@ -70,15 +86,15 @@ def settings_env(flag_values: Mapping[str, Optional[object]], environ: Mapping[s
     """The ``BLINKFLOW_*`` variables every rank gets: those in ``environ``, overridden by flags given.
 
     ``flag_values`` maps click parameter names to values (None = flag not given). The result is
-    validated by building a Config from it, so a bad value fails here with ConfigError, before
-    anything is launched.
+    validated by building a Config from it and ``environ``'s ``HOROVOD_*`` twins, so a bad value
+    fails here with ConfigError, before anything is launched.
     """
     env = {k: v for k, v in environ.items() if k.startswith(ENV_PREFIX)}
     for setting in SETTING_FLAGS:
         value = flag_values.get(setting.param)
         if value is not None:
             env[setting.env_name] = setting.to_env(value)
-    Config.from_env(env)  # raises ConfigError naming the variable
+    Config.from_env(dict(environ, **env))  # raises ConfigError naming the variable
     return env
 
 

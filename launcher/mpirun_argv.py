@@ -7,16 +7,19 @@ rank's output lines, records how it failed and takes the job down (see rank_exec
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 from blinkflow.config import MPI_DEFAULTS
 
+from .env_forwarding import forwarded_variables
 from .hosts import Host, hosts_arg, total_slots
 from .mpi_impl import MPICH, OPEN_MPI, MpiImpl
 
-# Variables every rank needs even on a remote host (Open MPI only forwards what -x names).
-INHERITED_VARS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH")
 RANK_EXEC_MODULE = "blinkflow.launcher.rank_exec"
+#: Open MPI's MCA settings for horovodrun's ``--tcp``: the ob1 messaging layer over the TCP,
+#: shared-memory and self transports only (no UCX, libfabric or InfiniBand verbs).
+TCP_ONLY_MCA = (("pml", "ob1"), ("btl", "self,sm,tcp"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +36,12 @@ class LaunchSpec:
     wrapped: bool = True                      # False: mpirun starts the command itself, whose raw
                                               # output the test harness and the benchmarks read
     verbose: bool = False                     # each rank says which GPU it drives
+    nics: Tuple[str, ...] = ()                # network interfaces MPI's traffic may use (empty: any)
+    ssh_port: Optional[int] = None            # port of every host's sshd
+    ssh_identity_file: Optional[str] = None   # private key for ssh to every host
+    tcp_only: bool = False                    # MPI's traffic over TCP only (horovodrun --tcp)
+    binding_args: Optional[Tuple[str, ...]] = None   # mpirun's binding arguments (None: no binding)
+    timestamp_output: bool = False            # every output line starts with the time
 
 
 def rank_command(python: str, spec: LaunchSpec) -> List[str]:
@@ -44,6 +53,8 @@ def rank_command(python: str, spec: LaunchSpec) -> List[str]:
         argv += ["--output-dir", spec.output_dir]
     if spec.verbose:
         argv.append("--verbose")
+    if spec.timestamp_output:
+        argv.append("--timestamp")
     return argv + ["--", *spec.command]
 
 
@@ -56,8 +67,9 @@ def build_mpirun_argv(impl: MpiImpl, spec: LaunchSpec, *, python: str, environ: 
                       is_root: bool, local_cores: int, mpich_hostfile: Optional[str] = None) -> List[str]:
     """The full argv for ``impl``'s launcher.
 
-    ``environ`` is the environment mpirun will run with: of :data:`INHERITED_VARS`, those set there
-    are forwarded. ``mpich_hostfile`` is the Hydra-format copy of ``spec.hostfile`` (Hydra reads
+    ``environ`` is the environment mpirun will run with: every variable in it reaches every rank,
+    on every host, except those :func:`env_forwarding.forwarded_variables` leaves out (as
+    horovodrun does). ``mpich_hostfile`` is the Hydra-format copy of ``spec.hostfile`` (Hydra reads
     ``host:N`` lines, not Open MPI's ``host slots=N``); the caller writes it.
     """
     if impl.family == OPEN_MPI:
@@ -71,8 +83,10 @@ def build_mpirun_argv(impl: MpiImpl, spec: LaunchSpec, *, python: str, environ: 
 
 def _openmpi(impl: MpiImpl, spec: LaunchSpec, environ: Mapping[str, str], is_root: bool,
              local_cores: int) -> List[str]:
-    # No binding: the runtime's background thread and TensorFlow's pools need more than one core.
-    argv = [impl.mpirun, "-np", str(spec.np), "--bind-to", "none", "--map-by", "slot"]
+    # No binding by default: the runtime's background thread and TensorFlow's pools need more
+    # than one core.
+    binding = list(spec.binding_args) if spec.binding_args is not None else ["--bind-to", "none"]
+    argv = [impl.mpirun, "-np", str(spec.np), *binding, "--map-by", "slot"]
     if is_root:
         argv.append("--allow-run-as-root")
     if needs_oversubscribe(spec, local_cores):
@@ -83,16 +97,39 @@ def _openmpi(impl: MpiImpl, spec: LaunchSpec, environ: Mapping[str, str], is_roo
         argv += ["--host", hosts_arg(spec.hosts)]
     for name in sorted(spec.settings):
         argv += ["-x", f"{name}={spec.settings[name]}"]
-    for name in INHERITED_VARS:
-        if name in environ:
+    for name in forwarded_variables(environ):
+        if name not in spec.settings:
             argv += ["-x", name]
     for name, value in MPI_DEFAULTS.items():   # blinkflow's Open MPI defaults; the user's value wins
         if name.startswith("OMPI_MCA_") and name not in environ:
             argv += ["--mca", name[len("OMPI_MCA_"):], value]
+    if spec.nics:   # MPI's messages (btl) and the launcher's own control channel (PRRTE's oob)
+        nics = ",".join(spec.nics)
+        argv += ["--mca", "btl_tcp_if_include", nics, "--prtemca", "oob_tcp_if_include", nics]
+    if spec.tcp_only:
+        for name, value in TCP_ONLY_MCA:
+            argv += ["--mca", name, value]
+    ssh_args = _ssh_args(spec)
+    if ssh_args:
+        argv += ["--prtemca", "plm_ssh_args", ssh_args]
     return argv
 
 
+def _ssh_args(spec: LaunchSpec) -> str:
+    """What ``-p``/``-i`` add to every ssh command the launcher runs."""
+    args = []
+    if spec.ssh_port is not None:
+        args += ["-p", str(spec.ssh_port)]
+    if spec.ssh_identity_file:
+        args += ["-i", spec.ssh_identity_file]
+    return " ".join(shlex.quote(a) for a in args)
+
+
 def _hydra(impl: MpiImpl, spec: LaunchSpec, environ: Mapping[str, str], mpich_hostfile: Optional[str]) -> List[str]:
+    if spec.tcp_only or spec.binding_args is not None:
+        flag = "--tcp" if spec.tcp_only else "--binding-args"
+        raise ValueError(f"{flag} sets Open MPI's options, and this MPI is {impl.describe()}: give MPICH's own "
+                         "in --mpi-args (e.g. '-bind-to core')")
     argv = [impl.mpirun, "-np", str(spec.np)]
     if spec.hostfile:
         if not mpich_hostfile:
@@ -102,9 +139,18 @@ def _hydra(impl: MpiImpl, spec: LaunchSpec, environ: Mapping[str, str], mpich_ho
         argv += ["-hosts", hosts_arg(spec.hosts)]
     for name in sorted(spec.settings):
         argv += ["-genv", name, spec.settings[name]]
-    for name in INHERITED_VARS:
-        if name in environ:
-            argv += ["-genv", name, environ[name]]
+    # Hydra would hand every rank mpiexec's whole environment; name the forwarded ones instead.
+    forwarded = [name for name in forwarded_variables(environ) if name not in spec.settings]
+    if forwarded:
+        argv += ["-genvnone", "-genvlist", ",".join(forwarded)]
+    if spec.nics:
+        if len(spec.nics) > 1:
+            raise ValueError(f"MPICH's Hydra uses one network interface (-iface), got {', '.join(spec.nics)}; "
+                             "give one --network-interface")
+        argv += ["-iface", spec.nics[0]]
+    ssh_args = _ssh_args(spec)
+    if ssh_args:
+        argv += ["-bootstrap", "ssh", "-bootstrap-exec-args", ssh_args]
     return argv
 
 

@@ -80,29 +80,70 @@ def _set_parent_death_signal(sig: int) -> None:
 
 
 class _Pump(threading.Thread):
-    """Copies one of the child's pipes to our stream line by line, with the rank tag."""
+    """Copies one of the child's pipes to our stream with the rank tag, keeping lines whole.
 
-    def __init__(self, pipe, out_fd: int, tag: bytes, log_path: Optional[str], tail=None):
+    A line is written tagged in one write, so lines of different ranks never mix. A carriage
+    return (a progress bar such as Keras's, which redraws its line after each ``\\r``) is
+    passed on as a redraw of the tagged line: ``\\r`` + tag + the text after the last ``\\r``,
+    at once and without a newline, so on a terminal each update replaces the previous one;
+    the newline that ends the bar ends the tagged line. ``--output-dir`` logs get the raw lines.
+    """
+
+    def __init__(self, pipe, out_fd: int, tag: bytes, log_path: Optional[str], tail=None,
+                 timestamp: bool = False):
         super().__init__(daemon=True)
-        self.pipe, self.out_fd, self.tag, self.tail = pipe, out_fd, tag, tail
+        self.pipe, self.out_fd, self.tag, self.tail, self.timestamp = pipe, out_fd, tag, tail, timestamp
         self.log = open(log_path, "wb") if log_path else None
+        self.redrawing = False   # a "\r" update is on screen, not yet ended by a newline
+
+    def prefix(self) -> bytes:
+        if not self.timestamp:
+            return self.tag
+        return time.strftime("%a %b %d %H:%M:%S %Y ").encode() + self.tag
 
     def run(self):
+        pending = b""
         try:
-            for line in iter(self.pipe.readline, b""):
-                if not line.endswith(b"\n"):
-                    line += b"\n"
-                _write_all(self.out_fd, self.tag + line)   # one write: the line stays whole
-                if self.log:
-                    self.log.write(line)
-                    self.log.flush()
-                if self.tail is not None:
-                    self.tail.append(line.decode(errors="replace").rstrip("\n"))
+            fd = self.pipe.fileno()
+            while True:
+                data = os.read(fd, 65536)
+                if not data:
+                    break
+                pending = self.feed(pending + data)
+            if pending:
+                self.feed(pending + b"\n")
         except (OSError, ValueError):
             pass
         finally:
             if self.log:
                 self.log.close()
+
+    def feed(self, data: bytes) -> bytes:
+        """Write the whole lines of ``data`` (and a redraw of an unfinished ``\\r`` line);
+        return what waits for more."""
+        while b"\n" in data:
+            line, data = data.split(b"\n", 1)
+            shown = _redrawn(line[:-1] if line.endswith(b"\r") else line)   # CRLF ends a line too
+            start = b"\r" if self.redrawing else b""
+            self.redrawing = False
+            _write_all(self.out_fd, start + self.prefix() + shown + b"\n")   # one write: the line stays whole
+            if self.log:
+                self.log.write(line + b"\n")
+                self.log.flush()
+            if self.tail is not None:
+                self.tail.append(shown.decode(errors="replace"))
+        at = data.rfind(b"\r")
+        if 0 <= at < len(data) - 1:   # text after a "\r": a redraw (a bare "\r" waits, it may be a CRLF)
+            data = data[at:]
+            _write_all(self.out_fd, b"\r" + self.prefix() + _redrawn(data))
+            self.redrawing = True
+        return data
+
+
+def _redrawn(line: bytes) -> bytes:
+    """What a terminal shows of ``line``: the text after its last carriage return, without the
+    backspaces a progress bar writes before it."""
+    return line[line.rfind(b"\r") + 1:].replace(b"\b", b"")
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -138,7 +179,7 @@ def _pinned(environ: dict, rank: int, host: str, verbose: bool) -> dict:
 
 
 def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
-        verbose: bool = False) -> int:
+        verbose: bool = False, timestamp: bool = False) -> int:
     environ = dict(os.environ if environ is None else environ)
     rank = env_int(environ, RANK_VARS, 0)
     size = env_int(environ, SIZE_VARS, 1)
@@ -213,8 +254,10 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
 
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, stop)
-        pumps = [_Pump(child.stdout, 1, f"[{rank}]<stdout>: ".encode(), logs and os.path.join(logs, "stdout")),
-                 _Pump(child.stderr, 2, f"[{rank}]<stderr>: ".encode(), logs and os.path.join(logs, "stderr"), tail)]
+        pumps = [_Pump(child.stdout, 1, f"[{rank}]<stdout>: ".encode(), logs and os.path.join(logs, "stdout"),
+                       timestamp=timestamp),
+                 _Pump(child.stderr, 2, f"[{rank}]<stderr>: ".encode(), logs and os.path.join(logs, "stderr"), tail,
+                       timestamp=timestamp)]
         for pump in pumps:
             pump.start()
         returncode = child.wait()
@@ -279,12 +322,13 @@ def main(argv: Optional[List[str]] = None) -> None:
                                      description="Run one rank of a blinkrun job (started by blinkrun).")
     parser.add_argument("--output-dir", help="also write this rank's stdout/stderr under DIR/rank.N/")
     parser.add_argument("--verbose", action="store_true", help="say which GPU the rank drives")
+    parser.add_argument("--timestamp", action="store_true", help="start every output line with the time")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("missing COMMAND after --")
-    sys.exit(run(command, args.output_dir, verbose=args.verbose))
+    sys.exit(run(command, args.output_dir, verbose=args.verbose, timestamp=args.timestamp))
 
 
 if __name__ == "__main__":

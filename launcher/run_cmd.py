@@ -13,12 +13,15 @@ import sys
 import tempfile
 
 import click
+from click.core import ParameterSource
 
 from blinkflow.config import Config, unknown_variables
 from blinkflow.errors import ConfigError
 from blinkflow.version import __version__
 
+from . import horovod_config_file
 from .flags import SETTING_FLAGS, settings_env
+from .horovod_flags import ACCEPTED, REFUSED, by_name, generated_rows
 from .hosts import hosts_arg, mpich_hostfile_text, parse_hostfile, parse_hosts_arg
 from .mpi_impl import MPICH, detect
 from .mpirun_argv import LaunchSpec, build_mpirun_argv, format_argv
@@ -80,8 +83,24 @@ def _hosts(ctx, param, value):
 
 def _setting_options(func):
     for setting in reversed(SETTING_FLAGS):
-        func = click.option(setting.flag, setting.param, type=setting.type, default=None,
-                            help=f"{setting.help} [{setting.env_name}]")(func)
+        if setting.negation:
+            option = click.option(f"{setting.flag}/{setting.negation}", setting.param, default=None,
+                                  help=f"{setting.help} [{setting.env_name}]")
+        else:
+            option = click.option(setting.flag, setting.param, type=setting.type, default=None,
+                                  help=f"{setting.help} [{setting.env_name}]")
+        func = option(func)
+    return func
+
+
+def _horovod_options(func):
+    """horovodrun's flags that blinkrun takes without effect or refuses (horovod_flags.py)."""
+    for row in generated_rows():
+        def callback(ctx, _param, value, row=row):
+            if value and row.handling == REFUSED and not ctx.resilient_parsing:
+                raise click.UsageError(row.refusal())
+        kind = dict(is_flag=True) if row.nargs == 0 else dict(nargs=row.nargs, type=click.UNPROCESSED)
+        func = click.option(*row.names, expose_value=False, hidden=True, callback=callback, **kind)(func)
     return func
 
 
@@ -90,17 +109,32 @@ def _setting_options(func):
 @click.option("-np", "--num-proc", "np", type=click.IntRange(min=1), help="Number of ranks to start.")
 @click.option("-H", "--hosts", "hosts", callback=_hosts, metavar="HOST:SLOTS,...",
               help="Hosts and their slots, e.g. a:4,b:4 (default: this machine only).")
-@click.option("--hostfile", type=click.Path(dir_okay=False), help="File of 'host slots=N' lines.")
+@click.option("-hostfile", "--hostfile", type=click.Path(dir_okay=False), help="File of 'host slots=N' lines.")
 @_setting_options
+@click.option("--no-stall-check", is_flag=True, default=None,
+              help="No stall warnings and no stall shutdown (both times 0).")
+@click.option("--config-file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Horovod's YAML parameter file; flags on the command line win over it.")
+@click.option("--network-interfaces", "network_interfaces", multiple=True, metavar="NIC,...",
+              help="Network interfaces MPI's traffic may use, comma-separated.")
+@click.option("--network-interface", "network_interface", multiple=True, metavar="NIC",
+              help="A network interface MPI's traffic may use (repeatable).")
+@click.option("-p", "--ssh-port", type=click.IntRange(1, 65535), help="ssh port of every host.")
+@click.option("-i", "--ssh-identity-file", type=click.Path(dir_okay=False), help="ssh private key for every host.")
+@click.option("--tcp", "tcp_only", is_flag=True, default=None, help="MPI's traffic over TCP only.")
+@click.option("--binding-args", metavar="'ARGS'", help="mpirun's process binding arguments (default: --bind-to none).")
 @click.option("--mpi-args", default="", metavar="'ARGS'", help="Extra arguments for mpirun, as one quoted string.")
 @click.option("--output-filename", type=click.Path(file_okay=False), metavar="DIR",
               help="Also write each rank's output to DIR/rank.N/stdout and stderr.")
+@click.option("-prefix-timestamp", "--prefix-output-with-timestamp", "timestamp_output", is_flag=True, default=None,
+              help="Start every output line with the time.")
 @click.option("--verbose", is_flag=True, help="Print the exact mpirun command before running it, and the GPU each rank drives.")
-@click.option("--check-build", is_flag=True, expose_value=False, is_eager=True, callback=_check_build,
+@click.option("-cb", "--check-build", is_flag=True, expose_value=False, is_eager=True, callback=_check_build,
               help="Show what this installation can use (frameworks, MPI, GPU support) and exit.")
-@click.version_option(__version__, "--version", prog_name="blinkflow", message="%(prog)s %(version)s")
+@click.version_option(__version__, "-v", "--version", prog_name="blinkflow", message="%(prog)s %(version)s")
+@_horovod_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def command(np, hosts, hostfile, mpi_args, output_filename, verbose, command, **setting_values):
+def command(**options):
     """Run COMMAND on N ranks with MPI; every output line is tagged with its rank.
 
     \b
@@ -108,52 +142,110 @@ def command(np, hosts, hostfile, mpi_args, output_filename, verbose, command, **
     blinkrun -np 8 -H a:4,b:4 --fusion-threshold-mb 32 python train.py
     blinkrun --check-build
 
-    Tools that launch nothing: blinkrun topo | plan | simulate --help.
+    horovodrun's flags are taken as horovodrun means them, or refused with what to use instead
+    (README.md, "From horovodrun"). Tools that launch nothing: blinkrun topo | plan | simulate --help.
     """
-    if np is None:
-        raise click.UsageError("missing option -np (the number of ranks)")
-    if not command:
-        raise click.UsageError("missing COMMAND to run on every rank")
-    if hosts and hostfile:
-        raise click.UsageError("give hosts either with -H or with --hostfile, not both")
     try:
-        if hostfile:
-            hosts = parse_hostfile(hostfile)
-        settings = settings_env(setting_values, os.environ)
-        start_timeout = Config.from_env(settings).start_timeout  # the ranks' init deadline, and ours for their start
-        extra = tuple(shlex.split(mpi_args))
+        spec, start_timeout = spec_from_options(click.get_current_context(), options, os.environ)
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
-    except ValueError as e:   # shlex: unbalanced quotes
-        raise click.BadParameter(f"{mpi_args!r}: {e}", param_hint="'--mpi-args'") from None
-    for line in unknown_variables(settings):
+    for line in unknown_variables(dict(os.environ, **spec.settings)):
         click.echo(f"blinkrun: warning: {line}", err=True)
-    _check_topology(settings, given_as_flag=setting_values.get("topology") is not None)
+    _check_topology(spec.settings, given_as_flag=options.get("topology") is not None)
     try:
         impl = detect()
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
-    spec = LaunchSpec(np=np, command=tuple(command), hosts=tuple(hosts or ()), hostfile=hostfile,
-                      settings=settings, mpi_args=extra, verbose=verbose,
-                      output_dir=os.path.abspath(output_filename) if output_filename else None)
     from .reclaim import quietly_reclaim, scratch_prefix
     from .supervise import Job
     quietly_reclaim()  # what killed jobs left on this machine: scratch folders, shared memory
     with tempfile.TemporaryDirectory(prefix=scratch_prefix()) as scratch:
         mpich_hostfile = None
-        if hostfile and impl.family == MPICH:
+        if spec.hostfile and impl.family == MPICH:
             mpich_hostfile = os.path.join(scratch, "hosts.hydra")
             with open(mpich_hostfile, "w") as f:
                 f.write(mpich_hostfile_text(spec.hosts))
-        argv = build_mpirun_argv(impl, spec, python=sys.executable, environ=os.environ,
-                                 is_root=hasattr(os, "geteuid") and os.geteuid() == 0,
-                                 local_cores=local_cores(), mpich_hostfile=mpich_hostfile)
-        if verbose:
+        try:
+            argv = build_mpirun_argv(impl, spec, python=sys.executable, environ=os.environ,
+                                     is_root=hasattr(os, "geteuid") and os.geteuid() == 0,
+                                     local_cores=local_cores(), mpich_hostfile=mpich_hostfile)
+        except ValueError as e:
+            raise click.UsageError(str(e)) from None
+        if spec.verbose:
             where = hosts_arg(spec.hosts) if spec.hosts else "this machine"
-            click.echo(f"blinkrun: {impl.describe()}; {np} rank(s) on {where}", err=True)
+            click.echo(f"blinkrun: {impl.describe()}; {spec.np} rank(s) on {where}", err=True)
             click.echo(format_argv(argv), err=True)
         env = dict(os.environ)
-        env.update(settings)
+        env.update(spec.settings)
         env["PATH"] = interpreter_first_path(env.get("PATH", ""), os.path.dirname(sys.executable))
-        status = Job(argv, env, np=np, start_timeout=start_timeout).run()
+        status = Job(argv, env, np=spec.np, start_timeout=start_timeout).run()
     sys.exit(status)
+
+
+def spec_from_options(ctx: click.Context, options: dict, environ) -> "tuple[LaunchSpec, float]":
+    """The LaunchSpec of parsed options (``--config-file`` applied) and the ranks' start timeout."""
+    if options["config_file"]:
+        apply_config_file(ctx, options, options["config_file"])
+    return launch_spec(options, environ)
+
+
+def apply_config_file(ctx: click.Context, options: dict, path: str) -> None:
+    """Set ``options`` from Horovod's YAML file where the command line did not give them."""
+    rows = by_name()
+    # spelling -> (option, the value a switch spelled so gives: --no-autotune is autotune=False)
+    declared = {opt: (param, True) for param in ctx.command.params for opt in param.opts}
+    declared.update({opt: (param, False) for param in ctx.command.params for opt in param.secondary_opts})
+    for flag, value, where in horovod_config_file.read(path):
+        row = rows[flag]
+        if row.handling == REFUSED:
+            raise ConfigError(f"{where}: {row.refusal()}")
+        if row.handling == ACCEPTED:
+            continue
+        param, switch_value = declared[flag]
+        if ctx.get_parameter_source(param.name) == ParameterSource.COMMANDLINE:
+            continue   # the command line wins over the file, as in horovodrun
+        try:
+            options[param.name] = switch_value if value is None else param.type_cast_value(ctx, value)
+        except click.BadParameter as e:
+            raise ConfigError(f"{where}: {e.format_message()}") from None
+
+
+def launch_spec(options: dict, environ) -> "tuple[LaunchSpec, float]":
+    """The LaunchSpec of the parsed command line, and the ranks' start timeout. Pure but for
+    reading a hostfile; bad input raises ConfigError (or click.UsageError)."""
+    if options["np"] is None:
+        raise click.UsageError("missing option -np (the number of ranks)")
+    if not options["command"]:
+        raise click.UsageError("missing COMMAND to run on every rank")
+    hosts, hostfile = options["hosts"], options["hostfile"]
+    if hosts and hostfile:
+        raise click.UsageError("give hosts either with -H or with --hostfile, not both")
+    if hostfile:
+        hosts = parse_hostfile(hostfile)
+    setting_values = {s.param: options.get(s.param) for s in SETTING_FLAGS}
+    if options.get("no_stall_check"):
+        for param in ("stall_check_warning_time_seconds", "stall_check_shutdown_time_seconds"):
+            if setting_values[param] is None:
+                setting_values[param] = 0.0
+    settings = settings_env(setting_values, environ)
+    # the ranks' init deadline, and ours for their start (HOROVOD_START_TIMEOUT counts too)
+    start_timeout = Config.from_env(dict(environ, **settings)).start_timeout
+    extra = _split("--mpi-args", options["mpi_args"])
+    binding = _split("--binding-args", options["binding_args"]) if options["binding_args"] is not None else None
+    nics = tuple(n.strip() for given in options["network_interfaces"] + options["network_interface"]
+                 for n in given.split(",") if n.strip())
+    output_filename = options["output_filename"]
+    spec = LaunchSpec(np=options["np"], command=tuple(options["command"]), hosts=tuple(hosts or ()),
+                      hostfile=hostfile, settings=settings, mpi_args=extra, verbose=options["verbose"],
+                      output_dir=os.path.abspath(output_filename) if output_filename else None,
+                      nics=tuple(dict.fromkeys(nics)), ssh_port=options["ssh_port"],
+                      ssh_identity_file=options["ssh_identity_file"], tcp_only=bool(options["tcp_only"]),
+                      binding_args=binding, timestamp_output=bool(options["timestamp_output"]))
+    return spec, start_timeout
+
+
+def _split(flag: str, text: str) -> tuple:
+    try:
+        return tuple(shlex.split(text or ""))
+    except ValueError as e:   # shlex: unbalanced quotes
+        raise click.BadParameter(f"{text!r}: {e}", param_hint=f"'{flag}'") from None

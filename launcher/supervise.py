@@ -131,8 +131,11 @@ class Job:
 
     # -- output ----------------------------------------------------------------------------
     def _relay_stdout(self):
-        for line in iter(self.proc.stdout.readline, b""):
-            self._write(self.out, line)
+        # As it comes, not line by line: a rank's progress bar redraws its line without a newline
+        # (rank_exec.py). The bytes pass on in mpirun's order, which keeps each tagged line whole.
+        fd = self.proc.stdout.fileno()
+        for chunk in iter(lambda: os.read(fd, 65536), b""):
+            self._write(self.out, chunk)
 
     def _relay_stderr(self):
         for raw in iter(self.proc.stderr.readline, b""):

@@ -1,6 +1,7 @@
 """``blinkrun topo``: show a topology — this machine's, a preset's or a file's (README.md, "Topology").
 
-    blinkrun topo                               # probe this machine (honours CUDA_VISIBLE_DEVICES)
+    blinkrun topo                               # probe this machine (honours CUDA_VISIBLE_DEVICES);
+                                                # without GPUs, its CPU ranks (one per core)
     blinkrun topo --preset dgx1-v100 --gpus 0,1,4
     blinkrun topo --nvidia-smi-file topo.txt    # saved `nvidia-smi topo -m` output
     blinkrun topo --nccl-xml dump.xml           # NCCL_TOPO_DUMP_FILE output
@@ -60,11 +61,16 @@ def load_source(preset: Optional[str], nvidia_smi_file: Optional[str], nccl_xml:
 
 
 def probe_this_machine() -> Topology:
-    """The GPUs of this machine, cut down to CUDA_VISIBLE_DEVICES when it is set."""
+    """The GPUs of this machine, cut down to CUDA_VISIBLE_DEVICES when it is set; on a machine
+    without GPUs, the CPU ranks blinkflow would run there (the cpu backend), one per core as
+    Open MPI places them by default, with a note on stderr saying so."""
     topology = probe_host_topology()
     if topology is None:
-        raise TopologyError("no NVIDIA GPU found on this machine (no NVML, no nvidia-smi); show a preset "
-                            "instead, e.g. --preset cpu-host:4 or --preset dgx1-v100", "this machine")
+        from .run_cmd import local_cores
+        cores = local_cores()
+        click.echo(f"blinkrun topo: no NVIDIA GPU found (no NVML, no nvidia-smi); this machine runs blinkflow on "
+                   f"its CPUs: {cores} rank(s), one per core, sharing memory (preset cpu-host:{cores})", err=True)
+        return get_preset(f"cpu-host:{cores}")
     visible = visible_gpus()
     if visible is not None:
         if not visible:

@@ -68,3 +68,60 @@ def build(directory) -> ctypes.CDLL:
     if proc.returncode != 0:
         raise RuntimeError(f"the host build of the kernels failed:\n{proc.stderr[-4000:]}")
     return ctypes.CDLL(str(so))
+
+
+INTERPRETER_SHIM = r"""
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+#define BLINKFLOW_HOST_EMULATION 1
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static thread_local
+struct bf_dim3 { unsigned int x, y, z; };
+static thread_local bf_dim3 blockIdx, threadIdx;
+static bf_dim3 blockDim, gridDim;
+struct uint4 { unsigned int x, y, z, w; };
+static inline void __syncthreads() {}
+static inline void __threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+static inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }
+static inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
+"""
+
+
+def _interpreter_wrappers():
+    out = []
+    for dt, ctype in kernels.CTYPES.items():
+        for op, code in kernels.OP_CODES.items():
+            out.append(f"""extern "C" void interpreter_{dt}_{code}(void* bufs, const long long* offs, const long long* steps,
+        const long long* inputs, const long long* waits, const long long* starts, const long long* conns,
+        long long* progress, const int* abort, long long call, long long window, long long slot_elems, int nblocks) {{
+    typedef {ctype} T;
+    gridDim = {{(unsigned)nblocks, 1, 1}}; blockDim = {{1, 1, 1}};
+    std::vector<std::thread> blocks;
+    for (int b = 0; b < nblocks; ++b)
+        blocks.emplace_back([=] {{
+            blockIdx = {{(unsigned)b, 0, 0}}; threadIdx = {{0, 0, 0}};
+            blinkflow_interpreter<T, {code}>((T*)bufs, offs, steps, inputs, waits, starts, conns, progress, abort,
+                                               call, window, slot_elems);
+        }});
+    for (auto& t : blocks) t.join();
+}}""")
+    return "\n".join(out)
+
+
+def build_interpreter(directory) -> ctypes.CDLL:
+    """Compile ``kernels/interpreter.cu`` for the host into ``directory`` and load it: entry points
+    ``interpreter_<dtype>_<op code>`` run every block of a launch as its own OS thread of one
+    CUDA thread each (``blockDim.x == 1``, so a barrier is a no-op and ``__shared__`` is
+    per-thread), spinning on the same counters a GPU's blocks spin on."""
+    src = directory / "interpreter_host.cpp"
+    src.write_text(INTERPRETER_SHIM + kernels.module_source("interpreter.cu") + "\n" + _interpreter_wrappers())
+    so = directory / "interpreter_host.so"
+    cmd = [CXX, "-std=c++17", "-O1", "-shared", "-fPIC", "-pthread", "-Wno-unknown-pragmas", "-o", str(so), str(src)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the host build of the interpreter failed:\n{proc.stderr[-4000:]}")
+    return ctypes.CDLL(str(so))

@@ -18,7 +18,10 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from .. import scaling
 from ..config import Config
+from ..errors import BackendError
 from ..ops import ReduceOp
+from ..schedule import policy
+from . import adasum
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +109,9 @@ class BackendContext:
     config: Config
     timeline: Optional[Any] = None
     """An object with ``start(name, phase)`` / ``end(name, phase)`` or None."""
+    failure: Optional[Callable[[], Optional[BaseException]]] = None
+    """Asked while a collective waits for a peer: an error it returns (a peer found gone) is
+    raised instead of waiting on for a message that may never come."""
 
     @property
     def devices(self) -> Tuple[int, ...]:
@@ -136,17 +142,21 @@ class Backend(abc.ABC):
         size and dtype, private to this rank) and ``buf`` is left in an unspecified state: the
         backend may fold the copy out and the scaling into its last pass over the data."""
 
-    def allreduce_pieces(self, pieces: Sequence[Any], op: ReduceOp, out, scale: float = 1.0) -> None:
+    def allreduce_pieces(self, pieces: Sequence[Any], op: ReduceOp, out, scale: float = 1.0,
+                         prescale: float = 1.0) -> None:
         """All-reduce the concatenation of ``pieces`` (flat C-contiguous arrays of ``out``'s dtype, ``out.size``
-        elements in all, the same shapes on every rank) into ``out`` times ``scale``. The pieces
-        are only read, and not after the call returns. By default they are packed into
-        :meth:`buffer` and reduced there; a backend that can read its peers' pieces where they
-        lie overrides this to skip the packing copy."""
+        elements in all, the same shapes on every rank), each first multiplied by ``prescale``
+        (:meth:`scale`'s arithmetic), into ``out`` times ``scale``. The pieces are only read, and
+        not after the call returns. By default they are packed into :meth:`buffer` and reduced
+        there; a backend that can read its peers' pieces where they lie, or pack them piecewise,
+        overrides this to skip or bound the packing copy."""
         buf = self.buffer(out.shape[0], out.dtype)
         at = 0
         for piece in pieces:
             buf[at:at + piece.shape[0]] = piece
             at += piece.shape[0]
+        if prescale != 1.0:
+            self.scale(buf, prescale)
         self.allreduce(buf, op, out=out, scale=scale)
 
     @abc.abstractmethod
@@ -165,6 +175,24 @@ class Backend(abc.ABC):
     def alltoall(self, send, send_counts: Sequence[int], recv, recv_counts: Sequence[int]) -> None:
         """Rank r sends ``send_counts[q]`` elements to rank q (in rank order) and receives
         ``recv_counts[q]`` from each."""
+
+    def adasum(self, buf, counts: Sequence[int]) -> None:
+        """Replace ``buf`` (flat, host memory: tensors of ``counts`` elements back to back, whose
+        dot products are taken tensor by tensor) by Horovod's Adasum of every rank's ``buf``. The
+        call-shape policy's ``adasum`` algorithm (:mod:`.adasum`), run on the host over the
+        context's communicator by every backend alike; it needs ``self.ctx`` and ``self.caps``."""
+        if hasattr(buf, "__cuda_array_interface__"):
+            raise BackendError("Adasum runs on host memory: copy a device buffer to the host first")
+        ctx = self.ctx
+        choice = policy.choose("allreduce", buf.nbytes, buf.itemsize, ctx.layout, ctx.config, self.caps,
+                               op=ReduceOp.ADASUM)
+        if ctx.timeline is not None:
+            ctx.timeline.start("collective", choice.phase)
+        try:
+            adasum.allreduce(ctx.comm, buf, counts)
+        finally:
+            if ctx.timeline is not None:
+                ctx.timeline.end("collective", choice.phase)
 
     def scale(self, buf, factor: float) -> None:
         """Multiply ``buf`` by ``factor`` in place (Average, pre/postscale) with Horovod's

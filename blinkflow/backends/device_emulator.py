@@ -7,13 +7,14 @@ under the fake CuPy, whose interpreter "kernel" runs this function per block). P
 waits before any work:
 
 1. ``progress[b] >= c * stride + v`` for each wait (cross-block dependencies);
-2. a receive waits ``tail >= base + recv_seq + 1`` (``base = c * transfers``, call ``c``);
+2. each receive waits ``tail >= base + seq + 1`` (``base = c * transfers``, call ``c``);
 3. a send waits ``head >= base + send_seq + 1 - window`` (the slot was consumed);
-4. the work: a receive copies slot ``(base + seq) % window`` of its connection into the range or
-   combines it in (``buffer (op) slot``, the runner's order: the local value first); ``copy``
-   moves a range; a send then writes the range into the receiver's slot;
-5. the posts: the sender's ``head`` (the slot is free again), the receiver's ``tail`` (the data
-   is there), the block's ``progress``.
+4. the work: a receive copies slot ``(base + seq) % window`` of its connection into the range; a
+   reduction combines its slots in (``buffer (op) slot_1 (op) slot_2 ...``, the runner's fused
+   kernel's order and rounding: :func:`combiner`); ``copy`` moves a range; a send then writes
+   the range into the receiver's slot;
+5. the posts: the senders' ``head`` (the slots are free again), the receiver's ``tail`` (the
+   data is there), the block's ``progress``.
 
 Slot data is written before its ``tail`` is raised (program order of one thread, which x86
 keeps for other processes too; the kernel puts a system-scope fence there). Every wait polls the
@@ -49,13 +50,35 @@ def address(array: np.ndarray) -> int:
     return array.__array_interface__["data"][0]
 
 
+def combiner(dtype, ufunc):
+    """``combine(span, slots)``: ``span = span (op) slots[0] (op) slots[1] ...`` in place, as the
+    kernel computes it: in the arithmetic type of ``dtype`` (float for float16 and bfloat16,
+    rounded once at the end; the type itself otherwise, where rounding after each input is the
+    same thing)."""
+    dtype = np.dtype(dtype)
+    if (dtype.kind == "f" and dtype.itemsize == 2) or dtype.name == "bfloat16":
+        def combine(span, slots):
+            acc = span.astype(np.float32)
+            for x in slots:
+                ufunc(acc, x.astype(np.float32), out=acc)
+            span[...] = acc.astype(dtype)
+        return combine
+
+    def combine(span, slots):
+        for x in slots:
+            ufunc(span, x, out=span)
+    return combine
+
+
 def interpret_block(enc: EncodedTables, b: int, buf: np.ndarray, conns: np.ndarray, progress: np.ndarray,
                     abort: np.ndarray, call: int, ufunc) -> Optional[str]:
-    """Run block ``b``'s steps of call ``call`` on ``buf``; ``conns`` holds the connections'
-    addresses (:mod:`.device_abi`), ``progress`` the rank's per-block counters, ``abort`` the flag.
-    Returns None when the block finished, else what it waited for when the flag stopped it."""
+    """Run block ``b``'s steps of call ``call`` on ``buf`` (the block's buffer); ``conns`` holds the
+    connections' addresses (:mod:`.device_abi`), ``progress`` the launch's per-block counters,
+    ``abort`` the flag. Returns None when the block finished, else what it waited for when the
+    flag stopped it."""
     window, slot_elems, dtype = enc.window, enc.slot_elems, buf.dtype
     stride = enc.progress_stride
+    combine = combiner(dtype, ufunc)
     counters = {}
 
     def counter(addr: int) -> np.ndarray:
@@ -77,50 +100,54 @@ def interpret_block(enc: EncodedTables, b: int, buf: np.ndarray, conns: np.ndarr
         start = int(conns[row, abi.CONN_SLOTS]) + (seq % window) * slot_elems * dtype.itemsize
         return view(start, count, dtype)
 
-    for i in range(int(enc.block_start[b]), int(enc.block_start[b + 1])):
-        (op, offset, count, src, recv_row, recv_seq, send_row, send_seq, wstart, wcount,
+    first = int(enc.block_start[b])
+    for i in range(first, int(enc.block_start[b + 1])):
+        (op, offset, count, src, rstart, rcount, send_row, send_seq, wstart, wcount,
          posts) = (int(x) for x in enc.steps[i])
         for w in range(wstart, wstart + wcount):
             other, value = int(enc.waits[w, 0]), int(enc.waits[w, 1])
             if not wait(progress[other:other + 1], call * stride + value):
                 return f"block {other}'s progress {value}"
-        if recv_row >= 0:
-            rseq = call * int(conns[recv_row, abi.CONN_TRANSFERS]) + recv_seq
-            if not wait(counter(int(conns[recv_row, abi.CONN_TAIL])), rseq + 1):
-                return f"transfer #{rseq} on receive connection {recv_row}"
+        received = []  # (conns row, sequence number) of each input
+        for row, seq in enc.inputs[rstart:rstart + rcount]:
+            row = int(row)
+            rseq = call * int(conns[row, abi.CONN_TRANSFERS]) + int(seq)
+            if not wait(counter(int(conns[row, abi.CONN_TAIL])), rseq + 1):
+                return f"transfer #{rseq} on connection row {row}"
+            received.append((row, rseq))
         if send_row >= 0:
             sseq = call * int(conns[send_row, abi.CONN_TRANSFERS]) + send_seq
             if not wait(counter(int(conns[send_row, abi.CONN_HEAD])), sseq + 1 - window):
-                return f"a free slot for transfer #{sseq} on send connection {send_row - enc.nrecv}"
+                return f"a free slot for transfer #{sseq} on connection row {send_row}"
         span = buf[offset:offset + count]
-        if recv_row >= 0:
-            incoming = slot(recv_row, rseq, count)
+        if received:
+            incoming = [slot(row, rseq, count) for row, rseq in received]
             if op in (abi.OP_CODES["recv"], abi.OP_CODES["recv_send"]):
-                span[...] = incoming
+                span[...] = incoming[0]
             else:
-                ufunc(span, incoming, out=span)
+                combine(span, incoming)
         elif op == abi.OP_CODES["copy"]:
             span[...] = buf[src:src + count]
         if send_row >= 0:
             slot(send_row, sseq, count)[...] = span
-        if recv_row >= 0:  # the slot is free again: the sender's head
-            counter(int(conns[recv_row, abi.CONN_HEAD]))[0] = rseq + 1
+        for row, rseq in received:  # the slots are free again: the senders' heads
+            counter(int(conns[row, abi.CONN_HEAD]))[0] = rseq + 1
         if send_row >= 0:  # the data is there: the receiver's tail
             counter(int(conns[send_row, abi.CONN_TAIL]))[0] = sseq + 1
         if posts:
-            progress[b] = call * stride + (i - int(enc.block_start[b])) + 1
+            progress[b] = call * stride + (i - first) + 1
     return None
 
 
-def run_blocks(enc: EncodedTables, buf: np.ndarray, conns: np.ndarray, progress: np.ndarray, abort: np.ndarray,
-               call: int, ufunc) -> List[str]:
-    """Every block of one rank's launch, one thread each (the blocks of a launch are co-resident);
-    returns what aborted blocks waited for (empty when the launch completed)."""
+def run_blocks(enc: EncodedTables, bufs: Sequence[np.ndarray], conns: np.ndarray, progress: np.ndarray,
+               abort: np.ndarray, call: int, ufunc) -> List[str]:
+    """Every block of one launch, one thread each (the blocks of a launch are co-resident), block
+    ``b`` on ``bufs[b]``; returns what aborted blocks waited for (empty when the launch completed)."""
     stuck: List[str] = []
 
     def block(b: int) -> None:
         try:
-            why = interpret_block(enc, b, buf, conns, progress, abort, call, ufunc)
+            why = interpret_block(enc, b, bufs[b], conns, progress, abort, call, ufunc)
         except BaseException as e:  # noqa: BLE001 - a broken block stops the others, as a trap would
             abort[0] = 1
             why = f"an error: {e!r}"
@@ -178,7 +205,8 @@ def run_emulated(tables: Sequence[RankTables], bufs: Sequence[np.ndarray], ufunc
     abort = np.zeros(1, np.int32)
     stuck: List[str] = []
     ranks = [threading.Thread(target=lambda r=r, m=m: stuck.extend(
-        f"rank {m.tables.rank} {s}" for s in run_blocks(m.encoded, bufs[r], conns[r], m.progress, abort, m.calls, ufunc)),
+        f"rank {m.tables.rank} {s}" for s in run_blocks(m.encoded, [bufs[r]] * m.encoded.nblocks, conns[r], m.progress,
+                                                        abort, m.calls, ufunc)),
         daemon=True) for r, m in enumerate(memory)]
     for th in ranks:
         th.start()
@@ -194,3 +222,38 @@ def run_emulated(tables: Sequence[RankTables], bufs: Sequence[np.ndarray], ufunc
     for m in memory:
         m.calls += 1
     return memory
+
+
+class EmulatedLoopback:
+    """The loopback mode emulated: one launch of every virtual rank's blocks of ``tables``
+    (:func:`.device_abi.loopback`), rings and counters in one numpy block as the device keeps
+    them in one allocation; :meth:`run` runs a call on the rows of a ``[nranks, nelems]`` array."""
+
+    def __init__(self, tables: Sequence[RankTables], dtype):
+        self.launch = abi.loopback(tables, np.dtype(dtype).itemsize)
+        self.memory = np.zeros(self.launch.nbytes, np.uint8)
+        base = address(self.memory)
+        self.conns = self.launch.conns(base)
+        self.progress = view(base + self.launch.progress_offset, self.launch.encoded.nblocks, np.int64)
+        self.calls = 0
+
+    def run(self, bufs: np.ndarray, ufunc, timeout: float = 30.0) -> None:
+        launch = self.launch
+        if bufs.shape != (launch.nranks, launch.nelems) or not bufs.flags.c_contiguous:
+            raise BackendError(f"a loopback call runs on a contiguous [{launch.nranks}, {launch.nelems}] array, "
+                               f"got {bufs.shape}")
+        flat = bufs.reshape(-1)
+        abort = np.zeros(1, np.int32)
+        stuck: List[str] = []
+        runner = threading.Thread(target=lambda: stuck.extend(run_blocks(
+            launch.encoded, [flat[int(o):] for o in launch.block_offsets], self.conns, self.progress, abort,
+            self.calls, ufunc)), daemon=True)
+        runner.start()
+        runner.join(timeout)
+        if runner.is_alive():
+            abort[0] = 1
+            runner.join()
+        if abort[0]:
+            raise BackendError(f"device emulator (loopback): the call was not done within {timeout} s; every block "
+                               "aborts (" + "; ".join(sorted(stuck)[:8]) + ")")
+        self.calls += 1

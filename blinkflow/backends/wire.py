@@ -37,12 +37,15 @@ ENGAGED_SPIN_S = 2e-3
 class MpiWire:
     """Events of one backend's transfers, in the runner's vocabulary (``schedule.transport``)."""
 
-    def __init__(self, comm, mailbox=None):
+    def __init__(self, comm, mailbox=None, failure=None):
         from mpi4py import MPI
 
         self.MPI = MPI
         self.comm = comm  # a Dup() owned by the backend
         self.mailbox = mailbox
+        self.failure = failure
+        """Asked between waits: a peer found gone ends the wait with its error (a message in a
+        peer's shared-memory ring, unlike an MPI request, never reports the peer's death)."""
         self._sent: Deque[Tuple[Any, np.ndarray]] = collections.deque()  # control Isends and their buffers, oldest first
         self._reap_at = REAP_AT
         self._inbox = np.empty(6, dtype=np.int64)
@@ -137,7 +140,8 @@ class MpiWire:
         own, tens to hundreds of microseconds: a sleep's timer latency would add to each (200 x
         16 KiB at 4 ranks on 2 cores: 2.29 ms sleeping, 1.68 ms testing), so they are tested
         for up to :data:`ENGAGED_SPIN_S` before sleeping."""
-        return quiet_wait.until(self.poll, spin_s=ENGAGED_SPIN_S if self._heard else quiet_wait.SPIN_S)
+        return quiet_wait.until(self.poll, failure=self.failure,
+                                spin_s=ENGAGED_SPIN_S if self._heard else quiet_wait.SPIN_S)
 
     def _collect(self, indices) -> List[Event]:
         if not indices:

@@ -12,24 +12,13 @@ from __future__ import annotations
 
 import csv
 import os
-import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 from typing import Dict, List
 
 import click
 
-from .tf_peers import QUIET, WORKER, _result
-
-
-def run_job(np_: int, step_args: List[str], env: Dict[str, str], timeout: float) -> Dict:
-    beside = os.path.join(os.path.dirname(sys.executable), "blinkrun")  # this interpreter's own
-    blinkrun = beside if os.path.exists(beside) else shutil.which("blinkrun")
-    proc = subprocess.run([blinkrun, "-np", str(np_)] + WORKER + ["--side", "blinkflow"] + step_args,
-                          env=dict(os.environ, **QUIET, **env), capture_output=True, text=True, timeout=timeout)
-    return _result(proc.stdout, "blinkflow", proc.returncode, proc.stderr)
+from .tf_peers import run_blinkflow
 
 
 def kept(log_file: str) -> Dict:
@@ -40,8 +29,8 @@ def kept(log_file: str) -> Dict:
     if not best:
         raise click.ClickException(f"the search did not finish within the warm-up ({len(rows)} samples logged in "
                                    f"{log_file}); raise --tune-steps")
-    return {"fusion_threshold": int(best[-1]["fusion_threshold_bytes"]), "cycle_time_ms": float(best[-1]["cycle_time_ms"]),
-            "samples": sum(r["phase"] == "sample" for r in rows)}
+    return {"fusion_threshold": int(best[-1]["fusion_threshold_bytes"]),
+            "cycle_time_ms": float(best[-1]["cycle_time_ms"]), "samples": sum(r["phase"] == "sample" for r in rows)}
 
 
 @click.command(help=__doc__.split("\n\n")[0])
@@ -70,7 +59,7 @@ def command(np_, rounds, model, img_size, batch_size, num_iters, num_batches_per
                 if side == "autotune":
                     log = os.path.join(tmp, f"round{r}.csv")
                     env = {"BLINKFLOW_AUTOTUNE": "1", "BLINKFLOW_AUTOTUNE_LOG_FILE": log}
-                totals[side].append(run_job(np_, step_args, env, timeout)["total_img_sec"])
+                totals[side].append(run_blinkflow(np_, step_args, timeout, env)["total_img_sec"])
                 if side == "autotune":
                     found.append(kept(log))
     click.echo(f"{model} {img_size}x{img_size}, batch {batch_size} per rank, {np_} ranks, {num_threads} thread(s) "

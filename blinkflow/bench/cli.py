@@ -17,6 +17,7 @@ SUITES = {
     "scale": "blinkflow.bench.scale",
     "control": "blinkflow.bench.control",
     "autotune": "blinkflow.bench.autotune",
+    "elastic-loss": "blinkflow.bench.elastic_loss",
 }
 
 

@@ -10,6 +10,10 @@ Run it under MPI (``mpirun -np 2 python -m blinkflow.bench gpu``); ranks may sha
    cupy's NCCL all-reduce where NCCL can run (distinct GPUs; NCCL refuses ranks that share
    one) and against host staging (device -> host, ``MPI_Allreduce``, -> device), which always can.
 
+3. With ``--loopback 2,4,8`` (rank 0, no MPI peers needed): the device executor's loopback mode,
+   every virtual rank's blocks in one launch, against the schedule's HBM roofline
+   (:mod:`.gpu_loopback`); the multi-process all-reduce is then left out.
+
 Every figure is the median of ``--iters`` timed runs after warm-up, timed with CUDA events
 (all-reduce: the slowest rank's median). Sizes are per-rank buffer bytes.
 """
@@ -163,19 +167,32 @@ def _nccl_comm(comm, device: int):
 @click.option("--iters", default=20, show_default=True, type=click.IntRange(1))
 @click.option("--schedule", type=click.Choice(["chain", "plan"]), default="chain", show_default=True,
               help="chain: two pipelined chains (no planner needed); plan: the planner's trees on an HGX H100 subset")
+@click.option("--loopback", "loopback", default="", metavar="N,N,...",
+              help="virtual rank counts of the device executor's loopback mode (one process, one launch)")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def command(size_list: List[int], iters: int, schedule: str, as_json: bool):
+def command(size_list: List[int], iters: int, schedule: str, loopback: str, as_json: bool):
     from ..backends.cuda.device import is_available
 
     if not is_available():
         raise click.ClickException("no CUDA device (or CuPy missing): pip install cupy-cuda12x on a GPU machine")
     from mpi4py import MPI
 
+    try:
+        counts = [int(c) for c in loopback.split(",") if c.strip()]
+    except ValueError:
+        raise click.BadParameter(f"--loopback takes virtual rank counts like 2,4,8, got {loopback!r}") from None
+    if any(c < 1 or c > 8 for c in counts):
+        raise click.BadParameter(f"--loopback: an HGX H100 has 1 to 8 GPUs, got {loopback!r}")
     comm = MPI.COMM_WORLD
     result = {"ranks": comm.size, "kernels": [], "allreduce": []}
     if comm.rank == 0:
         result["kernels"] = kernel_rows(size_list, iters)
-    if comm.size > 1:
+    if counts:
+        if comm.rank == 0:
+            from .gpu_loopback import loopback_rows
+
+            result["loopback"] = loopback_rows(counts, size_list, iters, _time)
+    elif comm.size > 1:
         result["allreduce"] = allreduce_rows(comm, size_list, iters, schedule)
     if comm.rank != 0:
         return
@@ -186,6 +203,10 @@ def command(size_list: List[int], iters: int, schedule: str, as_json: bool):
     for r in result["kernels"]:
         click.echo(f"{r['dtype']:8} {r['bytes']:>10} {r['copy_gbps']:>10.1f} {r['reduce_gbps']:>12.1f} "
                    f"{r['reduce_forward_gbps']:>16.1f} {r['reduce_vs_copy']:>12.2f}")
+    if result.get("loopback"):
+        from .gpu_loopback import print_rows
+
+        print_rows(click.echo, result["loopback"])
     if result["allreduce"]:
         click.echo(f"\nall-reduce, {comm.size} ranks (busbw GB/s; ranks sharing a GPU share its bandwidth)")
         for r in result["allreduce"]:

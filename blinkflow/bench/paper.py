@@ -4,7 +4,8 @@ Blink (MLSys 2020, §6) measured every subset of GPUs a scheduler may hand out o
 and V100) against NCCL's rings. This suite does the same in :mod:`blinkflow.sim`: for every
 subset of 3..8 GPUs, broadcast (root: the subset's first GPU) and all-reduce of 1 GB, blinkflow's
 plan against the NCCL ring baseline, both with MIAD-tuned chunks in the same simulator. It
-writes ``docs/paper-comparison.md`` with every subset, the median and maximum speedup per subset
+prints (or writes to ``--out FILE``; the repository's copy is ``docs/paper-comparison.md``) a
+Markdown report with every subset, the median and maximum speedup per subset
 size, and Blink's published headlines beside ours.
 
 Subsets that are the same up to a symmetry of the machine (a permutation of GPUs keeping every
@@ -209,8 +210,10 @@ def render(rows: List[Row], size_bytes: int, step_budget: int, elapsed: float) -
     return "\n".join(out)
 
 
-@click.command(help="Blink's DGX-1 subset comparison in the simulator; writes docs/paper-comparison.md.")
-@click.option("--output", default=os.path.join("docs", "paper-comparison.md"), show_default=True)
+@click.command(help="Blink's DGX-1 subset comparison in the simulator, as Markdown: to --out FILE "
+                    "(the repository keeps it in docs/paper-comparison.md), or to stdout.")
+@click.option("--out", "--output", "output", metavar="FILE", default=None,
+              help="Write the Markdown here (default: print it; progress goes to stderr).")
 @click.option("--machines", default=",".join(MACHINES), show_default=True)
 @click.option("--min-gpus", type=click.IntRange(2, 8), default=3, show_default=True)
 @click.option("--max-gpus", type=click.IntRange(2, 8), default=8, show_default=True)
@@ -224,9 +227,13 @@ def command(output, machines, min_gpus, max_gpus, size_bytes, step_budget, quiet
         if m not in MACHINES:
             raise click.BadParameter(f"{m!r}; the paper's machines are {', '.join(MACHINES)}", param_hint="--machines")
     start = time.perf_counter()
-    rows = run(names, range(min_gpus, max_gpus + 1), size_bytes, step_budget, None if quiet else click.echo)
+    progress = None if quiet else (lambda line: click.echo(line, err=True))
+    rows = run(names, range(min_gpus, max_gpus + 1), size_bytes, step_budget, progress)
     text = render(rows, size_bytes, step_budget, time.perf_counter() - start)
+    if output is None:
+        click.echo(text)
+        return
     os.makedirs(os.path.dirname(output) or ".", exist_ok=True)
     with open(output, "w", encoding="utf-8") as f:
         f.write(text + "\n")
-    click.echo(f"wrote {output}")
+    click.echo(f"wrote {output}", err=True)

@@ -19,7 +19,7 @@ import socket
 import statistics
 import subprocess
 import sys
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import click
 
@@ -35,11 +35,12 @@ def _result(stdout: str, what: str, status: int, stderr: str) -> Dict:
     raise click.ClickException(f"the {what} job failed (status {status}):\n{stdout[-2000:]}\n{stderr[-2000:]}")
 
 
-def run_blinkflow(np_: int, step_args: List[str], timeout: float) -> Dict:
+def run_blinkflow(np_: int, step_args: List[str], timeout: float, env: Optional[Dict[str, str]] = None) -> Dict:
+    """One blinkrun job of the blinkflow side; ``env`` adds settings for its ranks."""
     beside = os.path.join(os.path.dirname(sys.executable), "blinkrun")  # this interpreter's own
     blinkrun = beside if os.path.exists(beside) else shutil.which("blinkrun")
-    proc = subprocess.run([blinkrun, "-np", str(np_)] + WORKER + ["--side", "blinkflow", "--local-baseline"]
-                          + step_args, env=dict(os.environ, **QUIET), capture_output=True, text=True,
+    proc = subprocess.run([blinkrun, "-np", str(np_)] + WORKER + ["--side", "blinkflow"] + step_args,
+                          env=dict(os.environ, **QUIET, **(env or {})), capture_output=True, text=True,
                           timeout=timeout)
     return _result(proc.stdout, "blinkflow", proc.returncode, proc.stderr)
 
@@ -92,7 +93,7 @@ def command(np_, rounds, model, img_size, batch_size, num_iters, num_batches_per
     step_args = ["--model", model, "--img-size", str(img_size), "--batch-size", str(batch_size),
                  "--num-iters", str(num_iters), "--num-batches-per-iter", str(num_batches_per_iter),
                  "--num-threads", str(num_threads)]
-    runners = [("blinkflow", run_blinkflow), ("mwms", run_mwms)]
+    runners = [("blinkflow", lambda n, args, t: run_blinkflow(n, ["--local-baseline"] + args, t)), ("mwms", run_mwms)]
     runs: Dict[str, List[Dict]] = {side: [] for side, _ in runners}
     for r in range(rounds):
         for side, run in runners[r % 2:] + runners[:r % 2]:

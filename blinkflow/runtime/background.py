@@ -34,8 +34,10 @@ class Engine:
     """Owns the background thread (the global process set's loop), the other sets' threads, and
     everything only they touch."""
 
-    def __init__(self, config: Config, comm, process_sets: Sequence[object] = (), handles=None):
+    def __init__(self, config: Config, comm, process_sets: Sequence[object] = (), handles=None, device=None):
         self.config = config
+        self._device = device
+        """The device this rank keeps from the job it re-forms from (None: discovered)."""
         self._handles = handles
         """The process's handle table (None: one of this engine's own)."""
         self._user_comm = comm
@@ -185,7 +187,7 @@ class Engine:
         if MPI.Query_thread() < MPI.THREAD_SERIALIZED:
             raise BackendError("MPI was initialised without thread support; blinkflow calls MPI from its "
                                "background thread. Leave mpi4py.rc.thread_level at its default ('multiple').")
-        job = discover(comm, self.config)
+        job = discover(comm, self.config, self._device)
         self.job = job
         self.state = SharedState(self.config, job.rank, self._handles)
         if job.rank == 0:

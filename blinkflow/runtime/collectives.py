@@ -19,9 +19,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, List, Tuple
 
+from ..backends import adasum
 from ..compression import Compression
 from ..errors import InvalidArgumentError
-from ..ops import Average, as_reduce_op
+from ..ops import Adasum, Average, as_reduce_op
 from . import arguments
 from .enqueue import call_name, enqueue, enqueue_refusal, first
 from .global_state import RUNTIME
@@ -116,6 +117,7 @@ def _allreduce(loop, tensor, op, prescale_factor, postscale_factor, compression)
         tensor, ctx = compression.compress(tensor)
     array, device = arguments.as_array(tensor)
     arguments.no_bool_average(array, op)
+    _adasum_allowed(loop, op, [arguments.dtype_name(array)])
     fields = _single(array, device, op=int(op), **_scales(prescale_factor, postscale_factor))
     if ctx is None:
         return fields, array, first
@@ -142,10 +144,25 @@ def _grouped_allreduce(loop, tensors, op, prescale_factor, postscale_factor, com
 
         no_bool = (lambda array: arguments.no_bool_average(array, op)) if op is Average else None
         arrays, device, parts = _members(compressed(), no_bool)
+    _adasum_allowed(loop, op, [d for d, _ in parts])
     fields = _group(parts, device, op=int(op), **_scales(prescale_factor, postscale_factor))
     if compression is Compression.none:
         return fields, arrays, first
     return fields, arrays, lambda results: [compression.decompress(r, c) for r, c in zip(results[0], ctxs)]
+
+
+def _adasum_allowed(loop, op, dtype_names) -> None:
+    """Refuse an Adasum all-reduce that cannot run (see :func:`.adasum.refusal`)."""
+    if op is Adasum:
+        reason = adasum.refusal(dtype_names, loop.job.size)
+        if reason is not None:
+            raise InvalidArgumentError(reason)
+
+
+def _not_adasum(op) -> None:
+    if op is Adasum:
+        raise InvalidArgumentError("Adasum is an all-reduce; reduce-scatter with Sum or Average, or all-reduce with "
+                                   "Adasum")
 
 
 def _allgather(loop, tensor) -> Prepared:
@@ -173,6 +190,7 @@ def _grouped_broadcast(loop, tensors, root_rank) -> Prepared:
 
 def _reducescatter(loop, tensor, op, prescale_factor, postscale_factor) -> Prepared:
     op = as_reduce_op(op)
+    _not_adasum(op)
     array, device = arguments.as_array(tensor)
     arguments.need_dims(array)
     arguments.no_bool_average(array, op)
@@ -181,6 +199,7 @@ def _reducescatter(loop, tensor, op, prescale_factor, postscale_factor) -> Prepa
 
 def _grouped_reducescatter(loop, tensors, op, prescale_factor, postscale_factor) -> Prepared:
     op = as_reduce_op(op)
+    _not_adasum(op)
     arrays, device, parts = _members(list(tensors), arguments.need_dims)
     if op is Average:
         for i, array in enumerate(arrays):

@@ -50,9 +50,10 @@ def host_indexes(hosts: Sequence[str]) -> List[int]:
 
 
 def discover_job(comm, config: Config, environ: Optional[Mapping[str, str]] = None,
-                 gpu_text_source: Callable[[], Optional[str]] = host_gpu_text) -> JobTopology:
+                 gpu_text_source: Callable[[], Optional[str]] = host_gpu_text, device: Optional[int] = None
+                 ) -> JobTopology:
     """Collective: the job's JobTopology, identical on every rank of ``comm``."""
-    probe = probe_rank(comm, config, environ, gpu_text_source)
+    probe = probe_rank(comm, config, environ, gpu_text_source, device)
     probes: Optional[List[RankProbe]] = comm.gather(probe, root=0)
     result = None
     if comm.Get_rank() == 0:
@@ -73,8 +74,11 @@ def discover_job(comm, config: Config, environ: Optional[Mapping[str, str]] = No
 
 
 def probe_rank(comm, config: Config, environ: Optional[Mapping[str, str]] = None,
-               gpu_text_source: Callable[[], Optional[str]] = host_gpu_text) -> RankProbe:
-    """What this rank can learn about itself. Collective (every rank's host is gathered)."""
+               gpu_text_source: Callable[[], Optional[str]] = host_gpu_text, device: Optional[int] = None
+               ) -> RankProbe:
+    """What this rank can learn about itself. Collective (every rank's host is gathered).
+    ``device``: the GPU (or device of a given topology) this rank drove before the job re-formed
+    around it; a rank keeps its device when its rank and local rank change."""
     from mpi4py import MPI
 
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -88,5 +92,7 @@ def probe_rank(comm, config: Config, environ: Optional[Mapping[str, str]] = None
         return RankProbe(rank, host, machine, local_rank, error=str(e))
     except Exception:  # an unexpected failure must still reach rank 0, or the job hangs
         return RankProbe(rank, host, machine, local_rank, error=traceback.format_exc(limit=3))
+    if device is not None and (gpu is not None or config.topology):
+        gpu = device
     # Only the host's first rank ships the table; the others would send the same text.
     return RankProbe(rank, host, machine, local_rank, gpu, text if local_rank == 0 else None)

@@ -298,6 +298,8 @@ class Executor:
                 else:
                     array = entry.array[piece.member] if entry.request.parts is not None else entry.array
                     inputs.append(array.ravel())  # contiguous: a strided 1-d view is copied, not passed on
+        if not op.elementwise:
+            return self._adasum(step, backend, inputs)
         # The result goes to a private array that every result is a slice of (the backend's
         # buffer is reused by the next batch). On the host the backend writes it directly, with a
         # float Average's scaling folded in; device buffers are copied out afterwards.
@@ -306,20 +308,17 @@ class Executor:
         if on_host:
             private = self.results.empty(total * dtype.itemsize).view(dtype)
             folded = scale if dtype.kind in "fc" else 1.0
-        if on_host and first.prescale == 1.0:
-            # The backend packs the inputs (timeline: COPY_IN) or reads them in place.
-            backend.allreduce_pieces(inputs, op.combiner, out=private, scale=folded)
+            # The backend packs the inputs (timeline: COPY_IN), a stage at a time, or reads them
+            # in place: no whole packed copy beside the inputs and the result.
+            backend.allreduce_pieces(inputs, op.combiner, out=private, scale=folded, prescale=first.prescale)
         else:
             buf = backend.buffer(total, dtype)
             self._mark(names, "B", "COPY_IN")
             xp.concatenate(inputs, out=buf)  # one call packs them all (hundreds of gradients per step)
             self._mark(names, "E", "COPY_IN")
             backend.scale(buf, first.prescale)
-            if on_host:
-                backend.allreduce(buf, op.combiner, out=private, scale=folded)
-            else:
-                backend.allreduce(buf, op.combiner)
-                private = buf.copy()
+            backend.allreduce(buf, op.combiner)
+            private = buf.copy()
         if on_host and folded != 1.0:
             scale = 1.0  # already applied by the backend
         self._mark(names, "B", "COPY_OUT")  # on the host only the unpacking: the copy ran in the backend
@@ -332,6 +331,27 @@ class Executor:
         for i, shape in shaped:
             results[i] = results[i].reshape(shape)
         self._mark(names, "E", "COPY_OUT")
+        return results
+
+    def _adasum(self, step: _Step, backend, inputs: List[Any]) -> List[Any]:
+        """An Adasum batch: packed on the host (a device tensor is copied there and its result
+        back: Adasum's is a host path), prescaled, combined tensor by tensor, postscaled."""
+        batch, names, first, dtype, _ = step
+        xp = _xp(first.device)
+        self._mark(names, "B", "COPY_IN")
+        # Packed where the tensors live (on a GPU, in this thread's stream order after their
+        # producers), then copied to the host in one transfer.
+        packed = xp.concatenate(inputs) if inputs else xp.empty(0, dtype)
+        host = packed if first.device == "cpu" else packed.get()
+        self._mark(names, "E", "COPY_IN")
+        scaling.scale(host, first.prescale)
+        backend.adasum(host, [p.size for p in batch.pieces])
+        scaling.scale(host, first.postscale)
+        result = xp.asarray(host)
+        slices, shaped = batch.views
+        results = list(map(result.__getitem__, slices))
+        for i, shape in shaped:
+            results[i] = results[i].reshape(shape)
         return results
 
     def _allgather(self, response: Response, mine: Optional[Request], array):

@@ -29,6 +29,9 @@ class Runtime:
         """Set when an engine stopped after a peer died or its own loop broke, or init failed with
         ranks left inside a collective: MPI on the world communicator cannot be trusted any more
         (MPI_Finalize, or a new init on it, would wait forever)."""
+        self.ranks_lost = False
+        """Set once an elastic reset went on without ranks that are gone: MPI_Finalize may then
+        wait for them (see ``lifecycle._exit_hook``)."""
         self.broken_engine: Optional[Engine] = None
         """The engine that ``broken_by`` stopped (the exit hook tells its peers why this rank leaves)."""
         self.handles = HandleTable()

@@ -78,26 +78,27 @@ class Job:
     def plan_for(self):
         return self.plans.get
 
-    def backend_context(self, config: Config, timeline=None) -> BackendContext:
+    def backend_context(self, config: Config, timeline=None, failure=None) -> BackendContext:
         """What every backend of this job is built from."""
         return BackendContext(comm=self.comm, local_comm=self.local_comm, cross_comm=self.cross_comm,
                               layout=self.layout, topology=self.topology, plan_for=self.plans.get,
-                              config=config, timeline=timeline)
+                              config=config, timeline=timeline, failure=failure)
 
     def free(self) -> None:
         for comm in (self.cross_comm, self.local_comm, self.comm):
             teardown.free(comm)
 
 
-def discover(comm, config: Config) -> Job:
+def discover(comm, config: Config, device: Optional[int] = None) -> Job:
     """Collective over ``comm`` (already a private duplicate). Raises ConfigError, TopologyError
-    or PlanError on every rank when the ranks disagree."""
+    or PlanError on every rank when the ranks disagree. ``device``: the device this rank keeps
+    from the job it re-forms from (see :func:`.discovery.probe_rank`)."""
     from mpi4py import MPI
 
     rank = comm.Get_rank()
     gathered = comm.allgather((MPI.Get_processor_name(), os.getpid(), config.agreed()))
     _check_config(config, [agreed for _, _, agreed in gathered])
-    found = discover_job(comm, config)  # hosts by name, or split_hosts blocks; topology; devices
+    found = discover_job(comm, config, device=device)  # hosts by name, or split_hosts blocks; topology; devices
     layout = Layout(rank, tuple(host_indexes(found.hosts)), tuple(found.devices))
     local_comm = comm.Split(color=layout.hosts[rank], key=rank)
     cross_comm = comm.Split(color=layout.local_rank, key=layout.hosts[rank])

@@ -36,6 +36,12 @@ def init(comm=None, process_sets=None) -> None:
     call it within ``BLINKFLOW_START_TIMEOUT`` seconds (60) of the others, and a rank whose set-up
     fails tells the others: InitError names the ranks missing or failed.
     """
+    start(comm, process_sets)
+
+
+def start(comm=None, process_sets=None, device=None) -> None:
+    """``init``; ``device``: the topology device this rank drove in the job it re-forms from
+    (:mod:`blinkflow.elastic.reform`), which it keeps whatever its new rank."""
     with RUNTIME.lock:
         running = RUNTIME.engine
         if running is not None:
@@ -59,7 +65,8 @@ def init(comm=None, process_sets=None) -> None:
             from mpi4py import MPI
 
             base = MPI.COMM_WORLD
-        engine = Engine(get_config(), comm, [ranks_of_entry(e, base) for e in entries], handles=RUNTIME.handles)
+        engine = Engine(get_config(), comm, [ranks_of_entry(e, base) for e in entries], handles=RUNTIME.handles,
+                        device=device)
         try:
             engine.start()
         except BaseException as error:
@@ -138,6 +145,36 @@ def _exit_hook() -> None:
             RUNTIME.engine = None
         engine.stop(_exit_reason())
         RUNTIME.remember_if_broken(engine)
+    if RUNTIME.ranks_lost:
+        _finalize_or_leave(FINALIZE_AFTER_LOSS_S)
+
+
+#: How long MPI_Finalize may take in a job that lost ranks before the process leaves without it.
+FINALIZE_AFTER_LOSS_S = 5.0
+
+
+def _finalize_or_leave(seconds: float) -> None:
+    """MPI_Finalize now, or leave without it after ``seconds``: once an elastic job went on
+    without ranks that died, Open MPI's finalize waits, in about one job in ten, for them in its
+    closing fence. The status is then 0, or 1 after an uncaught exception (what the interpreter
+    would have returned, save a ``sys.exit`` with another code)."""
+    import threading
+
+    from mpi4py import MPI
+
+    status = 1 if getattr(sys, "last_value", None) is not None else 0
+
+    def leave() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+    timer = threading.Timer(seconds, leave)
+    timer.daemon = True
+    timer.start()
+    if not MPI.Is_finalized():
+        MPI.Finalize()
+    timer.cancel()
 
 
 def _exit_reason() -> str:

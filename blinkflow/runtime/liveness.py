@@ -33,7 +33,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import ShutdownError
+from ..errors import RanksLostError, ShutdownError
 from .log import logger
 
 CHECK_INTERVAL_S = 0.5
@@ -63,11 +63,12 @@ def process_state(pid: int) -> str:
         return "?"
 
 
-def dead_peer_error(ranks: Sequence[int], hosts: Sequence[str], how: str) -> ShutdownError:
+def dead_peer_error(ranks: Sequence[int], hosts: Sequence[str], how: str) -> RanksLostError:
     ranks = sorted(ranks)
     where = ", ".join(f"rank {r} on {hosts[r]}" for r in ranks)
-    return ShutdownError(f"peer {where} failed ({how}); the job cannot continue. Look at that rank's "
-                         "output for its error, fix it and restart the job.", rank=ranks[0])
+    return RanksLostError(f"peer {where} failed ({how}); the job cannot continue. Look at that rank's "
+                          "output for its error, fix it and restart the job (or train under "
+                          "blinkflow.elastic.run, which goes on without it).", ranks)
 
 
 def culprits(dead: Sequence[int], departed: Dict[int, int]) -> List[int]:

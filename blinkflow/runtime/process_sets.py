@@ -16,6 +16,7 @@ loop a collective's ``process_set=`` runs on.
 from __future__ import annotations
 
 import sys
+import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import InvalidArgumentError, ProcessSetError
@@ -142,6 +143,15 @@ def check_ranks(ranks: Sequence[int], size: int) -> Tuple[int, ...]:
     return ranks
 
 
+_registered_objects: "weakref.WeakSet[ProcessSet]" = weakref.WeakSet()
+"""The user's ProcessSet objects that were registered: an elastic reset renumbers their ranks."""
+
+
+def known_sets() -> List[ProcessSet]:
+    """The ProcessSet objects registered in this process and still alive (not the global set)."""
+    return [s for s in list(_registered_objects) if s.process_set_id]
+
+
 global_process_set = ProcessSet([])
 """Every rank of the job (id 0), the default of every collective; ``init`` fills in its ranks."""
 global_process_set.process_set_id = 0
@@ -166,6 +176,7 @@ def register_entries(engine, entries: List[Any]) -> None:
         if isinstance(entry, ProcessSet):
             ranks = ranks_of_entry(entry, engine.job.comm)
             entry.process_set_id = ids.get(ranks) if isinstance(ranks, tuple) else None
+            _registered_objects.add(entry)
             if entry.ranks is None and isinstance(ranks, tuple):
                 entry.ranks = list(ranks)
 
@@ -209,6 +220,7 @@ def add_process_set(process_set) -> ProcessSet:
         synchronize(enqueue_refusal(engine.loop, Kind.ADD_PROCESS_SET, name, e))
     request = Request(name, Kind.ADD_PROCESS_SET, "uint8", ranks)
     process_set.process_set_id = synchronize(enqueue(engine.loop, [(request, None)], first))
+    _registered_objects.add(process_set)
     return process_set
 
 

@@ -65,7 +65,8 @@ class SetLoop:
         self.state = state
         self.timeline = timeline
         self.batch_timeline = BatchTimeline()
-        self.ctx = job.backend_context(config, self.batch_timeline if timeline is not None else None)
+        self.ctx = job.backend_context(config, self.batch_timeline if timeline is not None else None,
+                                       failure=state.abort_check)
         self.backends: Dict[str, Any] = {}
         self.hooks = hooks or {}
         self.negotiator: Optional[Negotiator] = None

@@ -9,8 +9,9 @@ decides it: if it runs every step, every fair execution (any interleaving, any s
 blocks) completes; if it stops short, *every* execution stops at the same stuck blocks (a
 deadlock, not bad luck), and :func:`check_tables` names them and what each waits on.
 
-What the greedy run models, per block in program order: the progress waits, a receive's
-``tail``, a send's ``head`` (``window`` slots per connection) and the posts. It does not look at
+What the greedy run models, per block in program order: the progress waits, the ``tail`` of
+every receive of a step (a fused reduction waits for all its inputs before it frees any slot),
+a send's ``head`` (``window`` slots per connection) and the posts. It does not look at
 data; the symbolic checker (:mod:`.symbolic`) proves what the steps compute.
 """
 from __future__ import annotations
@@ -94,11 +95,11 @@ def _first_unmet(t: RankTables, b: int, step, value) -> Optional[Tuple[Counter, 
         key = ("progress", t.rank, block)
         if value[key] < v:
             return key, v
-    if step.recv_conn >= 0:
-        c = t.recvs[step.recv_conn]
+    for conn, seq in step.recvs:
+        c = t.recvs[conn]
         key = ("tail", c.peer, t.rank, c.channel)
-        if value[key] < step.recv_seq + 1:
-            return key, step.recv_seq + 1
+        if value[key] < seq + 1:
+            return key, seq + 1
     if step.send_conn >= 0:
         c = t.sends[step.send_conn]
         key = ("head", t.rank, c.peer, c.channel)
@@ -109,9 +110,9 @@ def _first_unmet(t: RankTables, b: int, step, value) -> Optional[Tuple[Counter, 
 
 def _posts(t: RankTables, b: int, i: int, step) -> List[Tuple[Counter, int]]:
     out = []
-    if step.recv_conn >= 0:
-        c = t.recvs[step.recv_conn]
-        out.append((("head", c.peer, t.rank, c.channel), step.recv_seq + 1))
+    for conn, seq in step.recvs:
+        c = t.recvs[conn]
+        out.append((("head", c.peer, t.rank, c.channel), seq + 1))
     if step.send_conn >= 0:
         c = t.sends[step.send_conn]
         out.append((("tail", t.rank, c.peer, c.channel), step.send_seq + 1))

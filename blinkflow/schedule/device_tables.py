@@ -17,23 +17,29 @@ rank of a schedule into those tables:
   (chunks the receiver has consumed; written by the receiver). Transfer ``k`` of a connection
   (counted from ``base``, the transfers of earlier calls, so counters never restart) uses slot
   ``(base + k) % window``.
-* **Steps.** A fused action (a root folding several children in one pass) becomes one
-  ``recv_reduce`` step per input, in the action's combination order, the last one carrying the
-  action's send: the same order as the runner's ``reduce_into`` and so the same bits.
+* **Steps.** One step per action. A fused action (a tree node folding several children in one
+  pass) is one step with several receives: ``buffer (op) in_1 (op) in_2 ...`` in the action's
+  combination order, accumulated in the kernels' arithmetic type (float for float16 and
+  bfloat16) and rounded once, as the runner's fused reduction kernel does; so the bits are the
+  runner's for every dtype.
 
 The protocol every executor of these tables follows (the numpy emulator in
 ``blinkflow/backends/device_emulator.py`` and the CUDA kernel ``kernels/interpreter.cu``), per
 step, all waits before any work, so a step is one atomic move of a monotone system:
 
 1. wait ``progress[b] >= v`` for each ``(b, v)`` of ``waits``;
-2. receive: wait ``tail[recv_conn] >= base + recv_seq + 1`` (acquire);
+2. receives: wait ``tail[conn] >= base + seq + 1`` for each ``(conn, seq)`` of ``recvs`` (acquire);
 3. send: wait ``head[send_conn] >= base + send_seq + 1 - window`` (the slot was consumed);
 4. work: ``recv``/``recv_send`` copy the slot into ``[offset, offset + count)``; the reducing
-   ops set it to ``buffer (op) slot``; ``copy`` moves ``[src_offset, ...)`` there; a sending op
-   then copies the range into the peer's slot;
-5. posts (release, after a fence): ``head[recv_conn] = base + recv_seq + 1`` for a receive,
+   ops set it to ``buffer (op) slot_1 (op) slot_2 ...``, rounded once; ``copy`` moves
+   ``[src_offset, ...)`` there; a sending op then copies the range into the peer's slot;
+5. posts (release, after a fence): ``head[conn] = base + seq + 1`` for each receive,
    ``tail[send_conn] = base + send_seq + 1`` for a send, ``progress[block] = i + 1`` if another
    block waits on it (``posts_progress``).
+
+A step holds every input's slot until its last input arrived; the program's fusion only groups
+inputs that cannot depend, through other ranks, on such a release (:func:`.program.compile_program`),
+and :func:`device_order` and the deadlock check (:mod:`.deadlock`) model the step as one wait.
 
 Pure: no MPI, CuPy or TensorFlow. Tables are plain dataclasses with a JSON round-trip, so a
 hang can be replayed offline.
@@ -50,7 +56,7 @@ from ..errors import ScheduleError
 from .ir import Schedule
 from .program import RankProgram, compile_program
 
-TABLES_SCHEMA = 1
+TABLES_SCHEMA = 2
 DEVICE_OPS = ("send", "recv", "recv_reduce", "recv_reduce_send", "recv_send", "copy")
 _RECEIVES = ("recv", "recv_reduce", "recv_reduce_send", "recv_send")
 _SENDS = ("send", "recv_reduce_send", "recv_send")
@@ -76,10 +82,10 @@ class DeviceStep:
     count: int
     src_offset: int = -1
     """Source of ``copy``."""
-    recv_conn: int = -1
-    """Index into :attr:`RankTables.recvs` of a receiving step."""
-    recv_seq: int = -1
-    """Which transfer of ``recv_conn`` (from 0 each call)."""
+    recvs: Tuple[Tuple[int, int], ...] = ()
+    """(index into :attr:`RankTables.recvs`, which transfer of it from 0 each call) of every chunk
+    the step receives, in combination order: one for ``recv``/``recv_send``, one or more for the
+    reducing ops."""
     send_conn: int = -1
     """Index into :attr:`RankTables.sends` of a sending step."""
     send_seq: int = -1
@@ -89,14 +95,14 @@ class DeviceStep:
     """Another block waits on this step: post ``progress[this block]`` after it."""
 
     def to_list(self) -> list:
-        return [self.op, self.offset, self.count, self.src_offset, self.recv_conn, self.recv_seq,
+        return [self.op, self.offset, self.count, self.src_offset, [list(r) for r in self.recvs],
                 self.send_conn, self.send_seq, [list(w) for w in self.waits], int(self.posts_progress)]
 
     @classmethod
     def from_list(cls, row: list) -> "DeviceStep":
-        op, offset, count, src, rc, rs, sc, ss, waits, posts = row
-        return cls(op, int(offset), int(count), int(src), int(rc), int(rs), int(sc), int(ss),
-                   tuple((int(b), int(v)) for b, v in waits), bool(posts))
+        op, offset, count, src, recvs, sc, ss, waits, posts = row
+        return cls(op, int(offset), int(count), int(src), tuple((int(c), int(q)) for c, q in recvs), int(sc),
+                   int(ss), tuple((int(b), int(v)) for b, v in waits), bool(posts))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,20 +265,16 @@ def _tables(program: RankProgram, order: Sequence[int], window: int) -> RankTabl
             db, value = done_at[d]
             if db != b:
                 waits[db] = max(waits.get(db, 0), value)
-        parts = _primitives(a)
-        for k, (op, recv) in enumerate(parts):
-            last = k == len(parts) - 1
-            row = {"op": op, "offset": a.offset, "count": a.count}
-            if op == "copy":
-                row["src_offset"] = a.src_offset
-            if recv is not None:
-                (src, seq), key = recv
-                row["recv_conn"], row["recv_seq"] = recv_index[key], seq
-            if last and a.send_key is not None:
-                row["send_conn"], row["send_seq"] = send_index[a.send_key], a.send_seq
-            if k == 0 and waits:
-                row["waits"] = tuple(sorted(waits.items()))
-            rows[b].append(row)
+        row = {"op": a.op, "offset": a.offset, "count": a.count}
+        if a.op == "copy":
+            row["src_offset"] = a.src_offset
+        if a.inputs:
+            row["recvs"] = tuple((recv_index[key], seq) for (_, seq), key in zip(a.inputs, a.in_keys))
+        if a.send_key is not None:
+            row["send_conn"], row["send_seq"] = send_index[a.send_key], a.send_seq
+        if waits:
+            row["waits"] = tuple(sorted(waits.items()))
+        rows[b].append(row)
         done_at[a.index] = (b, len(rows[b]))
     posted = {(db, value - 1) for a in program.actions for d in a.deps
               for db, value in [done_at[d]] if db != block_of[a.channel]}
@@ -281,17 +283,6 @@ def _tables(program: RankProgram, order: Sequence[int], window: int) -> RankTabl
     return RankTables(rank=program.rank, nelems=program.nelems, window=window, slot_elems=program.slot_elems,
                       blocks=blocks, sends=tuple(Connection(p, c, program.sends[(p, c)]) for p, c in sends),
                       recvs=tuple(Connection(p, c, program.recvs[(p, c)]) for p, c in recvs))
-
-
-def _primitives(action) -> List[Tuple[str, Optional[tuple]]]:
-    """``(op, ((src, seq), (src, channel)) or None)`` of each step ``action`` becomes: one per
-    input in combination order; the last keeps the action's op (and with it the send)."""
-    if not action.inputs:
-        return [(action.op, None)]
-    ins = list(zip(action.inputs, action.in_keys))
-    if len(ins) == 1:
-        return [(action.op, ins[0])]
-    return [("recv_reduce", x) for x in ins[:-1]] + [(action.op, ins[-1])]
 
 
 _TABLES: Dict[int, Tuple[weakref.ref, Dict[tuple, Dict[int, RankTables]]]] = {}

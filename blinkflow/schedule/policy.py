@@ -71,6 +71,8 @@ ALGORITHMS = {a.name: a for a in (
     Algorithm("single_copy", ("allreduce",), ("cpu",), False,
               "the cpu all-reduce that reads peers' tensors in place (cross-memory attach)"),
     Algorithm("alltoall", ("alltoall",), ("cpu", "cuda"), False, "one MPI Alltoallv"),
+    Algorithm("adasum", ("allreduce",), ("cpu", "cuda"), False,
+              "Horovod's adaptive summation (op=Adasum): vector halving, distance doubling, on the host over MPI"),
 )}
 
 CPU_RUNNER_CHUNK_BYTES = 4 << 20
@@ -133,15 +135,21 @@ class Choice:
 
 
 def choose(collective: str, nbytes: int, itemsize: int, layout, config, caps: Capabilities,
-           npieces: int = 1, ntrees: int = 1) -> Choice:
+           npieces: int = 1, ntrees: int = 1, op=None) -> Choice:
     """The algorithm and chunk of one call: ``nbytes`` of elements of ``itemsize`` bytes
     (``npieces`` tensors of an all-reduce that were not packed; ``ntrees`` of the call's plan,
-    which the device executor cuts its chunks by). Raises ConfigError when
-    ``BLINKFLOW_ALGORITHM`` names an algorithm that cannot run this call."""
+    which the device executor cuts its chunks by; ``op`` its reduce op, None for an elementwise
+    one). Raises ConfigError when ``BLINKFLOW_ALGORITHM`` names an algorithm that cannot run this
+    call. An Adasum all-reduce always takes ``adasum``: it is not elementwise, so no tree runs it,
+    and ``BLINKFLOW_ALGORITHM`` (a choice among the trees' algorithms) does not apply to it."""
     fixed = config.chunk_bytes if config is not None else 0
     wanted = getattr(config, "algorithm", "auto") if config is not None else "auto"
     if collective == "alltoall":
         return Choice("alltoall", 0)
+    if op is not None and not op.elementwise:
+        if collective != "allreduce":
+            raise ConfigError(f"{op.name.title()} is an all-reduce; no algorithm runs a {collective} with it")
+        return Choice("adasum", 0)
     if collective not in COLLECTIVES:
         raise ConfigError(f"no algorithm runs {collective!r}; the collectives are {', '.join(COLLECTIVES)}")
     if wanted not in ALGORITHM_SETTINGS:

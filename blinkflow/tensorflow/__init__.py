@@ -17,16 +17,17 @@ from ..capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_e
 from ..compression import Compression
 from ..errors import (BlinkflowError, DuplicateNameError, InvalidArgumentError, NotInitializedError,
                       NotSupportedError, ProcessSetError, ShutdownError, TensorMismatchError)
-from ..ops import Average, Max, Min, Product, ReduceOp, Sum
+from ..ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from ..runtime.process_sets import ProcessSet, global_process_set
 from . import _compat  # noqa: F401  (version check on import)
-from . import callbacks, elastic
+from . import callbacks, elastic, keras2_calls  # noqa: F401  (keras2_calls: opt.variables() accepted)
 from .api import (allgather, allreduce, alltoall, broadcast, grouped_allgather, grouped_allreduce,
                   grouped_reducescatter, reducescatter)
 from .gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
 from .objects import allgather_object, broadcast_object, broadcast_object_fn
 from .ops import broadcast_, grouped_broadcast
 from .optimizer import DistributedOptimizer, PartialDistributedOptimizer, load_model
+from .sync_batch_norm import SyncBatchNormalization
 from .rank_ops import local_rank_op, local_size_op, process_set_included_op, rank_op, size_op
 from .variables import BroadcastGlobalVariablesHook, broadcast_global_variables, broadcast_variables
 
@@ -62,13 +63,13 @@ def __dir__():
 
 
 __all__ = [
-    "init", "Average", "Sum", "Min", "Max", "Product", "ReduceOp", "Compression",
+    "init", "Average", "Sum", "Min", "Max", "Product", "Adasum", "ReduceOp", "Compression",
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "broadcast_",
     "grouped_broadcast", "reducescatter", "grouped_reducescatter", "alltoall",
     "DistributedOptimizer", "PartialDistributedOptimizer", "DistributedGradientTape",
     "PartialDistributedGradientTape", "broadcast_variables", "broadcast_global_variables",
     "BroadcastGlobalVariablesHook", "broadcast_object", "broadcast_object_fn", "allgather_object", "load_model",
-    "callbacks", "elastic", "ProcessSet", "global_process_set",
+    "callbacks", "elastic", "SyncBatchNormalization", "ProcessSet", "global_process_set",
     "size_op", "rank_op", "local_size_op", "local_rank_op", "process_set_included_op",
     "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built", "ddl_built", "ccl_built", "cuda_built",
     "rocm_built", "sycl_built",

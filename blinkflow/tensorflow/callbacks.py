@@ -19,7 +19,9 @@ import numpy as np
 
 from ..ops import ReduceOp
 from . import _bridge, uneven_epochs
+from .best_checkpoint import BestModelCheckpoint  # noqa: F401  (Horovod's name, in Horovod's module)
 from ._compat import learning_rate_of
+from .local_gradients import LocalSources
 from .variables import broadcast_variables
 
 log = logging.getLogger(__name__)
@@ -30,21 +32,36 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
 
     Runs at the end of the first batch, once the optimizer's slot variables exist, and again on
     the first batch of any later ``fit``; ranks that started from different weights are identical
-    from then on. ``local_variables`` (Horovod's): variables each rank keeps its own of (model
-    parallel parts), left out. ``device`` is accepted for Horovod's signature. At each epoch's
-    end it aligns the ranks' epochs (:mod:`.uneven_epochs`).
+    from then on. ``local_variables`` (Horovod's), or :meth:`register_local_var` later: variables
+    each rank keeps its own of (model-parallel parts), left out. ``device`` is accepted for
+    Horovod's signature. At each epoch's end it aligns the ranks' epochs (:mod:`.uneven_epochs`).
     """
 
     def __init__(self, root_rank: int = 0, device: str = "", local_variables=None):
         super().__init__()
         self.root_rank = root_rank
         self.device = device
-        self.local_variables = list(local_variables or [])
+        self._local = LocalSources()
+        if local_variables is not None:
+            if _is_variable(local_variables):
+                local_variables = [local_variables]
+            local_variables = list(local_variables)
+            strangers = [type(v).__name__ for v in local_variables if not _is_variable(v)]
+            if strangers:
+                raise ValueError(f"local_variables must be variables (tf.Variable or keras.Variable), got {strangers}")
+            for variable in local_variables:
+                self.register_local_var(variable)
         self.broadcast_done = False
+
+    def register_local_var(self, var) -> None:
+        """Leave ``var`` out of the broadcast: each rank keeps its own value (Horovod's)."""
+        self._local.add(var)
 
     def on_train_begin(self, logs=None):
         self.broadcast_done = False
         uneven_epochs.start_training(self.model)
+        if self._local:
+            uneven_epochs.keep_local(self.model, self._local.holds)
 
     def on_epoch_end(self, epoch, logs=None):
         uneven_epochs.align(self.model, epoch)
@@ -52,13 +69,18 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if self.broadcast_done:
             return
-        local = {id(v) for v in self.local_variables}
-        shared = [v for v in self.model.variables if id(v) not in local]
+        shared = [v for v in self.model.variables if not self._local.holds(v)]
         broadcast_variables(shared, self.root_rank, name="BroadcastGlobalVariables.model")
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is not None and optimizer.variables:
             broadcast_variables(optimizer.variables, self.root_rank, name="BroadcastGlobalVariables.optimizer")
         self.broadcast_done = True
+
+
+def _is_variable(value) -> bool:
+    import tensorflow as tf
+
+    return isinstance(value, (tf.Variable, keras.Variable))
 
 
 class MetricAverageCallback(keras.callbacks.Callback):

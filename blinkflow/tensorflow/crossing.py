@@ -15,6 +15,8 @@ from typing import Callable, Dict, List, NamedTuple, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from ..errors import ProcessSetError
+from ..runtime.process_sets import set_id_of
 from . import _bridge, rank_ops
 
 
@@ -43,9 +45,12 @@ def _alltoall(rt, arrays, name, process_set):
     rows). Returns (output, rows received from each rank)."""
     tensor, splits = arrays
     if splits.size == 0:
-        out = rt.synchronize(rt.alltoall_async(tensor, name=name, process_set=process_set))
         n = rank_ops.size(process_set)
-        return [out, np.full(n, tensor.shape[0] // n, dtype=np.int32)]
+        if tensor.ndim == 0 or tensor.shape[0] % n:
+            return [rt.synchronize(rt.alltoall_async(tensor, name=name, process_set=process_set)), None]  # raises
+        # Even blocks, spelled out: the runtime then says how many rows each rank sent here,
+        # which differs per rank when the ranks' first dimensions do (the gradient sends them back).
+        splits = np.full(n, tensor.shape[0] // n, dtype=np.int32)
     out, received = rt.synchronize(rt.alltoall_async(tensor, splits=splits, name=name, process_set=process_set))
     return [out, np.asarray(received, dtype=np.int32)]
 
@@ -92,12 +97,28 @@ def raw(kind: str, tensors: Sequence[tf.Tensor], name: str, process_set=None, **
     For ``"alltoall"`` ``tensors`` is ``[tensor, splits]`` and the results ``[output, received]``."""
     entry = _KINDS[kind]
     tensors = list(tensors)
+    if process_set is not None and not tf.executing_eagerly():
+        _check_registered(process_set)
     dtypes, shapes = entry.outputs(tensors)
 
     def run(arrays):
         return entry.run(_bridge.runtime(), arrays, name, process_set, **args)
 
     return _bridge.call(run, tensors, dtypes, shapes, name)
+
+
+def _check_registered(process_set) -> None:
+    """In a graph, ``process_set`` must be registered when the collective is built: a
+    ProcessSetError (a ValueError, Horovod's class) raised then, on every rank alike (every rank
+    registers the same sets), where a failing graph op could only return a ``tf.errors`` class.
+    Before ``init()`` nothing is known yet: the runtime reports it when the graph runs."""
+    rt = _bridge.runtime()
+    if not rt.is_initialized():
+        return
+    set_id = set_id_of(process_set)  # ProcessSetError for what is no registered ProcessSet
+    if set_id != 0 and rt.process_set_ranks(set_id) is None:
+        raise ProcessSetError(f"{process_set} is not registered (it was removed, or never passed to "
+                              "init(process_sets=...) or add_process_set)")
 
 
 def refuse(kind: str, name: str, error: Exception, tensors: Sequence[tf.Tensor], process_set=None) -> List[tf.Tensor]:

@@ -7,7 +7,10 @@
 - reducescatter  -> allgather of the gradient, times the set's size for Sum
 - alltoall       -> alltoall of the gradient back with the received splits
 
-A gradient's collective is named after its forward one (``<name>/grad``). :mod:`.ops` wraps
+Every rank runs the same collectives in a gradient, whatever its rank, eagerly, inside
+``tf.function`` and in TF1 graphs (where a Session runs only what the fetched tensors depend on,
+so a result a rank does not use must still depend on the collective). A gradient's collective is
+named after its forward one (:func:`gradient_name`). :mod:`.ops` wraps
 these with naming, argument checks and compression; the bucketed reducer of :mod:`.gradients`
 reduces by its own route and takes the all-reduce rule from here (:func:`allreduce_gradient`).
 """
@@ -46,6 +49,17 @@ def custom(forward: Callable[[List[tf.Tensor]], Sequence[tf.Tensor]], gradient: 
     return call
 
 
+def gradient_name(name: str) -> str:
+    """The name of the collective in a gradient of the call ``name``: ``<name>/grad``, made unique
+    in a graph. There TensorFlow builds one forward op's gradient once per ``tf.gradients`` call
+    (Horovod's tests take one per output of a grouped op) and a step may run them all at once,
+    so each needs a name of its own; every rank builds the same graph in the same order, so the
+    names agree. Eagerly each gradient has run before the next is built: the name repeats."""
+    if tf.executing_eagerly():
+        return name + "/grad"
+    return tf.compat.v1.get_default_graph().unique_name(name + "/grad", mark_as_used=True)
+
+
 # ---------------------------------------------------------------- allreduce
 def allreduce(tensors, op, name, prescale_factor=1.0, postscale_factor=1.0, process_set=None) -> List[tf.Tensor]:
     def forward(xs):
@@ -53,7 +67,7 @@ def allreduce(tensors, op, name, prescale_factor=1.0, postscale_factor=1.0, proc
                    postscale_factor=postscale_factor)
 
     def gradient(dys, xs, ys):
-        return allreduce_gradient(dys, op, name + "/grad", prescale_factor, postscale_factor, process_set)
+        return allreduce_gradient(dys, op, gradient_name(name), prescale_factor, postscale_factor, process_set)
 
     return custom(forward, gradient)(tensors)
 
@@ -61,16 +75,18 @@ def allreduce(tensors, op, name, prescale_factor=1.0, postscale_factor=1.0, proc
 def allreduce_gradient(dys, op, grad_name, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Horovod's all-reduce gradient: the output gradients all-reduced with the same op and scale
     factors, under ``grad_name``."""
-    if op not in (ReduceOp.AVERAGE, ReduceOp.SUM):
-        raise BlinkflowError(f"no gradient for allreduce with op {op.name}: only Average and Sum are differentiable")
+    if op not in (ReduceOp.AVERAGE, ReduceOp.SUM, ReduceOp.ADASUM):
+        raise BlinkflowError(f"no gradient for allreduce with op {op.name}: only Average, Sum and Adasum are "
+                             "differentiable")
     return allreduce(dys, op, grad_name, prescale_factor, postscale_factor, process_set)
 
 
 # ---------------------------------------------------------------- allgather
 def allgather(tensors, name, process_set=None) -> List[tf.Tensor]:
     def gradient(dys, xs, ys):
-        summed = raw("allreduce", dys, name + "/grad", process_set, op=ReduceOp.AVERAGE)
-        rows = _first_dims(xs, name + "/grad", process_set)
+        grad_name = gradient_name(name)
+        summed = raw("allreduce", dys, grad_name, process_set, op=ReduceOp.AVERAGE)
+        rows = _first_dims(xs, grad_name, process_set)
         me = rank_ops.set_rank(process_set)
         starts = tf.reduce_sum(rows[:me], axis=0)
         return [s[starts[i]:starts[i] + rows[me, i]] for i, s in enumerate(summed)]
@@ -87,10 +103,12 @@ def _first_dims(tensors, name, process_set=None) -> tf.Tensor:
 # ---------------------------------------------------------------- broadcast
 def broadcast(tensors, root_rank: int, name, process_set=None) -> List[tf.Tensor]:
     def gradient(dys, xs, ys):
-        averaged = raw("allreduce", dys, name + "/grad", process_set, op=ReduceOp.AVERAGE)
-        if rank_ops.rank() != root_rank:
+        averaged = raw("allreduce", dys, gradient_name(name), process_set, op=ReduceOp.AVERAGE)
+        if rank_ops.rank() == root_rank:
+            return averaged
+        # The zeros depend on the all-reduce, so that a TF1 graph runs it on this rank too.
+        with tf.control_dependencies(averaged):
             return [tf.zeros_like(a) for a in averaged]
-        return averaged
 
     return custom(lambda xs: raw("broadcast", xs, name, process_set, root_rank=root_rank), gradient)(tensors)
 
@@ -106,7 +124,7 @@ def reducescatter(tensors, op, name, prescale_factor=1.0, postscale_factor=1.0, 
             raise BlinkflowError(f"no gradient for reducescatter with op {op.name}")
         if op is ReduceOp.SUM:
             dys = [dy * tf.cast(rank_ops.size(process_set), dy.dtype) for dy in dys]
-        full = raw("allgather", dys, name + "/grad", process_set)
+        full = raw("allgather", dys, gradient_name(name), process_set)
         return [tf.reshape(f, tf.shape(x)) for f, x in zip(full, xs)]
 
     return custom(forward, gradient)(tensors)
@@ -120,7 +138,7 @@ def alltoall(tensor, splits, name, process_set=None):
         return [y, tf.stop_gradient(received)]
 
     def gradient(dys, xs, ys):
-        back, _ = raw("alltoall", [dys[0], ys[1]], name + "/grad", process_set)
+        back, _ = raw("alltoall", [dys[0], ys[1]], gradient_name(name), process_set)
         return [tf.reshape(back, tf.shape(xs[0]))]
 
     y, received = custom(forward, gradient)([tensor])

@@ -14,9 +14,11 @@ class DistributedGradientTape:
     """Wraps a ``tf.GradientTape`` (composition, not a subclass: the tape's internals change
     between TF releases). ``gradient`` returns the gradients all-reduced in one grouped call
     over ``process_set`` (default: every rank), each paired with the same source's gradient on
-    the other ranks (a rank whose gradient is ``None`` contributes zeros: :mod:`.gradients`);
-    everything else (``watch``, ``stop_recording``, ...) is the wrapped tape's. Horovod's ``register_local_source(variable)`` keeps a source's
-    gradient local (divided by the set's size with ``scale_local_gradients``). ``device_dense``,
+    the other ranks (a rank whose gradient is ``None`` contributes zeros: :mod:`.gradients`; a
+    rank outside ``process_set`` gets its own gradients back, as in Horovod); everything else
+    (``watch``, ``stop_recording``, ...) is the wrapped tape's. Horovod's
+    ``register_local_source(variable)`` keeps a source's gradient local (divided by the set's size
+    with ``scale_local_gradients``). ``device_dense``,
     ``device_sparse``, ``groups`` and ``num_groups`` are accepted for Horovod's callers: the
     step's gradients are one group, fused by the runtime."""
 

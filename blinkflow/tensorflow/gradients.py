@@ -27,6 +27,8 @@ submitted the same way, unless ``sparse_as_dense`` or the step is XLA-compiled (
 no static shape there, :mod:`._xla`). Which gradients are sparse must agree across ranks; each
 step checks it before submitting (:mod:`.sparse_agreement`) and stops with a
 TensorMismatchError naming the variable on every rank where it does not.
+A rank outside the process set passes its gradients through unchanged, as Horovod's
+optimizers and tape do (the set's ranks average among themselves).
 ``gradient_predivide_factor`` splits the averaging as Horovod does: scale by 1/f before the sum
 and by f/size after it. Compression casts each gradient before its bucket is submitted and back
 after the wait. The reduced dense gradients are differentiable (their gradient is all-reduced
@@ -75,6 +77,8 @@ class GradientReducer:
         grads, sources = list(grads), list(sources)
         if len(grads) != len(sources):
             raise BlinkflowError(f"{self.name}: {len(grads)} gradients for {len(sources)} variables")
+        if self.process_set is not None and self.process_set.included() is False:
+            return grads  # Horovod's rule: a rank outside the set keeps its own gradients
         out: List[Optional[tf.Tensor]] = [None] * len(grads)
         all_dense = self.sparse_as_dense or _xla.in_xla_context()
         dense_at, sent, contexts, sparse_at = [], [], [], {}

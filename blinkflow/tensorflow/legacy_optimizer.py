@@ -1,7 +1,8 @@
 """``DistributedOptimizer`` for TF1's ``tf.compat.v1.train.Optimizer`` (graph mode, Session runs):
 Horovod's ``_DistributedOptimizer``. ``compute_gradients`` returns the gradients all-reduced in
-one grouped call over ``process_set``; ``apply_gradients``, slots and variables are the wrapped
-optimizer's. ``DistributedOptimizer(tf.compat.v1.train.XOptimizer(...))`` returns one of these.
+one grouped call over ``process_set`` (a rank outside the set keeps its own, as in Horovod);
+``apply_gradients``, slots and variables are the wrapped optimizer's.
+``DistributedOptimizer(tf.compat.v1.train.XOptimizer(...))`` returns one of these.
 """
 from __future__ import annotations
 

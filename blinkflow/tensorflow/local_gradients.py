@@ -29,6 +29,10 @@ class LocalSources:
         if value is not None and not callable(value):
             self._ids.add(id(value))
 
+    def holds(self, variable) -> bool:
+        """Whether ``variable`` (or the tf.Variable a Keras variable wraps) was added."""
+        return id(variable) in self._ids
+
     def __bool__(self) -> bool:
         return bool(self._ids)
 

@@ -43,6 +43,14 @@ class _Accumulation:
         self.passes = None
 
 
+class VariableList(list):
+    """A list of variables that returns itself when called: ``opt.variables`` and Keras 2's
+    ``opt.variables()`` both work."""
+
+    def __call__(self):
+        return self
+
+
 @keras.saving.register_keras_serializable(package="blinkflow")
 class DistributedOptimizer(keras.optimizers.Optimizer):
     """Wrap ``optimizer`` so that ``apply``/``apply_gradients`` average gradients over ranks."""
@@ -108,7 +116,9 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
 
     @property
     def variables(self):
-        return self._variables + self.inner_optimizer.variables
+        """This wrapper's variables and the inner optimizer's: a list, also callable (Keras 2
+        spelled it ``optimizer.variables()``, as Horovod's examples do)."""
+        return VariableList(self._variables + self.inner_optimizer.variables)
 
     @property
     def iterations(self):

@@ -27,6 +27,14 @@ import weakref
 
 _aligned_epoch: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 """model -> the last epoch of the current ``fit`` whose end was aligned."""
+_kept_local: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+"""model -> a predicate on variables each rank keeps its own of (never aligned)."""
+
+
+def keep_local(model, is_local) -> None:
+    """Leave the variables for which ``is_local(variable)`` holds out of the alignment
+    (``BroadcastGlobalVariablesCallback(local_variables=)``: model-parallel parts)."""
+    _kept_local[model] = is_local
 
 
 def start_training(model) -> None:
@@ -47,7 +55,8 @@ def align(model, epoch: int) -> None:
         return
     last = api.join()
     optimizer = getattr(model, "optimizer", None)
-    state = list(model.weights) + (list(optimizer.variables) if optimizer is not None else [])
+    is_local = _kept_local.get(model, lambda variable: False)
+    state = [v for v in model.weights if not is_local(v)] + (list(optimizer.variables) if optimizer is not None else [])
     # Metrics' variables stay each rank's own: MetricAverageCallback averages what each counted.
     broadcast_variables(state, last, name=f"AlignEpoch.{epoch}")
 

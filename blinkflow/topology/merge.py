@@ -86,7 +86,7 @@ def assign_topology(topology: Topology, probes: Sequence[RankProbe], where: str 
         raise TopologyError(f"topology {topology.name!r} has {len(ids)} devices but the job has {size} "
                             f"ranks; launch at most {len(ids)} ranks or give a topology with {size} "
                             f"devices (e.g. cpu-host:{size})", where)
-    devices = ids[:size]
+    devices = _assigned(ids, probes, where)
     topo = topology if len(ids) == size else topology.subset(devices, where)
     hosts = tuple(topo.node(d).host for d in devices)
     machine_of: Dict[str, Tuple[int, str]] = {}
@@ -97,6 +97,18 @@ def assign_topology(topology: Topology, probes: Sequence[RankProbe], where: str 
                                 f"{probe.machine}) but the topology puts both on host {host!r}; use a "
                                 "topology with one host per machine", where)
     return JobTopology(topo, tuple(devices), hosts)
+
+
+def _assigned(ids: Sequence[int], probes: Sequence[RankProbe], where: str) -> List[int]:
+    """Each rank's device: the one it kept from the job it re-formed from (``probe.gpu``), else
+    the first device nobody holds, in rank order (a fresh job: rank r takes the r-th)."""
+    kept = [p.gpu for p in probes]
+    held = [g for g in kept if g is not None]
+    if any(g not in ids for g in held) or len(set(held)) != len(held):
+        raise TopologyError(f"ranks re-forming the job keep devices {held}, which are not distinct devices of the "
+                            f"topology ({list(ids)})", where)
+    free = iter(d for d in ids if d not in held)
+    return [g if g is not None else next(free) for g in kept]
 
 
 # ---- CPU jobs ------------------------------------------------------------------------------------

@@ -4,6 +4,9 @@
 # what ortools needs, for that machine's Python) go into a venv layered over the machine's own
 # site-packages, then:
 #   1. the GPU tests (tests/gpu; BLINKFLOW_EXPECT_GPU=1 turns a skip for a missing GPU into a failure),
+#      then the device executor's loopback mode (every virtual rank's blocks in one launch; the
+#      kernel compiled by CuPy on first use) bitwise against the runner at 2, 4 and 8 virtual ranks
+#      (tests/gpu/loopback_worker.py) and python -m blinkflow.bench gpu --loopback 2,4,8,
 #      then the PyTorch worker (tests/gpu/torch_worker.py) at 1, 2 and 4 ranks with the machine's
 #      torch, then the 4-rank training worker once more to print its loss,
 #   2. the device executor (kernels/interpreter.cu compiled by CuPy on first use) against the runner,
@@ -17,13 +20,13 @@
 # The whole run, set-up included, ends within BUDGET seconds (360: the lent machine's time is
 # scarce): each step runs under its own limit or the time left, whichever is less, and a step with
 # under 15 s left is not started (the summary says "no time"). The steps are ordered by what the
-# run is for: the GPU tier, then the PyTorch worker, then bench gpu. A failed step does not stop
+# run is for: the GPU tier, then the loopback mode, then the PyTorch worker, then bench gpu. A failed step does not stop
 # the next (a failed set-up stops the run). The logs are packed into $OUT/gpu-logs.tar.gz after
 # every step (the device tool returns at most 8 files, and whatever is under $OUT when a run is
 # cut off). On one H100 machine the whole run took 255 s.
 # Dry run where no GPU is (the logic only): VENV=<a venv with blinkflow installed> skips the wheel
 # set-up, and BENCH_SIZES / BENCH_ITERS shrink the benchmarks; e.g. under the CPU suite's fake CuPy:
-#   PYTHONPATH=tests/fake_cupy VENV=.venv EXPECT_GPU=0 BENCH_SIZES=64KiB BENCH_ITERS=2 \
+#   PYTHONPATH=tests/fake_cupy FAKE_CUPY_SMS=132 VENV=.venv EXPECT_GPU=0 BENCH_SIZES=64KiB BENCH_ITERS=2 \
 #     SKIP="gpu-tests train torch bench-cpu" bash tests/gpu/run_on_gpu_machine.sh
 # Usage (repository root): bash tests/gpu/run_on_gpu_machine.sh [WHEEL_DIR]
 # The wheels, fetched where pip works, for the GPU machine's Python (3.12 on the workplace's):
@@ -103,6 +106,8 @@ MPIRUN=("$VENV/bin/mpirun" --allow-run-as-root --oversubscribe --bind-to none -x
 
 step gpu-tests 150 env BLINKFLOW_EXPECT_GPU="$EXPECT_GPU" python -m pytest -q -p no:cacheprovider -rs tests/gpu \
   --ignore=tests/gpu/test_torch_worker.py
+step loopback-np1 90 python tests/gpu/loopback_worker.py 2 4 8
+step bench-gpu-loopback 90 python -m blinkflow.bench gpu --loopback 2,4,8 --iters "$BENCH_ITERS" --sizes "$BENCH_SIZES"
 step torch 120 env BLINKFLOW_EXPECT_GPU="$EXPECT_GPU" python -m pytest -q -p no:cacheprovider -rs -s tests/gpu/test_torch_worker.py
 step train-np4 60 env BLINKFLOW_TOPOLOGY=hgx-h100 "${MPIRUN[@]}" -x BLINKFLOW_TOPOLOGY -np 4 python tests/gpu/train_worker.py
 mps_start() {  # a private MPS daemon for the device executor's processes (nothing if MPS is absent)

@@ -1,5 +1,7 @@
 """Peak memory of one out-of-place all-reduce of SIZE MiB of float32 per rank, in multiples of the
-tensor: ``mpirun -np N python tests/mpi/allreduce_peak_memory.py SIZE``.
+tensor: ``mpirun -np N python tests/mpi/allreduce_peak_memory.py SIZE [PRESCALE]`` (a prescale
+factor other than 1, as ``gradient_predivide_factor`` gives, makes the call Horovod's prescaled
+all-reduce).
 
 Prints per rank the peak RSS (``VmHWM``, reset before the call) above the runtime's baseline with
 the input and the result included, and the proportional set size (PSS, shared pages divided
@@ -37,6 +39,7 @@ def _pss() -> int:
 def main():
     bf.init()
     size = int(sys.argv[1]) * MIB
+    prescale = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
     bf.allreduce(np.ones(1024, np.float32), name="warm")
     base = _status("VmRSS")
     x = np.full(size // 4, bf.rank() + 1.0, np.float32)
@@ -51,7 +54,7 @@ def main():
 
     sampler = threading.Thread(target=sample)
     sampler.start()
-    y = bf.allreduce(x, op=bf.Sum, name="measured")
+    y = bf.allreduce(x, op=bf.Sum, name="measured", prescale_factor=prescale)
     done.set()
     sampler.join()
     peak = _status("VmHWM")
@@ -59,9 +62,10 @@ def main():
     backend = RUNTIME.engine._backends["cpu"]
     path = backend.last_choice.algorithm if n > 1 else "none"
     path = "packed" if path == "runner" else path
-    assert float(y[0]) == n * (n + 1) / 2 and float(y[-1]) == n * (n + 1) / 2
+    want = prescale * n * (n + 1) / 2
+    assert float(y[0]) == want and float(y[-1]) == want, (float(y[0]), want)
     print(f"PEAK rank {bf.rank()} tensor_mib={size / MIB:.0f} rss_x={(peak - base) / size:.2f} "
-          f"pss_x={(top[0] - base) / size:.2f} path={path}", flush=True)
+          f"pss_x={(top[0] - base) / size:.2f} path={path} prescale={prescale:g}", flush=True)
     bf.shutdown()
 
 

@@ -2,15 +2,20 @@
 hosts: the real backend code (tables, memory through CUDA IPC, one launch, one event, the proxy
 thread for network edges) with blinkflow's numpy interpreter standing in for the kernel; results
 bitwise the host-driven runner's, the timeline naming the algorithm, and a call one rank skips
-ending in a BackendError on the others instead of a hang. One launch of
-tests/gpu/device_executor_worker.py per configuration, each case a test."""
+ending in a BackendError on the others instead of a hang (one launch of
+tests/gpu/device_executor_worker.py per configuration, each case a test). Then the loopback
+mode, one process running 2, 4 and 8 virtual ranks' blocks in one launch, bitwise the runner's."""
 import os
+import subprocess
+import sys
 
 import pytest
 
 from harness import case_names, fake_cupy_env, launch
 
-WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu", "device_executor_worker.py")
+GPU_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu")
+WORKER = os.path.join(GPU_TESTS, "device_executor_worker.py")
+LOOPBACK_WORKER = os.path.join(GPU_TESTS, "loopback_worker.py")
 
 
 @pytest.mark.mpi
@@ -19,3 +24,13 @@ WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 @pytest.mark.parametrize("case", case_names(WORKER))
 def test_device_executor_bitwise_the_runner(n, hosts, case):
     launch(n, WORKER, args=[str(hosts)], env=fake_cupy_env(), timeout=240).expect(case)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nranks", [2, 4, 8])
+def test_loopback_bitwise_the_runner(nranks):
+    """All virtual ranks' blocks in one launch (an H100's 132 SMs hold 8 ranks' 64-96 blocks)."""
+    env = {**os.environ, **fake_cupy_env(FAKE_CUPY_SMS="132")}
+    out = subprocess.run([sys.executable, LOOPBACK_WORKER, str(nranks)], env=env, capture_output=True, text=True,
+                         timeout=240)
+    assert f"LOOPBACK BITWISE OK {nranks} virtual ranks" in out.stdout, out.stdout + out.stderr

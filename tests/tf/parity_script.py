@@ -194,22 +194,24 @@ def case_deprecated_arguments_warn_once_and_work(rank, size):
 
 
 def case_indexed_slices(rank, size):
-    # ---- row: IndexedSlices in grouped calls; prescale applied; Min/Max/Product NotImplementedError -----
+    # ---- row: IndexedSlices in grouped calls; scale factors and Min/Max/Product NotImplementedError ----
     for mode in ("eager", "function", "graph"):
         def mixed():
             s = tf.IndexedSlices(tf.constant(value(r, (2, 3))), tf.constant([r, r + 1]), tf.constant([n + 1, 3]))
-            dense_out, sparse_out = hvd.grouped_allreduce([tf.constant(value(r)), s], op=hvd.Sum, prescale_factor=2.0)
+            dense_out, sparse_out = hvd.grouped_allreduce([tf.constant(value(r)), s], op=hvd.Sum)
             return dense_out, tf.convert_to_tensor(sparse_out)
         dense_out, sparse_dense = run(mixed, mode)
-        close(f"slices {mode} grouped dense member", dense_out, sum(2 * value(q) for q in range(n)))
+        close(f"slices {mode} grouped dense member", dense_out, sum(value(q) for q in range(n)))
         want = np.zeros((n + 1, 3), np.float32)
         for q in range(n):
-            want[q:q + 2] += 2 * value(q, (2, 3))
-        close(f"slices {mode} grouped sparse member, prescaled", sparse_dense, want)
+            want[q:q + 2] += value(q, (2, 3))
+        close(f"slices {mode} grouped sparse member", sparse_dense, want)
     s = tf.IndexedSlices(tf.constant(value(r, (1, 2))), tf.constant([0]), tf.constant([1, 2]))
-    got = tf.convert_to_tensor(hvd.allreduce(s, prescale_factor=3.0, postscale_factor=0.5))
-    close("slices allreduce average with scale factors", got, sum(value(q, (1, 2)) for q in range(n)) * 1.5 / n,
-          3.0 * summed(range(n), shape=(1, 2)))
+    for scales in ({"prescale_factor": 3.0}, {"postscale_factor": 0.5}):
+        raises(f"slices with {scales}: NotImplementedError", NotImplementedError,
+               lambda scales=scales: hvd.allreduce(s, **scales), "scale factors")
+        raises(f"grouped slices with {scales}: NotImplementedError", NotImplementedError,
+               lambda scales=scales: hvd.grouped_allreduce([tf.ones(1), s], **scales), "scale factors")
     for op in (hvd.Min, hvd.Max, hvd.Product):
         raises(f"slices {op.name} NotImplementedError", NotImplementedError, lambda op=op: hvd.allreduce(s, op=op),
                "Average and Sum")
@@ -328,9 +330,11 @@ def case_partial_optimizers_global_variables_objects_and_elastic(rank, size):
     check("broadcast_object_fn", fn({"from": r}) == {"from": n - 1})
     check("broadcast_object process_set", hvd.broadcast_object(r, ranks[0], process_set=mine) == ranks[0])
     check("allgather_object process_set", hvd.allgather_object(r, process_set=mine) == ranks)
-    raises("elastic run", NotImplementedError, lambda: hvd.elastic.run(lambda state: None), "checkpoints")
-    raises("elastic state", NotImplementedError, lambda: hvd.elastic.TensorFlowKerasState(model), "elastic")
-    raises("keras elastic callback", NotImplementedError, lambda: hk.elastic.CommitStateCallback(None), "blinkrun")
+    elastic_state = hvd.elastic.TensorFlowKerasState(model, epoch=r)
+    hvd.elastic.run(lambda state: None)(elastic_state)  # syncs from rank 0 first, as after every reset
+    check("elastic run syncs the state from rank 0", elastic_state.epoch == 0)
+    elastic_state.commit()  # no host changed: no HostsUpdatedInterrupt
+    check("keras elastic callbacks", isinstance(hk.elastic.CommitStateCallback(elastic_state), keras.callbacks.Callback))
 
 
 def case_tf1_train_optimizers_over_the_job_and_a_set(rank, size):

@@ -33,3 +33,18 @@ def test_writes_the_report(tmp_path):
     assert "up to 8x faster" in text and "2x faster all-reduce" in text
     assert "max broadcast speedup over 4–7 GPU subsets" in text and "median all-reduce speedup" in text
     assert "| dgx1-v100 | 7 | 8 |" in text and "| 0,1,2,3,4,5,6,7 |" in text
+
+
+def test_writes_only_where_told(tmp_path, monkeypatch, capsys):
+    """Without --out the report goes to stdout: nothing lands in the current folder's docs/."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["paper", "--machines", "dgx1-v100", "--min-gpus", "8", "--max-gpus", "8", "--size", "16000000",
+              "--step-budget", "1500", "--quiet"])
+    assert exit_.value.code == 0
+    assert list(tmp_path.iterdir()) == []
+    assert "| 0,1,2,3,4,5,6,7 |" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["paper", "--machines", "dgx1-v100", "--min-gpus", "8", "--max-gpus", "8", "--size", "16000000",
+              "--step-budget", "1500", "--quiet", "--out", "here.md"])
+    assert [p.name for p in tmp_path.iterdir()] == ["here.md"]

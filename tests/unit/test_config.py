@@ -78,3 +78,45 @@ def test_unknown_variables_name_the_closest_setting():
 def test_the_topology_must_agree_across_ranks():
     """Rank 0 alone reads BLINKFLOW_TOPOLOGY: one set on another rank only was silently ignored."""
     assert ("topology", "dgx1-v100") in Config(topology="dgx1-v100").agreed()
+
+
+def test_horovod_twins_are_read_and_the_blinkflow_variable_wins():
+    from blinkflow.config import unknown_variables
+
+    config = Config.from_env({"HOROVOD_FUSION_THRESHOLD": "134217728", "HOROVOD_CYCLE_TIME": "3.5",
+                              "HOROVOD_TIMELINE": "/tmp/x.json", "HOROVOD_LOG_LEVEL": "DEBUG",
+                              "HOROVOD_START_TIMEOUT": "30", "HOROVOD_CACHE_CAPACITY": "7"})
+    assert (config.fusion_threshold, config.cycle_time, config.timeline, config.log_level, config.start_timeout,
+            config.cache_capacity) == (128 * 1024 * 1024, 3.5, "/tmp/x.json", "debug", 30.0, 7)
+    both = {"HOROVOD_CYCLE_TIME": "3.5", "BLINKFLOW_CYCLE_TIME": "9"}
+    assert Config.from_env(both).cycle_time == 9.0
+    assert unknown_variables(both) == ["HOROVOD_CYCLE_TIME=3.5 is ignored: BLINKFLOW_CYCLE_TIME is set and wins"]
+    assert unknown_variables({"HOROVOD_CYCLE_TIME": "3.5"}) == []
+
+
+def test_horovod_stall_check_disable_and_dynamic_timeline():
+    off = Config.from_env({"HOROVOD_STALL_CHECK_DISABLE": "1", "HOROVOD_STALL_CHECK_TIME_SECONDS": "5"})
+    assert (off.stall_check_time_seconds, off.stall_shutdown_time_seconds) == (0.0, 0.0)
+    on = Config.from_env({"HOROVOD_STALL_CHECK_DISABLE": "0", "HOROVOD_STALL_CHECK_TIME_SECONDS": "5"})
+    assert on.stall_check_time_seconds == 5.0
+    assert Config.from_env({"HOROVOD_TIMELINE": "DYNAMIC"}).timeline is None
+
+
+def test_horovod_variables_without_twin_are_named_with_what_to_use():
+    from blinkflow.config import HOROVOD_WITHOUT_TWIN, unknown_variables
+
+    lines = unknown_variables({"HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "HOROVOD_GLOO_IFACE": "eth0",
+                               "HOROVOD_FUSION_TRESHOLD": "1"})
+    assert lines[0].startswith("HOROVOD_FUSION_TRESHOLD is not a Horovod setting blinkflow reads; its settings are")
+    assert lines[1] == "HOROVOD_GLOO_IFACE has no effect in blinkflow: no Gloo; blinkrun --network-interface picks MPI's NIC"
+    assert lines[2].startswith("HOROVOD_HIERARCHICAL_ALLREDUCE has no effect in blinkflow: ")
+    assert "HOROVOD_MPI_THREADS_DISABLE" in HOROVOD_WITHOUT_TWIN
+    tuned = Config.from_env({"HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_LOG": "/tmp/at.csv"})
+    assert (tuned.autotune, tuned.autotune_log_file) == (1, "/tmp/at.csv")
+
+
+def test_a_bad_horovod_value_names_the_horovod_variable():
+    with pytest.raises(ConfigError, match="HOROVOD_CYCLE_TIME='fast' is not a number"):
+        Config.from_env({"HOROVOD_CYCLE_TIME": "fast"})
+    with pytest.raises(ConfigError, match=r"CYCLE_TIME must be > 0.*read from Horovod's HOROVOD_CYCLE_TIME=0"):
+        Config.from_env({"HOROVOD_CYCLE_TIME": "0"})

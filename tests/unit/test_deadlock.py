@@ -32,8 +32,8 @@ def _exchange(window):
     def program(me, peer):
         return _rank(me, window, [[DeviceStep("send", 0, 4, send_conn=0, send_seq=0),
                                    DeviceStep("send", 4, 4, send_conn=0, send_seq=1),
-                                   DeviceStep("recv", 0, 4, recv_conn=0, recv_seq=0),
-                                   DeviceStep("recv", 4, 4, recv_conn=0, recv_seq=1)]],
+                                   DeviceStep("recv", 0, 4, recvs=((0, 0),)),
+                                   DeviceStep("recv", 4, 4, recvs=((0, 1),))]],
                      sends=[Connection(peer, 0, 2)], recvs=[Connection(peer, 0, 2)])
     return [program(0, 1), program(1, 0)]
 
@@ -54,6 +54,31 @@ def test_two_blocks_waiting_on_each_others_progress_deadlock():
     with pytest.raises(ScheduleError, match=r"rank 0 block 0 .* waits for block 1's progress to reach 1 "
                                             r"\(it is 0\); rank 0 block 1 .* waits for block 0's progress"):
         check_tables([tables])
+
+
+def _fused_root(fused):
+    """Rank 0 reduces a chunk from rank 1 and one from rank 2, then a second chunk from rank 1;
+    rank 1 sends both chunks to rank 0 before it feeds rank 2, which forwards to rank 0. With
+    one slot, rank 1's second chunk needs rank 0 to free the first; a step that holds it until
+    rank 2's chunk arrives never does (rank 2 waits on rank 1), one step per input does."""
+    first = ([DeviceStep("recv_reduce", 0, 4, recvs=((0, 0), (1, 0)))] if fused else
+             [DeviceStep("recv_reduce", 0, 4, recvs=((0, 0),)), DeviceStep("recv_reduce", 0, 4, recvs=((1, 0),))])
+    root = _rank(0, 1, [first + [DeviceStep("recv_reduce", 4, 4, recvs=((0, 1),))]],
+                 recvs=[Connection(1, 0, 2), Connection(2, 0, 1)])
+    middle = _rank(1, 1, [[DeviceStep("send", 0, 4, send_conn=0, send_seq=0),
+                           DeviceStep("send", 4, 4, send_conn=0, send_seq=1),
+                           DeviceStep("send", 0, 4, send_conn=1, send_seq=0)]],
+                   sends=[Connection(0, 0, 2), Connection(2, 0, 1)])
+    leaf = _rank(2, 1, [[DeviceStep("recv_send", 0, 4, recvs=((0, 0),), send_conn=0, send_seq=0)]],
+                 sends=[Connection(0, 0, 1)], recvs=[Connection(1, 0, 1)])
+    return [root, middle, leaf]
+
+
+def test_a_step_of_several_inputs_holds_every_slot_until_its_last_input():
+    check_tables(_fused_root(fused=False))
+    with pytest.raises(ScheduleError, match=r"rank 0 block 0 \(channel 0\) step 0 \(recv_reduce \[0, 4\)\) waits for "
+                                            r"rank 2's transfer #0"):
+        check_tables(_fused_root(fused=True))
 
 
 def test_connection_ends_must_agree():

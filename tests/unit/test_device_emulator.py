@@ -1,12 +1,22 @@
 """The device executor's protocol, emulated (one thread per rank and block): bitwise the host
-runner's results, across calls (counters continue), and a hung table aborts every block."""
+runner's results for every dtype, float16 and bfloat16 included, across calls (counters
+continue), and a hung table aborts every block.
+
+The runner here folds an action's inputs the way the cuda runner's fused kernel does
+(``kernel_reference.reference``: half and bfloat16 accumulate in float and round once), so a
+device table that rounded at other points would differ in the last bits."""
 import random
 
 import numpy as np
 import pytest
 
-from blinkflow.errors import BackendError
-from blinkflow.backends.device_emulator import run_emulated
+from kernel_reference import reference
+from blinkflow.ops import ReduceOp
+
+from blinkflow.errors import BackendError, ScheduleError
+from blinkflow.backends.device_emulator import EmulatedLoopback, run_emulated
+from blinkflow.planner import make_plan
+from blinkflow.topology.presets import get_preset
 from blinkflow.schedule.device_tables import BlockTable, DeviceStep, RankTables, build_tables
 from blinkflow.schedule.lower import lower
 
@@ -14,6 +24,30 @@ from plan_factory import plan_for, three_phase_plan
 from test_runner import run_ranks
 
 OPS = {"sum": np.add, "max": np.maximum}
+REDUCE_OPS = {"sum": ReduceOp.SUM, "max": ReduceOp.MAX}
+
+
+def _bfloat16():
+    return pytest.importorskip("ml_dtypes", reason="bfloat16 arrays come from ml_dtypes (TensorFlow's)").bfloat16
+
+
+def _dtypes():
+    """(dtype, op) pairs every emulator test runs: float16 and bfloat16 sums are where rounding
+    points show."""
+    return ((np.float32, "sum"), (np.float16, "sum"), (_bfloat16(), "sum"), (np.int64, "max"))
+
+
+def fused_reduction(op):
+    """The cuda runner's fused reduction of an action: ``local (op) chunk_1 (op) chunk_2 ...`` by
+    the kernels' definition (the thread runner's slots hold float64 copies of the chunks)."""
+    def reduce_all(local, chunks):
+        dtype = local.dtype
+        if dtype.name == "bfloat16":
+            bits = reference("bfloat16", REDUCE_OPS[op], [local.view(np.uint16)] +
+                             [np.asarray(c).astype(dtype).view(np.uint16) for c in chunks])
+            return bits.view(dtype)
+        return reference(dtype.name, REDUCE_OPS[op], [local] + [np.asarray(c).astype(dtype) for c in chunks])
+    return reduce_all
 
 
 def _inputs(schedule, ncalls, dtype, seed):
@@ -42,9 +76,9 @@ def test_bitwise_the_runners_result(collective, nranks, window, fuse):
     if nranks == 1 and collective != "allreduce":
         pytest.skip("one rank moves no data; its plan is the all-reduce's")
     schedule = lower(plan, 257, 16)
-    for dtype, op in ((np.float32, "sum"), (np.float16, "sum"), (np.int64, "max")):
+    for dtype, op in _dtypes():
         inputs = _inputs(schedule, 2, dtype, nranks)
-        want = run_ranks([schedule, schedule], inputs, nslots=window, op=op, fuse=fuse)
+        want = run_ranks([schedule, schedule], inputs, nslots=window, op=op, fuse=fuse, reduce_all=fused_reduction(op))
         got = _emulate([schedule, schedule], inputs, window, fuse, op)
         for key, value in want.items():
             assert got[key].tobytes() == value.tobytes(), (key, dtype, op)
@@ -53,10 +87,12 @@ def test_bitwise_the_runners_result(collective, nranks, window, fuse):
 @pytest.mark.parametrize("hosts", [[[0, 1], [2, 3]], [[0, 1, 2], [3, 4, 5]]])
 def test_two_hosts_three_phase_bitwise(hosts):
     schedule = lower(three_phase_plan(hosts, random.Random(1)), 301, 13)
-    inputs = _inputs(schedule, 1, np.float32, 5)
-    want = run_ranks([schedule], inputs, nslots=2, fuse=64)
-    got = _emulate([schedule], inputs, 2, 64, "sum")
-    assert all(got[k].tobytes() == v.tobytes() for k, v in want.items())
+    for dtype, op in _dtypes():
+        inputs = _inputs(schedule, 1, dtype, 5)
+        want = run_ranks([schedule], inputs, nslots=2, op=op, fuse=64, reduce_all=fused_reduction(op))
+        got = _emulate([schedule], inputs, 2, 64, op)
+        for key, value in want.items():
+            assert got[key].tobytes() == value.tobytes(), (key, dtype, op)
 
 
 def test_a_table_that_waits_forever_aborts_every_block():
@@ -64,3 +100,31 @@ def test_a_table_that_waits_forever_aborts_every_block():
                                 BlockTable(1, (DeviceStep("copy", 2, 2, src_offset=6, waits=((0, 1),)),))), (), ())
     with pytest.raises(BackendError, match="not done within 0.5 s"):
         run_emulated([t], [np.zeros(8, np.float32)], np.add, timeout=0.5)
+
+
+@pytest.mark.parametrize("nranks", [2, 4, 8])
+def test_loopback_launch_bitwise_the_runners_result(nranks):
+    """Every virtual rank's blocks in one launch (rings and counters in one memory block, each
+    rank's buffer a row of one array), two calls, on the planner's HGX H100 trees."""
+    topology = get_preset("hgx-h100")
+    devices = list(topology.compute_ids[:nranks])
+    schedule = lower(make_plan(topology, "allreduce", devices=devices), 300, 16)
+    tables = build_tables(schedule, {d: r for r, d in enumerate(devices)}, 2, 7)
+    for dtype, op in _dtypes():
+        inputs = _inputs(schedule, 2, dtype, nranks)
+        want = run_ranks([schedule, schedule], inputs, nslots=2, op=op, fuse=7, reduce_all=fused_reduction(op))
+        loopback = EmulatedLoopback([tables[r] for r in range(nranks)], dtype)
+        for call in range(2):
+            bufs = np.stack([inputs[r][call] for r in range(nranks)])
+            loopback.run(bufs, OPS[op])
+            for r in range(nranks):
+                assert bufs[r].tobytes() == want[(r, call)].tobytes(), (r, call, dtype, op)
+
+
+def test_a_loopback_launch_needs_its_ranks_in_order_and_one_row_each():
+    schedule = lower(plan_for("allreduce", range(2), random.Random(0)), 40, 8)
+    tables = build_tables(schedule, {d: r for r, d in enumerate(schedule.devices)}, 2)
+    with pytest.raises(ScheduleError, match="ranks 0..1 in order"):
+        EmulatedLoopback([tables[1], tables[0]], np.float32)
+    with pytest.raises(BackendError, match=r"contiguous \[2, 40\] array"):
+        EmulatedLoopback([tables[0], tables[1]], np.float32).run(np.zeros((2, 39), np.float32), np.add)

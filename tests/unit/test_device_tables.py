@@ -53,10 +53,10 @@ def test_blocks_are_channels_and_every_transfer_has_its_connection_and_sequence(
                     c = tables.sends[s.send_conn]
                     assert c.channel == block.channel
                     sent[(c.peer, c.channel)].append(s.send_seq)
-                if s.recv_conn >= 0:
-                    c = tables.recvs[s.recv_conn]
+                for conn, seq in s.recvs:
+                    c = tables.recvs[conn]
                     assert c.channel == block.channel
-                    got[(c.peer, c.channel)].append(s.recv_seq)
+                    got[(c.peer, c.channel)].append(seq)
         # each connection's transfers appear once each, in order, in one block
         for c in tables.sends:
             assert sent[(c.peer, c.channel)] == list(range(c.transfers))
@@ -64,17 +64,18 @@ def test_blocks_are_channels_and_every_transfer_has_its_connection_and_sequence(
             assert got[(c.peer, c.channel)] == list(range(c.transfers))
 
 
-def test_a_fused_reduction_becomes_one_step_per_input_in_combination_order():
+def test_a_fused_reduction_is_one_step_receiving_every_input_in_combination_order():
+    """One step, so its inputs are combined in one pass and rounded once, like the runner's."""
     schedule = lower(plan_for("reducescatter", range(4), random.Random(0)), 64, 64)
     fused = [(p, t) for p, t in _tables(schedule, 4, 64) if any(len(a.inputs) > 1 for a in p.actions)]
     assert fused, "a reduce-scatter root folds several children in one action"
     program, tables = fused[0]
     action = next(a for a in program.actions if len(a.inputs) > 1)
     block = next(b for b in tables.blocks if b.channel == action.channel)
-    rows = [s for s in block.steps if (s.offset, s.count) == (action.offset, action.count) and s.recv_conn >= 0]
-    order = [(tables.recvs[s.recv_conn].peer, s.recv_seq) for s in rows[:len(action.inputs)]]
-    assert order == list(action.inputs)
-    assert rows[len(action.inputs) - 1].op == action.op
+    rows = [s for s in block.steps if (s.offset, s.count) == (action.offset, action.count) and s.recvs]
+    assert len(rows) == 1 and rows[0].op == action.op
+    assert [(tables.recvs[conn].peer, seq) for conn, seq in rows[0].recvs] == list(action.inputs)
+    assert sum(len(b.steps) for b in tables.blocks) == len(program.actions)
 
 
 def test_cross_channel_deps_are_progress_waits_on_posting_steps():

@@ -18,6 +18,12 @@ EXPECTED = {  # flag param -> (given value, variable, variable text, parsed Conf
     "topology": ("dgx1-v100", "BLINKFLOW_TOPOLOGY", "dgx1-v100", "dgx1-v100"),
     "backend": ("cpu", "BLINKFLOW_BACKEND", "cpu", "cpu"),
     "log_level": ("debug", "BLINKFLOW_LOG_LEVEL", "debug", "debug"),
+    "autotune": (True, "BLINKFLOW_AUTOTUNE", "1", 1),
+    "autotune_log_file": ("/tmp/at.csv", "BLINKFLOW_AUTOTUNE_LOG_FILE", "/tmp/at.csv", "/tmp/at.csv"),
+    "autotune_warmup_samples": (2, "BLINKFLOW_AUTOTUNE_WARMUP_SAMPLES", "2", 2),
+    "autotune_steps_per_sample": (5, "BLINKFLOW_AUTOTUNE_STEPS_PER_SAMPLE", "5", 5),
+    "autotune_bayes_opt_max_samples": (9, "BLINKFLOW_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "9", 9),
+    "autotune_gaussian_process_noise": (0.5, "BLINKFLOW_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "0.5", 0.5),
 }
 
 

@@ -125,3 +125,39 @@ def test_the_hook_folder_is_packaged():
     parser = configparser.ConfigParser()
     parser.read(setup)
     assert "blinkflow.launcher.pyhook" in parser["options"]["packages"].split()
+
+
+def _pumped(chunks, timestamp=False):
+    """What the rank's tagged stream holds after the child wrote ``chunks`` (one read each)."""
+    import os as _os
+    from blinkflow.launcher.rank_exec import _Pump
+
+    read_fd, write_fd = _os.pipe()
+    pump = _Pump(None, write_fd, b"[0]<stdout>: ", None, timestamp=timestamp)
+    pending = b""
+    for chunk in chunks:
+        pending = pump.feed(pending + chunk)
+    if pending:
+        pump.feed(pending + b"\n")
+    _os.close(write_fd)
+    with _os.fdopen(read_fd, "rb") as f:
+        return f.read()
+
+
+def test_a_carriage_return_redraws_the_tagged_line():
+    # Keras's progress bar: backspaces and "\r" before each update, a newline at the end
+    out = _pumped([b"\b\b\r1/3 [==", b"\b\b\b\r2/3 [====", b"\b\r3/3 [======]\n", b"done\n"])
+    assert out == (b"\r[0]<stdout>: 1/3 [==\r[0]<stdout>: 2/3 [====\r[0]<stdout>: 3/3 [======]\n"
+                   b"[0]<stdout>: done\n")
+
+
+def test_plain_and_crlf_lines_are_unchanged():
+    assert _pumped([b"a\nb", b"c\n", b"d\r", b"\n"]) == b"[0]<stdout>: a\n[0]<stdout>: bc\n[0]<stdout>: d\n"
+    assert _pumped([b"no newline at the end"]) == b"[0]<stdout>: no newline at the end\n"
+
+
+def test_timestamped_lines():
+    import re as _re
+
+    out = _pumped([b"x\n"], timestamp=True).decode()
+    assert _re.fullmatch(r"\w{3} \w{3} [ 0-9]\d \d\d:\d\d:\d\d \d{4} \[0\]<stdout>: x\n", out), out

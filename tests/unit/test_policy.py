@@ -89,3 +89,16 @@ def test_one_place_holds_the_chunk_rules():
                          r"|def (auto_chunk_bytes|chunk_bytes_for|chunk_elems)", re.M)
     offenders = [str(p.relative_to(root)) for p in root.rglob("*.py") if pattern.search(p.read_text())]
     assert offenders == []
+
+
+def test_adasum_takes_its_own_algorithm_whatever_the_setting():
+    """Adasum is not elementwise: no tree runs it, on either backend, whatever BLINKFLOW_ALGORITHM says."""
+    from blinkflow.ops import ReduceOp
+
+    for caps in (CPU, Capabilities("cuda", device_executor=True)):
+        for config in (Config(), Config(algorithm="device"), Config(algorithm="single_copy")):
+            c = choose("allreduce", 64 * MIB, 4, ONE_HOST, config, caps, op=ReduceOp.ADASUM)
+            assert (c.algorithm, c.phase) == ("adasum", "ALGORITHM_ADASUM")
+    assert choose("allreduce", 64 * MIB, 4, ONE_HOST, Config(), CPU, op=ReduceOp.SUM).algorithm == "single_copy"
+    with pytest.raises(ConfigError, match="Adasum is an all-reduce"):
+        choose("reducescatter", 100, 4, ONE_HOST, Config(), CPU, op=ReduceOp.ADASUM)

@@ -49,9 +49,16 @@ class _Threads(Transport):
     def wait(self):
         return [self.boxes[self.rank].get(timeout=10)]
 
+    reduce_all = None
+    """``f(local, chunks) -> result``: fold an action's inputs in one pass (the cuda runner's fused
+    kernel) instead of one ``combine`` per input."""
+
     def _combine_into(self, a, incoming):
         buf = self.bufs[self.rank]
         span = slice(a.offset, a.offset + a.count)
+        if a.reduces and self.reduce_all is not None:
+            buf[span] = self.reduce_all(buf[span], incoming)
+            return
         for chunk in incoming:
             buf[span] = self.combine(buf[span], chunk) if a.reduces else chunk
 
@@ -143,8 +150,9 @@ class PullTransport(_Threads):
         return events
 
 
-def run_ranks(schedules_per_call, inputs, nslots=2, op="sum", link="push", fuse=1, delays=None):
-    """Run several calls (one schedule each) on len(inputs) thread-ranks; return the buffers."""
+def run_ranks(schedules_per_call, inputs, nslots=2, op="sum", link="push", fuse=1, delays=None, reduce_all=None):
+    """Run several calls (one schedule each) on len(inputs) thread-ranks; return the buffers.
+    ``reduce_all``: see :attr:`_Threads.reduce_all`."""
     n = len(inputs)
     boxes = [queue.Queue() for _ in range(n)]
     slots = [dict() for _ in range(n)]
@@ -163,6 +171,7 @@ def run_ranks(schedules_per_call, inputs, nslots=2, op="sum", link="push", fuse=
                     transport = PushTransport(r, bufs, boxes, COMBINE[op], log, slots, nslots)
                 else:
                     transport = PullTransport(r, bufs, boxes, COMBINE[op], log, held, (delays or {}).get(r, 0.0))
+                transport.reduce_all = reduce_all
                 run_program(prog, transport, state)
                 results[(r, call)] = buf.copy()
                 if link == "pull":

@@ -420,7 +420,8 @@ class _SummingBackend:
 
         self.size = size
         self.scale = lambda buf, factor: Backend.scale(self, buf, factor)
-        self.allreduce_pieces = lambda pieces, op, out, scale=1.0: Backend.allreduce_pieces(self, pieces, op, out, scale)
+        self.allreduce_pieces = lambda pieces, op, out, scale=1.0, prescale=1.0: Backend.allreduce_pieces(
+            self, pieces, op, out, scale, prescale)
 
     def buffer(self, n, dtype):
         return np.empty(n, dtype)

@@ -97,10 +97,14 @@ def test_live_probe_honours_cuda_visible_devices(monkeypatch, fixtures_dir):
     assert nvlinks(data) == [(2, 3, 2, 50.0), (3, 2, 2, 50.0)]
 
 
-def test_live_probe_without_gpu_says_so_on_one_line(monkeypatch):
-    from blinkflow.launcher import topo_cmd
+def test_live_probe_without_gpu_shows_the_cpu_host(monkeypatch):
+    from blinkflow.launcher import run_cmd, topo_cmd
 
     monkeypatch.setattr(topo_cmd, "probe_host_topology", lambda: None)
+    monkeypatch.setattr(run_cmd, "local_cores", lambda: 3)
     result = run()
-    assert result.exit_code == 2
+    assert result.exit_code == 0, result.output
     assert result.stderr.count("\n") == 1 and "no NVIDIA GPU found" in result.stderr
+    assert "cpu-host:3" in result.stderr and "CPU0    X       SHM" in result.stdout
+    data = json.loads(run("--json").stdout)
+    assert [n["kind"] for n in data["nodes"] if n["kind"] == "cpu"] == ["cpu"] * 3

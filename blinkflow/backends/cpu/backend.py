@@ -99,7 +99,7 @@ class CpuBackend(Backend):
         self.arena = SharedArena(self.local)
         self._wire_comm = self.comm.Dup()  # the transport's messages never meet another layer's
         self.mailbox = self._open_mailbox(config)
-        self.wire = MpiWire(self._wire_comm, self.mailbox)
+        self.wire = MpiWire(self._wire_comm, self.mailbox, failure=ctx.failure)
         self.transport = CpuTransport(self.wire, layout, self.arena)
         self.state = SequenceState()
         self.programs = Programs(ctx.plan_for, layout.devices, layout.rank, fuse_inputs=FUSE_INPUTS,
@@ -240,20 +240,26 @@ class CpuBackend(Backend):
         else:
             self._run(choice, program, work, ufunc, out=result, scale=scale)
 
-    def allreduce_pieces(self, pieces: Sequence[np.ndarray], op: ReduceOp, out, scale: float = 1.0) -> None:
+    def allreduce_pieces(self, pieces: Sequence[np.ndarray], op: ReduceOp, out, scale: float = 1.0,
+                         prescale: float = 1.0) -> None:
         """All-reduce the concatenation of ``pieces`` into ``out`` (see Backend.allreduce_pieces):
         by the single-copy path where it suits the call, else packed into :meth:`buffer` and run
-        by the runner."""
+        by the runner, a stage at a time (a prescaled call is packed: the single copy reduces
+        the callers' tensors where they lie, and those must not be scaled in place)."""
         result = _flat(out)
         n = result.shape[0]
         if self.size == 1 or n == 0:
             if n:
                 np.concatenate(pieces, out=result)
+                if prescale != 1.0:
+                    self.scale(result, prescale)
                 if scale != 1.0:
                     scaled_copy(result, result, scale)
             return
         runner, program = self._program("allreduce", n, result.itemsize)
-        choice = self._choose("allreduce", result.nbytes, result.itemsize, npieces=len(pieces), program=program)
+        in_place = prescale == 1.0  # the single copy's candidates: calls it can read where they lie
+        choice = self._choose("allreduce", result.nbytes, result.itemsize, npieces=len(pieces),
+                              program=program if in_place else None)
         if choice.algorithm == "single_copy":
             self.stats["single_copy"] += 1
             before = self.single_copy.helped_chunks
@@ -277,6 +283,8 @@ class CpuBackend(Backend):
             self._mark("start", "COPY_IN")
             buf = self.buffer(hi - lo, result.dtype)
             _pack_range(pieces, starts, lo, buf)
+            if prescale != 1.0:
+                self.scale(buf, prescale)
             self._mark("end", "COPY_IN")
             self._run(choice, program, buf, ufunc, out=result[lo:hi], scale=scale)
 

@@ -80,7 +80,7 @@ class CudaBackend(Backend):
         with self._dev:
             self._routes = PeerRoutes(cupy.cuda.runtime, self.device)
         self._wire_comm = self.comm.Dup()
-        self.wire = MpiWire(self._wire_comm)
+        self.wire = MpiWire(self._wire_comm, failure=ctx.failure)
         self._streams = StreamSet()
         self.transport = CudaTransport(self.wire, layout, self._streams, cuda_aware_mpi())
         self.state = SequenceState()

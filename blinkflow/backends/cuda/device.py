@@ -49,10 +49,23 @@ def choose_device(local_rank: int, device_count: int) -> int:
     return local_rank % device_count
 
 
+_kept_ordinal: Optional[int] = None
+"""The CUDA ordinal this process keeps through an elastic reset (see :func:`keep_ordinal`)."""
+
+
+def keep_ordinal(ordinal: Optional[int]) -> None:
+    """Drive CUDA device ``ordinal`` whatever the local rank: a process whose job re-formed
+    around it keeps the GPU its context and tensors are on, though its local rank changed."""
+    global _kept_ordinal
+    _kept_ordinal = ordinal
+
+
 def rank_device(layout) -> int:
     """The CUDA ordinal this rank drives (the cuda backend's, and the bridge's for TF tensors)."""
     import cupy
 
+    if _kept_ordinal is not None:
+        return _kept_ordinal
     return choose_device(layout.local_rank, cupy.cuda.runtime.getDeviceCount())
 
 

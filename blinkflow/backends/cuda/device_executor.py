@@ -144,12 +144,9 @@ class ShapeMemory:
                 tails.append(self.host_base + tail_at)
                 heads.append(self.host_base + head_at)
                 self.edges.append((c.peer, c.channel, True, slots[-1], tails[-1], heads[-1], len(slots) - 1))
-        self.counts = _transfer_bytes(enc, itemsize)
+        self.counts = [[n * itemsize for n in row] for row in enc.transfer_elems()]
         self.conns = enc.conns(slots, tails, heads)
-        self.d_steps = cupy.asarray(enc.steps.reshape(-1) if enc.steps.size else np.zeros(1, np.int64))
-        self.d_waits = cupy.asarray(enc.waits.reshape(-1) if enc.waits.size else np.zeros(1, np.int64))
-        self.d_block_start = cupy.asarray(enc.block_start)
-        self.d_conns = cupy.asarray(self.conns.reshape(-1) if self.conns.size else np.zeros(1, np.int64))
+        self.launch = LaunchArrays(cupy, enc, self.conns)
         self.calls = 0
 
     def _raise_failed(self, answers, what: str) -> None:
@@ -176,16 +173,27 @@ class ShapeMemory:
         self._opened, self.device_base, self.host_base = [], 0, 0
 
 
-def _transfer_bytes(enc: abi.EncodedTables, itemsize: int) -> List[List[int]]:
-    """Per conns row, the bytes of each transfer of one call (what the proxy moves)."""
-    out: List[List[int]] = [[0] * int(n) for n in enc.transfers]
-    for row in enc.steps:
-        count = int(row[abi.STEP_COUNT]) * itemsize
-        if row[abi.STEP_RECV_ROW] >= 0:
-            out[int(row[abi.STEP_RECV_ROW])][int(row[abi.STEP_RECV_SEQ])] = count
-        if row[abi.STEP_SEND_ROW] >= 0:
-            out[int(row[abi.STEP_SEND_ROW])][int(row[abi.STEP_SEND_SEQ])] = count
-    return out
+class LaunchArrays:
+    """A launch's tables, connection rows and per-block buffer offsets in device memory,
+    uploaded once per call shape: a call then passes only its buffer and call number."""
+
+    def __init__(self, cupy, enc: abi.EncodedTables, conns: np.ndarray, block_offsets=None):
+        def upload(a: np.ndarray):
+            return cupy.asarray(a.reshape(-1) if a.size else np.zeros(1, np.int64))
+
+        self.encoded = enc
+        self.steps, self.inputs, self.waits = upload(enc.steps), upload(enc.inputs), upload(enc.waits)
+        self.block_start, self.conns = upload(enc.block_start), upload(conns)
+        offsets = np.zeros(enc.nblocks, np.int64) if block_offsets is None else np.asarray(block_offsets, np.int64)
+        self.block_offsets = upload(offsets)
+
+    def launch(self, kernel, buf, progress: int, abort: int, call: int) -> None:
+        """One launch of every block; block b works on ``buf`` from its element offset on."""
+        enc = self.encoded
+        kernel((enc.nblocks,), (THREADS,),
+               (buf, self.block_offsets, self.steps, self.inputs, self.waits, self.block_start, self.conns,
+                np.uint64(progress), np.uint64(abort), np.int64(call), np.int64(enc.window),
+                np.int64(enc.slot_elems)))
 
 
 def interpreter_name(dtype: Optional[str], op, itemsize: int) -> str:
@@ -213,6 +221,9 @@ class DeviceExecutor:
         self._shapes: "collections.OrderedDict[tuple, ShapeMemory]" = collections.OrderedDict()
         self._sharers = _ranks_on_this_gpu(local_comm, routes.bus_id)
         self._broken: Optional[str] = None
+        self._resident: set = set()
+        """(kernel, blocks) pairs that passed the co-residency check: it asks the device's
+        properties, which costs more than the launch, so once per pair, not per call."""
         self.launches = 0
         """Calls run so far (tests, debugging)."""
 
@@ -233,14 +244,14 @@ class DeviceExecutor:
         else:
             self._shapes.move_to_end(key)
         enc = shape.encoded
-        kernel = kernels.get_kernel("interpreter.cu", interpreter_name(dtype, op, buf.dtype.itemsize))
-        check_co_residency(self.cupy, kernel, enc.nblocks, self._sharers)
+        name = interpreter_name(dtype, op, buf.dtype.itemsize)
+        kernel = kernels.get_kernel("interpreter.cu", name)
+        if (name, enc.nblocks) not in self._resident:
+            check_co_residency(self.cupy, kernel, enc.nblocks, self._sharers)
+            self._resident.add((name, enc.nblocks))
         launched = self.proxy.start(shape.edges_of_call(), shape.abort, self.timeout)
         try:
-            kernel((enc.nblocks,), (THREADS,),
-                   (buf, shape.d_steps, shape.d_waits, shape.d_block_start, shape.d_conns, np.uint64(shape.progress),
-                    np.uint64(shape.abort.__array_interface__["data"][0]), np.int64(shape.calls),
-                    np.int64(enc.window), np.int64(enc.slot_elems), np.int32(len(enc.transfers))))
+            shape.launch.launch(kernel, buf, shape.progress, shape.abort.__array_interface__["data"][0], shape.calls)
             # The one event: the launch's end (an aborted launch ends too: the proxy raises the
             # flag past the deadline, and every block returns).
             self.cupy.cuda.get_current_stream().record().synchronize()

@@ -19,9 +19,15 @@ class InterpreterKernel:
 
     def __init__(self, expr):
         m = re.fullmatch(r"blinkflow_interpreter<([a-z_0-9 ]+), (\d)>", expr)
-        if m is None or m.group(1) not in _DTYPES:
+        if m is not None and m.group(1) == "bf_bfloat16":  # the bits of bfloat16, as ml_dtypes computes them
+            from ml_dtypes import bfloat16
+
+            self.dtype = np.dtype(bfloat16)
+        elif m is None or m.group(1) not in _DTYPES:
             raise NotImplementedError(f"fake cupy does not emulate {expr}")
-        self.dtype, self.op = np.dtype(_DTYPES[m.group(1)]), _OPS[int(m.group(2))]
+        else:
+            self.dtype = np.dtype(_DTYPES[m.group(1)])
+        self.op = _OPS[int(m.group(2))]
         self.kernel = type("Function", (), {"ptr": id(self)})()
 
     def __call__(self, grid, block, args, stream=None, **kwargs):
@@ -30,20 +36,28 @@ class InterpreterKernel:
         _streams.launch(lambda: self._run(grid, args), None if stream is None else stream._queue)
 
     def _run(self, grid, args):
+        """Read the launch arrays back from the addresses the kernel gets (their lengths follow
+        from the steps, as the kernel's reads do) and run every block on its buffer."""
         from blinkflow.backends import device_abi as abi
         from blinkflow.backends.device_emulator import run_blocks, view
 
-        buf, steps, waits, block_start, conns, progress, abort, call, window, slot_elems, nconns = args
+        buf, offsets, steps, inputs, waits, block_start, conns, progress, abort, call, window, slot_elems = args
         nblocks = int(grid[0])
         starts = view(_ptr(block_start), nblocks + 1, np.int64).copy()
         table = view(_ptr(steps), int(starts[-1]) * abi.STEP_FIELDS, np.int64).reshape(-1, abi.STEP_FIELDS).copy()
         nwaits = int(max((r[abi.STEP_WAIT_START] + r[abi.STEP_WAIT_COUNT] for r in table), default=0))
-        enc = abi.EncodedTables(steps=table, waits=view(_ptr(waits), 2 * nwaits, np.int64).reshape(-1, 2).copy(),
-                                block_start=starts, transfers=np.zeros(int(nconns), np.int64),
+        ninputs = int(max((r[abi.STEP_RECV_START] + r[abi.STEP_RECV_COUNT] for r in table), default=0))
+        ins = view(_ptr(inputs), 2 * ninputs, np.int64).reshape(-1, 2).copy()
+        nconns = 1 + int(max([r[abi.STEP_SEND_ROW] for r in table] + [int(c) for c in ins[:, 0]], default=-1))
+        enc = abi.EncodedTables(steps=table, inputs=ins,
+                                waits=view(_ptr(waits), 2 * nwaits, np.int64).reshape(-1, 2).copy(),
+                                block_start=starts, transfers=np.zeros(nconns, np.int64),
                                 nrecv=-1, window=int(window), slot_elems=int(slot_elems))
-        rows = view(_ptr(conns), int(nconns) * abi.CONN_FIELDS, np.int64).reshape(-1, abi.CONN_FIELDS).copy()
+        rows = view(_ptr(conns), nconns * abi.CONN_FIELDS, np.int64).reshape(-1, abi.CONN_FIELDS).copy()
         data = view(_ptr(buf), int(np.asarray(buf).size), self.dtype)
-        run_blocks(enc, data, rows, view(int(progress), nblocks, np.int64), view(int(abort), 1, np.int32),
+        offsets = view(_ptr(offsets), nblocks, np.int64)
+        bufs = [data[int(o):] for o in offsets]
+        run_blocks(enc, bufs, rows, view(int(progress), nblocks, np.int64), view(int(abort), 1, np.int32),
                    int(call), self.op)
 
 

@@ -12,6 +12,7 @@ runs the stream's work before it, since the peer that waits on it cannot. ``cuda
 ``cudaIpcCloseMemHandle`` synchronise the device first, as CUDA's do.
 """
 import ctypes
+import os
 import itertools
 import types
 from multiprocessing import shared_memory
@@ -51,7 +52,8 @@ def deviceGetPCIBusId(device):
 
 def getDeviceProperties(device):
     physical = _devices.VISIBLE[_devices.check(device)]
-    return {"name": b"Fake GPU", "totalGlobalMem": 16 << 30, "multiProcessorCount": 4, "pciDomainID": 0,
+    sms = int(os.environ.get("FAKE_CUPY_SMS", "4"))  # an H100's 132 for launches of many blocks
+    return {"name": b"Fake GPU", "totalGlobalMem": 16 << 30, "multiProcessorCount": sms, "pciDomainID": 0,
             "pciBusID": _devices.pci_bus(physical), "pciDeviceID": 0, "uuid": _devices.uuid_of(physical)}
 
 

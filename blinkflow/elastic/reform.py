@@ -1,0 +1,348 @@
+"""Re-forming the job: the one reset of elastic training.
+
+After a loss, every surviving rank calls :func:`reform` (``blinkflow.elastic.run`` does, once
+the collective in flight has raised :class:`~blinkflow.errors.ShutdownError` there):
+
+1. **Retire the old runtime, locally.** Its calls still in flight fail; each of its MPI
+   communicators is *revoked* (ULFM ``MPI_Comm_revoke``), so a survivor still waiting inside one
+   of the old job's collectives, perhaps for a survivor that already left it, returns from it
+   with an error instead of waiting forever; its threads end. Nothing of it is collective, and
+   nothing finalizes MPI.
+2. **Agree on who is left.** ULFM ``MPI_Comm_shrink`` of the old job's communicator: every
+   survivor gets the same communicator of the survivors, in their old order (the agreement is
+   the shrink's own; a rank that dies during it is left out of it as well).
+3. **Check the bound.** Fewer than ``BLINKFLOW_ELASTIC_MIN_NP`` (``blinkrun --min-np``) left:
+   :class:`~blinkflow.errors.TooFewRanksError` on every survivor, naming the ranks lost; the
+   runtime is marked broken, so the process leaves with status 1 at exit and ``mpirun`` ends.
+4. **Start again on the survivors**, as ``init(comm=survivors)`` does: discovery, a fresh plan
+   for exactly the surviving devices (each rank keeps the device it drove, whatever its new
+   rank), the plan agreed by digest, the process sets re-registered with their ranks renumbered.
+   A process set that lost a member cannot be re-formed: ProcessSetError on every survivor
+   names the set and the rank it lost.
+
+Between 2 and 4, once every survivor is past step 1 (the shrink is collective among them), the
+old job's cpu backends and communicators are released: its shared-memory windows (``MPI_Win_free``
+synchronizes the window's ranks; with the lost ones reported failed it returns among the
+survivors), its rings, its communicators. That runs under a deadline (:data:`RELEASE_S`): should
+it not return, the old runtime is left as it is and its mappings stay until the process exits,
+as they do for a job with a cuda backend (whose teardown needs the ranks that are gone).
+
+:func:`reform_on` is the entry for a communicator made elsewhere (ranks added: an
+intercommunicator merged with the newcomers, ``MPI.Intercomm.Merge``): collective over that
+communicator. Ranks of the old job retire their runtime (a clean, collective shutdown among the
+old ranks when nobody was lost, else step 1) and keep their devices; the newcomers, which have
+no runtime yet, take devices nobody holds; all start together on ``comm``. Process sets are
+carried by process: a set's members are found in ``comm`` by their MPI process.
+
+Both return a :class:`Reset` (who left or came, the new size, the all-reduce plan's rate before
+and after), logged as one line on the new rank 0, recorded in the timeline, counted by
+:func:`resets`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..config import get_config
+from ..errors import NotInitializedError, ProcessSetError, ShutdownError, TooFewRanksError
+from ..runtime import lifecycle
+from ..runtime.global_state import RUNTIME
+from ..runtime.log import logger
+
+#: How long a retired runtime's threads get to leave (its communicators are revoked by then, so
+#: only a thread inside a long local computation takes this long; it is a daemon and left behind).
+RETIRE_JOIN_S = 10.0
+#: How long releasing the old job's windows and communicators may take (see the module docstring).
+RELEASE_S = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Reset:
+    """One re-forming of the job, as every rank of the new job sees it."""
+
+    old_size: int
+    new_size: int
+    lost: Tuple[int, ...]
+    """Ranks of the old job that are gone (their old ranks)."""
+    added: int
+    """Ranks that joined (:func:`reform_on` with newcomers)."""
+    old_rank: Optional[int]
+    """This process's rank in the old job (None for a newcomer)."""
+    new_rank: int
+    old_rate_gbps: Optional[float]
+    new_rate_gbps: float
+    """The all-reduce plan's rate (algorithm bandwidth) before and after; None when unknown."""
+    seconds: float
+    """From the start of the reset until the new job was ready, on this rank."""
+
+    def describe(self) -> str:
+        who = []
+        if self.lost:
+            who.append(f"rank{'s' if len(self.lost) > 1 else ''} {', '.join(map(str, self.lost))} left")
+        if self.added:
+            who.append(f"{self.added} rank{'s' if self.added > 1 else ''} joined")
+        rate = f"all-reduce plan {self.new_rate_gbps:.3g} GB/s"
+        if self.old_rate_gbps is not None:
+            rate += f" (was {self.old_rate_gbps:.3g})"
+        return (f"blinkflow elastic reset: {' and '.join(who) or 'the same ranks'}; {self.old_size} -> "
+                f"{self.new_size} ranks; {rate}; {self.seconds:.2f} s")
+
+
+_history: List[Reset] = []
+_unreleased: List[object] = []
+"""Retired engines whose release did not finish in time: kept, with their windows, until exit."""
+
+
+def resets() -> int:
+    """How many times this process's job re-formed (Horovod has no such counter; a user's
+    reset callback can read it)."""
+    return len(_history)
+
+
+def history() -> List[Reset]:
+    """Every reset of this process's job, oldest first."""
+    return list(_history)
+
+
+def reform() -> Reset:
+    """Re-form the job on the ranks that are left (see the module docstring); collective over the
+    survivors. Raises TooFewRanksError below the minimum, ProcessSetError for a set that lost a
+    member; NotInitializedError when no job ever ran here."""
+    started = time.monotonic()
+    engine = _take_engine("blinkflow.elastic.reform")
+    old = _Old.of(engine)
+    _retire(engine)
+    survivors = engine.job.comm.Shrink()
+    _release(engine)
+    RUNTIME.ranks_lost = True
+    return _start(old, survivors, started)
+
+
+def reform_on(comm) -> Reset:
+    """Start the job again on ``comm`` (an intracommunicator holding some or all of the old job's
+    processes and any newcomers); collective over ``comm``. On ranks of the old job the runtime
+    is retired first: with a clean shutdown when it is healthy (collective over the old job's
+    ranks, which must all call this), else locally as after a loss."""
+    started = time.monotonic()
+    engine = RUNTIME.engine or RUNTIME.broken_engine
+    old = _Old.of(engine) if engine is not None and engine.job is not None else None
+    if old is not None:
+        if engine.peer_failed or engine.broken or not engine.alive:
+            _take_engine("blinkflow.elastic.reform_on")
+            _retire(engine)
+            _release(engine)
+        else:
+            lifecycle.shutdown()
+    return _start(old, comm, started)
+
+
+@dataclasses.dataclass
+class _Old:
+    """What the new job needs of the old one on this rank."""
+
+    group: object
+    """The old job's MPI group (its communicator is freed before the new job starts)."""
+    rank: int
+    size: int
+    device: Optional[int]
+    sets: Dict[int, Tuple[int, ...]]
+    rate_gbps: Optional[float]
+    cuda_ordinal: Optional[int]
+    """The CUDA device this process drives (None: none); it keeps it, whatever its new local rank."""
+
+    @classmethod
+    def of(cls, engine) -> "_Old":
+        from ..backends.cuda import device as cuda_device
+
+        job = engine.job
+        sets = dict(engine.sets.ranks_of) if engine.sets is not None else {}
+        sets.pop(0, None)
+        cuda = engine.config.backend != "cpu" and cuda_device.is_available()
+        return cls(group=job.comm.Get_group(), rank=job.rank, size=job.size, device=job.devices[job.rank],
+                   sets=sets, rate_gbps=_allreduce_rate(job),
+                   cuda_ordinal=cuda_device.rank_device(job.layout) if cuda else None)
+
+
+def _take_engine(what: str):
+    with RUNTIME.lock:
+        engine = RUNTIME.engine or RUNTIME.broken_engine
+        if engine is None or engine.job is None:
+            raise NotInitializedError(what)
+        RUNTIME.engine = None
+        RUNTIME.broken_by = RUNTIME.broken_engine = None
+    return engine
+
+
+def _retire(engine) -> None:
+    """Step 1 of the module docstring, on this rank alone."""
+    failure = engine.state.failure or ShutdownError("the job is re-forming after a rank was lost")
+    engine.peer_failed = True  # nobody waits for its threads in MPI any more (stop(), the exit hook)
+    engine.state.fail(failure)
+    if engine.sets is not None:
+        engine.sets.fail_all(failure)
+    for comm in _communicators(engine):
+        _revoke(comm)
+    deadline = time.monotonic() + RETIRE_JOIN_S
+    threads = [engine._thread] + [t.thread for t in (engine.sets.threads.values() if engine.sets else ())]
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    stuck = [t.name for t in threads if t.is_alive()]
+    if stuck:
+        logger.warning("elastic reset: threads %s of the old runtime did not end within %.0f s; left behind",
+                       stuck, RETIRE_JOIN_S)
+    if engine._watchdog is not None:
+        engine._watchdog.stop()
+    if engine._timeline is not None:
+        engine._timeline.close()
+
+
+def _release(engine) -> None:
+    """Free the retired engine's backends (windows, rings) and communicators, under a deadline.
+    Only the cpu backend's teardown is known to end among the survivors; the cuda backend's
+    starts with a barrier over its host's ranks, which a revoked communicator refuses, and the
+    process sets of such a job are left as they are, with their memory."""
+    loops = [engine.loop] + ([t.loop for t in engine.sets.threads.values()] if engine.sets else [])
+    if any(backend.name != "cpu" for loop in loops if loop is not None for backend in loop.backends.values()):
+        _unreleased.append(engine)
+        return
+
+    def release() -> None:
+        for loop in loops:
+            if loop is not None:
+                loop.close_backends()
+                loop.job.free()
+        if engine.side is not None:
+            engine.side.close()
+
+    thread = threading.Thread(target=release, name="blinkflow-elastic-release", daemon=True)
+    thread.start()
+    thread.join(RELEASE_S)
+    if thread.is_alive():
+        logger.warning("elastic reset: the old job's shared memory was not released within %.0f s; it stays "
+                       "mapped until this process exits", RELEASE_S)
+        _unreleased.append(engine)
+
+
+def _communicators(engine) -> List[object]:
+    """Every MPI communicator the engine's threads may wait in: the job's and each process set's
+    (negotiation, and what backends split from them), the side channel's, and those each backend
+    made for itself (found among its attributes and its wire's: backends keep their own)."""
+    from mpi4py import MPI
+
+    loops = [engine.loop] + ([t.loop for t in engine.sets.threads.values()] if engine.sets else [])
+    holders: List[object] = [engine.side]
+    for loop in loops:
+        if loop is None:
+            continue
+        holders.append(loop.job)
+        for backend in loop.backends.values():
+            holders += [backend, getattr(backend, "wire", None)]
+    found: Dict[int, object] = {}
+    for holder in holders:
+        for value in (vars(holder).values() if holder is not None and hasattr(holder, "__dict__") else ()):
+            if isinstance(value, MPI.Comm) and value != MPI.COMM_NULL:
+                found[id(value)] = value
+    return list(found.values())
+
+
+def _revoke(comm) -> None:
+    try:
+        comm.Revoke()
+    except Exception:  # noqa: BLE001 - already revoked or freed: nothing waits in it then
+        pass
+
+
+def _start(old: Optional[_Old], comm, started: float) -> Reset:
+    """Steps 2-4 on ``comm`` (already agreed among its ranks)."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    kept = _old_ranks(old, comm)  # kept[new rank] = old rank, or None for a newcomer
+    # Every rank must learn the old job's facts, newcomers too; the lowest old rank tells them.
+    teller = _first_old(kept)
+    old_size, old_sets, old_rate = comm.bcast((old.size, old.sets, old.rate_gbps) if rank == teller else None,
+                                              root=teller)
+    lost = tuple(sorted(set(range(old_size)) - {r for r in kept if r is not None}))
+    minimum = get_config().elastic_min_np
+    if lost and size < minimum:
+        error = TooFewRanksError(
+            f"blinkflow elastic: rank{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} of the "
+            f"{old_size}-rank job {'are' if len(lost) > 1 else 'is'} gone and {size} rank{'s are' if size > 1 else ' is'} "
+            f"left, fewer than the minimum of {minimum} (blinkrun --min-np, BLINKFLOW_ELASTIC_MIN_NP); the job ends. "
+            "Start it again from its last checkpoint, or lower --min-np", lost=lost, left=size)
+        RUNTIME.remember_broken(None, error)  # leave at exit without MPI_Finalize: ranks are gone
+        raise error
+    sets = _renumbered(old_sets, kept, lost)
+    if old is not None and old.cuda_ordinal is not None:
+        from ..backends.cuda.device import keep_ordinal
+
+        keep_ordinal(old.cuda_ordinal)
+    lifecycle.start(comm, [list(ranks) for ranks in sets], device=old.device if old is not None else None)
+    engine = RUNTIME.engine
+    _renumber_user_sets(old_sets, kept)
+    reset = Reset(old_size=old_size, new_size=size, lost=lost, added=sum(r is None for r in kept),
+                  old_rank=old.rank if old is not None else None, new_rank=rank, old_rate_gbps=old_rate,
+                  new_rate_gbps=_allreduce_rate(engine.job), seconds=time.monotonic() - started)
+    _history.append(reset)
+    if rank == 0:
+        logger.warning(reset.describe())
+    if engine._timeline is not None:
+        engine._timeline.instant("elastic", "ELASTIC_RESET", {"lost": list(lost), "added": reset.added,
+                                                              "size": size, "rate_gbps": reset.new_rate_gbps})
+    return reset
+
+
+def _old_ranks(old: Optional[_Old], comm) -> List[Optional[int]]:
+    """For each rank of ``comm``, its rank in the old job (None: not in it); the same on every
+    rank of ``comm`` (gathered, since a newcomer does not know the old job)."""
+    mine = old.rank if old is not None else None
+    if old is not None:
+        from mpi4py import MPI
+
+        mine = MPI.Group.Translate_ranks(comm.Get_group(), [comm.Get_rank()], old.group)[0]
+        mine = None if mine == MPI.UNDEFINED else mine
+    return comm.allgather(mine)
+
+
+def _first_old(kept: Sequence[Optional[int]]) -> int:
+    for new, old in enumerate(kept):
+        if old is not None:
+            return new
+    return 0
+
+
+def _renumbered(sets: Dict[int, Tuple[int, ...]], kept: Sequence[Optional[int]], lost: Sequence[int]
+                ) -> List[Tuple[int, ...]]:
+    """The old job's process sets (by id) as ranks of the new job, in id order; ProcessSetError
+    for a set that lost a member (or ids that cannot be kept)."""
+    new_of = {old: new for new, old in enumerate(kept) if old is not None}
+    broken = [(set_id, ranks, sorted(set(ranks) & set(lost))) for set_id, ranks in sorted(sets.items())
+              if set(ranks) & set(lost)]
+    if broken:
+        RUNTIME.remember_broken(None, ProcessSetError("process sets lost members"))
+        raise ProcessSetError("blinkflow elastic: " + "; ".join(
+            f"process set {set_id} (ranks {list(ranks)}) lost rank{'s' if len(gone) > 1 else ''} "
+            f"{', '.join(map(str, gone))}" for set_id, ranks, gone in broken)
+            + ": a process set is re-formed only when all its ranks survive. Remove the set before the loss can "
+            "happen, or rebuild it from the survivors yourself (add_process_set in a reset callback)")
+    if sorted(sets) != list(range(1, len(sets) + 1)):
+        RUNTIME.remember_broken(None, ProcessSetError("process set ids with gaps"))
+        raise ProcessSetError(f"blinkflow elastic: process sets with ids {sorted(sets)} cannot keep their ids when the "
+                              "job re-forms (ids must be 1..n, none removed); remove and add them again after the reset")
+    return [tuple(sorted(new_of[r] for r in sets[set_id])) for set_id in sorted(sets)]
+
+
+def _renumber_user_sets(old_sets: Dict[int, Tuple[int, ...]], kept: Sequence[Optional[int]]) -> None:
+    from ..runtime.process_sets import known_sets
+
+    new_of = {old: new for new, old in enumerate(kept) if old is not None}
+    for process_set in known_sets():
+        if process_set.process_set_id in old_sets and process_set.ranks is not None:
+            process_set.ranks = sorted(new_of[r] for r in process_set.ranks if r in new_of)
+
+
+def _allreduce_rate(job) -> Optional[float]:
+    try:
+        return float(job.plans.get("allreduce").rate_gbps)
+    except Exception:  # noqa: BLE001 - a rate is for the log line only
+        return None

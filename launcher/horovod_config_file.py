@@ -1,0 +1,160 @@
+"""``--config-file F``: Horovod's YAML parameter file, read as the flags it stands for.
+
+Horovod's file is two levels of ``key: value`` (a section, then its settings), e.g.::
+
+    params:
+      fusion_threshold_mb: 32
+      cycle_time_ms: 2
+    timeline:
+      filename: /tmp/timeline.json
+    stall_check:
+      enabled: true
+      warning_time_seconds: 60
+
+Each setting is turned into the horovodrun flag it stands for (:data:`KEYS`), so the file goes
+through the same table as the command line (horovod_flags.py) and a refused setting is refused
+with the same hint. blinkflow depends on no YAML library; :func:`parse` reads this block-mapping
+subset of YAML (scalars: numbers, ``true``/``false``, plain or quoted strings) and names the line
+of anything else.
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Tuple, Union
+
+from blinkflow.errors import ConfigError
+
+Scalar = Union[str, int, float, bool, None]
+
+#: (section, key) -> flag for a value, or (flag if true, flag if false) for a boolean.
+KEYS: Dict[Tuple[str, str], Union[str, Tuple[str, str]]] = {
+    ("params", "fusion_threshold_mb"): "--fusion-threshold-mb",
+    ("params", "cycle_time_ms"): "--cycle-time-ms",
+    ("params", "cache_capacity"): "--cache-capacity",
+    ("params", "hierarchical_allreduce"): ("--hierarchical-allreduce", "--no-hierarchical-allreduce"),
+    ("params", "hierarchical_allgather"): ("--hierarchical-allgather", "--no-hierarchical-allgather"),
+    ("params", "torus_allreduce"): ("--torus-allreduce", "--no-torus-allreduce"),
+    ("autotune", "enabled"): ("--autotune", "--no-autotune"),
+    ("autotune", "log_file"): "--autotune-log-file",
+    ("autotune", "warmup_samples"): "--autotune-warmup-samples",
+    ("autotune", "steps_per_sample"): "--autotune-steps-per-sample",
+    ("autotune", "bayes_opt_max_samples"): "--autotune-bayes-opt-max-samples",
+    ("autotune", "gaussian_process_noise"): "--autotune-gaussian-process-noise",
+    ("timeline", "filename"): "--timeline-filename",
+    ("timeline", "mark_cycles"): ("--timeline-mark-cycles", "--no-timeline-mark-cycles"),
+    ("stall_check", "enabled"): ("--stall-check", "--no-stall-check"),
+    ("stall_check", "warning_time_seconds"): "--stall-check-warning-time-seconds",
+    ("stall_check", "shutdown_time_seconds"): "--stall-check-shutdown-time-seconds",
+    ("library_options", "mpi_threads_disable"): ("--mpi-threads-disable", "--no-mpi-threads-disable"),
+    ("library_options", "num_nccl_streams"): "--num-nccl-streams",
+    ("library_options", "thread_affinity"): "--thread-affinity",
+    ("library_options", "gloo_timeout_seconds"): "--gloo-timeout-seconds",
+    ("logging", "level"): "--log-level",
+    ("logging", "with_timestamp"): ("--log-with-timestamp", "--log-without-timestamp"),
+}
+CONTROLLERS = {"mpi": "--mpi", "gloo": "--gloo"}
+
+_KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*:(?:\s+(?P<value>.*))?$")
+
+
+def _strip_comment(line: str) -> str:
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1] in " \t"):
+            return line[:i]
+    return line
+
+
+def _scalar(text: str, where: str) -> Scalar:
+    if text[:1] in "'\"":
+        if len(text) < 2 or text[-1] != text[0]:
+            raise ConfigError(f"{where}: unterminated quoted string {text!r}")
+        return text[1:-1]
+    if text[:1] in "[{|>&*!":
+        raise ConfigError(f"{where}: {text!r} is YAML blinkrun does not read here; Horovod's config file "
+                          "holds plain values (numbers, true/false, strings)")
+    lowered = text.lower()
+    if lowered in ("true", "yes", "on"):
+        return True
+    if lowered in ("false", "no", "off"):
+        return False
+    if lowered in ("null", "~", ""):
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse(text: str, filename: str) -> Dict[str, Dict[str, Scalar]]:
+    """The file's sections and their settings; top-level plain values are kept under ``""``."""
+    sections: Dict[str, Dict[str, Scalar]] = {"": {}}
+    section = None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        where = f"{filename}:{number}"
+        line = _strip_comment(raw.replace("\t", "    ")).rstrip()
+        if not line.strip() or line.strip() in ("---", "..."):
+            continue
+        match = _KEY.match(line)
+        if not match:
+            raise ConfigError(f"{where}: expected 'key: value', got {raw.strip()!r}")
+        key, value = match.group("key"), (match.group("value") or "").strip()
+        if not match.group("indent"):
+            if value:
+                sections[""][key] = _scalar(value, where)
+                section = None
+            else:
+                section = key
+                sections.setdefault(key, {})
+        elif section is None:
+            raise ConfigError(f"{where}: {key!r} is indented but follows no section")
+        else:
+            sections[section][key] = _scalar(value, where)
+    return sections
+
+
+def flags_from_config(sections: Dict[str, Dict[str, Scalar]], filename: str) -> List[Tuple[str, Scalar, str]]:
+    """``(flag, value, where)`` per setting: value None for a switch; ``where`` names the setting."""
+    out = []
+    for key, value in sections.get("", {}).items():
+        if key != "controller":
+            raise ConfigError(f"{filename}: unknown setting {key!r} (Horovod's config file has 'controller' "
+                              f"and the sections {', '.join(sorted({s for s, _ in KEYS}))})")
+        flag = CONTROLLERS.get(str(value).lower())
+        if flag is None:
+            raise ConfigError(f"{filename}: controller {value!r}: expected mpi or gloo")
+        out.append((flag, None, f"{filename}: controller"))
+    for section, settings in sections.items():
+        if not section:
+            continue
+        for key, value in settings.items():
+            where = f"{filename}: {section}.{key}"
+            flag = KEYS.get((section, key))
+            if flag is None:
+                raise ConfigError(f"{where} is not one of Horovod's settings")
+            if value is None:
+                continue
+            if isinstance(flag, tuple):
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{where}: expected true or false, got {value!r}")
+                out.append((flag[0] if value else flag[1], None, where))
+            else:
+                out.append((flag, value, where))
+    return out
+
+
+def read(path: str) -> List[Tuple[str, Scalar, str]]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ConfigError(f"cannot read --config-file {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"--config-file {path} is not UTF-8 text") from None
+    return flags_from_config(parse(text, path), path)

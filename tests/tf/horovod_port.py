@@ -1,0 +1,110 @@
+"""The whole port of a Horovod TF2 script to blinkflow, as a function on its text.
+
+:func:`port` changes the import lines (``horovod`` becomes ``blinkflow``; ``import horovod``
+becomes ``import blinkflow as horovod``) and drops one Keras 2 spelling that Keras 3 itself
+removed: ``experimental_run_tf_function=...`` in ``model.compile`` (the README lists it). Nothing
+else: every changed line is reported, so a test can hold the port to exactly that.
+
+:func:`run_ported` runs a script ported so, as ``__main__``, with two things a test needs and
+that leave the script's text alone: MNIST generated where Keras would download it
+(``keras.datasets.mnist.load_data``), and optionally fewer steps and epochs (``tf.data``'s
+``take`` and ``fit``'s ``epochs``/``steps_per_epoch`` capped), as the CPU suite cannot afford
+Horovod's 24 epochs.
+
+``python horovod_port.py STEPS EPOCHS script.py [args...]`` (STEPS 0: no cap) runs it under mpirun.
+"""
+import os
+import re
+import sys
+from typing import List, Tuple
+
+_IMPORT = re.compile(r"^(\s*)import horovod((?:\.[\w.]+)?)(\s+as\s+\w+)?(\s*(?:#.*)?)$")
+_FROM = re.compile(r"^(\s*)from horovod((?:\.[\w.]+)?) import ")
+_RUN_TF_FUNCTION = re.compile(r",\s*experimental_run_tf_function\s*=\s*\w+")
+
+
+def port(text: str) -> Tuple[str, List[Tuple[int, str, str]]]:
+    """(ported text, [(line number, before, after)] of each changed line)."""
+    lines = text.split("\n")
+    changes = []
+    for i, line in enumerate(lines):
+        new = _port_line(line)
+        if new != line:
+            changes.append((i + 1, line, new))
+            lines[i] = new
+    ported = "\n".join(lines)
+    # A compile call's keyword may sit on a line of its own: drop it from the joined text, then
+    # record the lines that changed.
+    dropped = _RUN_TF_FUNCTION.sub("", ported)
+    if dropped != ported:
+        before, after = ported.split("\n"), dropped.split("\n")
+        changes += _line_changes(before, after)
+        ported = dropped
+    return ported, sorted(changes)
+
+
+def _port_line(line: str) -> str:
+    m = _IMPORT.match(line)
+    if m:
+        indent, sub, alias, tail = m.groups()
+        return f"{indent}import blinkflow{sub}{alias or ' as horovod' * (not sub)}{tail}"
+    m = _FROM.match(line)
+    if m:
+        return _FROM.sub(lambda g: f"{g.group(1)}from blinkflow{g.group(2)} import ", line, count=1)
+    return line
+
+
+def _line_changes(before: List[str], after: List[str]) -> List[Tuple[int, str, str]]:
+    """Changed lines between two texts that differ only by deletions within or of whole lines."""
+    import difflib
+
+    out = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes():
+        if tag != "equal":
+            out.append((i1 + 1, "\n".join(before[i1:i2]), "\n".join(after[j1:j2])))
+    return out
+
+
+def generated_mnist(path=None):
+    """``keras.datasets.mnist.load_data``'s shapes and types, made from scikit-learn's digits."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "..", "examples", "horovod"))
+    import mnist_data
+
+    return mnist_data.load_data(path)
+
+
+def run_ported(script: str, argv: List[str], steps: int = 0, epochs: int = 0) -> None:
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(2)
+    import keras
+
+    keras.datasets.mnist.load_data = generated_mnist
+    if steps:
+        take = tf.data.Dataset.take
+        tf.data.Dataset.take = lambda self, count, name=None: take(self, min(int(count), steps), name=name)
+        fit = keras.Model.fit
+
+        def capped_fit(self, *args, **kwargs):
+            kwargs["epochs"] = min(kwargs.get("epochs", 1), epochs or 1)
+            if kwargs.get("steps_per_epoch"):
+                kwargs["steps_per_epoch"] = min(kwargs["steps_per_epoch"], steps)
+            return fit(self, *args, **kwargs)
+
+        keras.Model.fit = capped_fit
+    with open(script) as f:
+        ported, _ = port(f.read())
+    sys.argv = [script] + list(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    code = compile(ported, script, "exec")
+    exec(code, {"__name__": "__main__", "__file__": script})
+
+
+if __name__ == "__main__":
+    run_ported(sys.argv[3], sys.argv[4:], steps=int(sys.argv[1]), epochs=int(sys.argv[2]))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from harness import done
+
+    done(int(os.environ["OMPI_COMM_WORLD_RANK"]))  # the script may have finalised MPI
