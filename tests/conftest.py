@@ -67,6 +67,7 @@ def launch_group(module: str, function: str, params) -> str:
     return f"{module}.{function}:" + text.translate(str.maketrans("[]@", "()_"))
 
 
+@pytest.hookimpl(tryfirst=True)   # before pytest-xdist's worker reports its collection
 def pytest_collection_finish(session):
     """The first worker writes every grouped test's group, by test id, for the scheduler."""
     workerinput = getattr(session.config, "workerinput", None)
@@ -97,8 +98,7 @@ def pytest_xdist_make_scheduler(config, log):
 
         def _split_scope(self, nodeid):
             if self._groups is None:
-                with open(os.environ["TESTS_XDIST_GROUPS"]) as f:
-                    self._groups = json.load(f)
+                self._groups = _recorded_groups(os.environ["TESTS_XDIST_GROUPS"])
             if nodeid in self._groups:
                 return "group:" + self._groups[nodeid]
             if nodeid.rfind("@") > nodeid.rfind("]"):   # a pytest-xdist that can set the suffix
@@ -106,3 +106,18 @@ def pytest_xdist_make_scheduler(config, log):
             return nodeid
 
     return RecordedGroupScheduling(config, log)
+
+
+def _recorded_groups(path, wait_s=60.0):
+    """The groups the first worker wrote (it writes them before it reports its collection, so
+    they are there; a moment's wait covers a slow file system). None found: no groups."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except OSError:
+        return {}
