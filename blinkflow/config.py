@@ -100,6 +100,10 @@ class Config:
     """1: prove every new call shape's schedule before it first runs (its collective's
     postcondition by symbolic execution, and that the device executor's tables cannot
     deadlock); on in the test suite. 0: only the structural checks."""
+    check_cache: Optional[str] = None
+    """A folder where ``check_schedules`` remembers, by digest, the schedules it proved, so the
+    processes that share it prove each schedule once (the test suite names a temporary folder
+    per session); None: every process proves every new call shape."""
     autotune: int = 0
     """1: search the fusion threshold and the cycle time online while the job runs and keep the
     best (:mod:`blinkflow.runtime.autotune`; Horovod's ``HOROVOD_AUTOTUNE``); 0: use the values set."""

@@ -1,11 +1,35 @@
 """Shared test fixtures. Tests import the installed package (``make test`` installs it)."""
+import json
 import os
 import pathlib
+import shutil
+import tempfile
 
 import pytest
 
-# Every new call shape of every test (and of the ranks it launches) is proven before it runs.
+# Every new call shape of every test (and of the ranks it launches) is proven before it runs,
+# once per session: the launches prove the same schedules again and again, so they share their
+# proofs in one folder (blinkflow/schedule/proofs.py), made by the first process that loads this
+# file (pytest-xdist's workers inherit it from the controller) and removed by it at the end.
 os.environ.setdefault("BLINKFLOW_CHECK_SCHEDULES", "1")
+_OWN_PROOFS = "BLINKFLOW_CHECK_CACHE" not in os.environ
+if _OWN_PROOFS:
+    os.environ["BLINKFLOW_CHECK_CACHE"] = tempfile.mkdtemp(prefix="blinkflow-proofs-")
+
+
+# The session's groups of tests (below): a file the first worker writes and the scheduler reads.
+_OWN_GROUPS = "TESTS_XDIST_GROUPS" not in os.environ
+if _OWN_GROUPS:
+    os.environ["TESTS_XDIST_GROUPS"] = os.path.join(tempfile.mkdtemp(prefix="blinkflow-groups-"), "groups.json")
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput"):
+        if _OWN_PROOFS:
+            shutil.rmtree(os.environ["BLINKFLOW_CHECK_CACHE"], ignore_errors=True)
+        if _OWN_GROUPS:
+            shutil.rmtree(os.path.dirname(os.environ["TESTS_XDIST_GROUPS"]), ignore_errors=True)
+
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
 
@@ -30,5 +54,70 @@ def pytest_collection_modifyitems(config, items):
         callspec = getattr(item, "callspec", None)
         if callspec is None or "case" not in callspec.params or item.get_closest_marker("xdist_group"):
             continue
-        others = sorted((k, str(v)) for k, v in callspec.params.items() if k != "case")
-        item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}.{item.originalname}{others}"))
+        others = {k: v for k, v in callspec.params.items() if k != "case"}
+        item.add_marker(pytest.mark.xdist_group(launch_group(item.module.__name__, item.originalname, others)))
+
+
+def launch_group(module: str, function: str, params) -> str:
+    """The xdist group of the tests of one launch: one name per set of parameters. pytest-xdist
+    reads a test's group from its id's text after the last ``@`` only when no ``]`` follows it,
+    and otherwise schedules the test alone (each worker then runs the launch itself): the name
+    holds neither."""
+    text = ",".join(f"{k}={params[k]}" for k in sorted(params))
+    return f"{module}.{function}:" + text.translate(str.maketrans("[]@", "()_"))
+
+
+@pytest.hookimpl(tryfirst=True)   # before pytest-xdist's worker reports its collection
+def pytest_collection_finish(session):
+    """The first worker writes every grouped test's group, by test id, for the scheduler."""
+    workerinput = getattr(session.config, "workerinput", None)
+    if workerinput is None or workerinput.get("workerid") != "gw0":
+        return
+    groups = {}
+    for item in session.items:
+        names = sorted({str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args})
+        if names:
+            groups[item.nodeid] = "_".join(names)
+    path = os.environ["TESTS_XDIST_GROUPS"]
+    with open(path + ".tmp", "w") as f:
+        json.dump(groups, f)
+    os.replace(path + ".tmp", path)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` that groups by the groups the workers recorded. pytest-xdist finds a
+    test's group in a suffix it appends to the test's id, which pytest 9 no longer lets it set
+    (ids are derived): every test then ran alone, and both workers ran the launch of most
+    case scripts."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler.loadscope import LoadScopeScheduling
+
+    class RecordedGroupScheduling(LoadScopeScheduling):
+        _groups = None
+
+        def _split_scope(self, nodeid):
+            if self._groups is None:
+                self._groups = _recorded_groups(os.environ["TESTS_XDIST_GROUPS"])
+            if nodeid in self._groups:
+                return "group:" + self._groups[nodeid]
+            if nodeid.rfind("@") > nodeid.rfind("]"):   # a pytest-xdist that can set the suffix
+                return nodeid.split("@")[-1]
+            return nodeid
+
+    return RecordedGroupScheduling(config, log)
+
+
+def _recorded_groups(path, wait_s=60.0):
+    """The groups the first worker wrote (it writes them before it reports its collection, so
+    they are there; a moment's wait covers a slow file system). None found: no groups."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except OSError:
+        return {}

@@ -9,9 +9,11 @@ cannot show green). Each rank prints one record per case and, once every case ra
 completion marker; scripts that are not split into cases print the marker with :func:`done`.
 
 The pytest side launches a script once per configuration (:func:`launch`, memoised, so one
-mpirun launch and one TensorFlow import serve every case of it) and reports each case as its own
-test (:meth:`Launch.expect`): passed on every rank, skipped (with the reason) on every rank, or
-failed, with the failing ranks' tracebacks.
+mpirun launch serves every case of it) and reports each case as its own test
+(:meth:`Launch.expect`): passed on every rank, skipped (with the reason) on every rank, or
+failed, with the failing ranks' tracebacks. :func:`launch_scripts` runs the cases of several
+scripts in one job, every rank importing them into one process (:func:`run_scripts`), so what
+they import, TensorFlow above all, is imported once per rank.
 
 :func:`close` is the one float comparison rule: the rounding bound a reduction can do.
 
@@ -107,26 +109,74 @@ def case_functions(namespace: Mapping[str, object], only: Sequence[str] = ()) ->
 
 
 def run_cases(namespace: Mapping[str, object], rank: int, size: int, only: Sequence[str] = (),
-              stop: Callable[[], None] = abort_job) -> None:
+              stop: Callable[[], None] = abort_job, prefix: str = "", finish: bool = True) -> None:
     """Run every case of ``namespace`` (a module's globals), or those named in ``only``, in order,
-    printing one record per case; after a failure, ``stop()`` (by default: end the whole job).
-    Prints the completion marker when every case ran."""
+    printing one record per case (named ``prefix`` + its name); after a failure, ``stop()`` (by
+    default: end the whole job). Prints the completion marker when every case ran (``finish``)."""
     for name, fn in case_functions(namespace, only):
         line = returns_early(fn)
         if line is not None:
-            record(name, rank, FAIL, f"case_{name} returns early (line {line}): a case that does not apply "
-                                     "calls skip(reason), so the harness reports it skipped")
+            record(prefix + name, rank, FAIL, f"case_{name} returns early (line {line}): a case that does not "
+                                              "apply calls skip(reason), so the harness reports it skipped")
             stop()
             continue
         try:
             fn(rank, size)
         except Skip as e:
-            record(name, rank, SKIP, str(e))
+            record(prefix + name, rank, SKIP, str(e))
         except BaseException:  # noqa: BLE001 - any failure, reported with its traceback
-            record(name, rank, FAIL, traceback.format_exc())
+            record(prefix + name, rank, FAIL, traceback.format_exc())
             stop()
         else:
-            record(name, rank, PASS)
+            record(prefix + name, rank, PASS)
+    if finish:
+        done(rank)
+
+
+def job_rank_size() -> Tuple[int, int]:
+    """This process's rank and the job's size, from the launcher's environment: known before MPI
+    starts, so a case script may start it its own way (``blinkflow.init``, a process set)."""
+    for rank, size in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")):
+        if rank in os.environ and size in os.environ:
+            return int(os.environ[rank]), int(os.environ[size])
+    return 0, 1
+
+
+def split_spec(spec: str) -> Tuple[str, List[str]]:
+    """``"path/x_script.py:a,b"`` -> (the script, the cases it runs: here a and b; none named: all)."""
+    path, _, cases = spec.partition(":")
+    return path, [c for c in cases.split(",") if c]
+
+
+def script_stem(path: str) -> str:
+    """The name a script's cases carry in a launch of several scripts: ``<stem>.<case>``."""
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def run_scripts(specs: Sequence[str], rank: int, size: int, stop: Callable[[], None] = abort_job) -> None:
+    """Import each case script of ``specs`` (``path`` or ``path:case,case``) in this one process
+    and run its cases in order, each named ``<stem>.<case>``; then the completion marker. One
+    process serves them all: what they import (TensorFlow: seconds per rank) is imported once.
+    A script whose import fails fails its first case (the job then ends there)."""
+    import importlib.util
+
+    for spec in specs:
+        path, only = split_spec(spec)
+        stem = script_stem(path)
+        directory = os.path.dirname(os.path.abspath(path))
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
+        try:
+            module_spec = importlib.util.spec_from_file_location(stem, path)
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[stem] = module
+            module_spec.loader.exec_module(module)
+        except BaseException:  # noqa: BLE001 - reported as the first case's failure
+            first = (only or case_names(path) or ["import"])[0]
+            record(f"{stem}.{first}", rank, FAIL, f"importing {path} failed:\n{traceback.format_exc()}")
+            stop()
+            continue
+        run_cases(vars(module), rank, size, only, stop, prefix=f"{stem}.", finish=False)
     done(rank)
 
 
@@ -360,6 +410,20 @@ class Launch:
 
 
 _LAUNCHES: Dict[tuple, Launch] = {}
+#: The program :func:`launch_scripts` runs on every rank: :func:`run_scripts` over its arguments.
+SCRIPTS_RUNNER = os.path.join(TESTS, "run_case_scripts.py")
+
+
+def _launch(key: tuple, n: int, argv: Sequence[str], order: List[str], env: Optional[Mapping[str, str]],
+            timeout: float, mpi_options: Sequence[str]) -> Launch:
+    if key not in _LAUNCHES:
+        try:
+            proc = run_ranks(n, list(argv), env=env, timeout=timeout, check=False, mpi_options=mpi_options)
+            result = Launch(n, proc.stdout, proc.stderr, proc.returncode, order)
+        except LaunchTimeout as e:
+            result = Launch(n, e.stdout, e.stderr, None, order)
+        _LAUNCHES[key] = result
+    return _LAUNCHES[key]
 
 
 def launch(n: int, script: str, args: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
@@ -367,13 +431,23 @@ def launch(n: int, script: str, args: Sequence[str] = (), env: Optional[Mapping[
     """Run ``script`` (its ``cases``, or all) once on ``n`` ranks and remember the outcome: every
     test of one of its cases reads the same launch."""
     key = (n, script, tuple(args), tuple(sorted((env or {}).items())), tuple(cases), tuple(mpi_options))
-    if key not in _LAUNCHES:
-        order = [name for name in case_names(script) if not cases or name in cases]   # as run_cases runs them
-        try:
-            proc = run_ranks(n, [sys.executable, script, *args, *cases], env=env, timeout=timeout, check=False,
-                             mpi_options=mpi_options)
-            result = Launch(n, proc.stdout, proc.stderr, proc.returncode, order)
-        except LaunchTimeout as e:
-            result = Launch(n, e.stdout, e.stderr, None, order)
-        _LAUNCHES[key] = result
-    return _LAUNCHES[key]
+    order = [name for name in case_names(script) if not cases or name in cases]   # as run_cases runs them
+    return _launch(key, n, [sys.executable, script, *args, *cases], order, env, timeout, mpi_options)
+
+
+def scripts_order(specs: Sequence[str]) -> List[str]:
+    """The cases a launch of ``specs`` runs, as :func:`run_scripts` names and orders them."""
+    order = []
+    for spec in specs:
+        path, only = split_spec(spec)
+        order += [f"{script_stem(path)}.{name}" for name in case_names(path) if not only or name in only]
+    return order
+
+
+def launch_scripts(n: int, specs: Sequence[str], env: Optional[Mapping[str, str]] = None,
+                   timeout: float = DEFAULT_TIMEOUT) -> Launch:
+    """Run several case scripts (``path`` or ``path:case,case``) in one job on ``n`` ranks, one
+    process per rank for all of them, and remember the outcome; read case ``c`` of
+    ``x_script.py`` as ``"x_script.c"``."""
+    key = ("scripts", n, tuple(specs), tuple(sorted((env or {}).items())))
+    return _launch(key, n, [sys.executable, SCRIPTS_RUNNER, *specs], scripts_order(specs), env, timeout, ())

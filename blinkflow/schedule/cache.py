@@ -7,7 +7,8 @@ Every schedule passes :meth:`~.ir.Schedule.validate` (ranges, matched transfers,
 when it is made, before its first run: a malformed schedule is a typed error on every rank
 (they all make the same one), never a deadlock. The collective's postcondition is proven
 separately by the symbolic checker, together with the device executor's deadlock-freedom,
-on every new call shape when the caller asks (``BLINKFLOW_CHECK_SCHEDULES=1``, on in the tests).
+on every new call shape when the caller asks (``BLINKFLOW_CHECK_SCHEDULES=1``, on in the tests;
+:mod:`.proofs`).
 """
 from __future__ import annotations
 
@@ -20,13 +21,6 @@ from .program import RankProgram, compile_program
 
 #: Call shapes remembered (a training step has a handful; evaluation and checkpoints a few more).
 CAPACITY = 64
-#: Most steps (all devices together) of a schedule whose postcondition ``check`` proves
-#: symbolically: that proof costs about a millisecond per hundred steps on every rank, and a large
-#: buffer in small chunks (the tests' 40 MiB in 4 KiB chunks: 10^5 steps) is the same plan, proven
-#: at the sizes below this, cut finer. The device tables' deadlock check has no such limit: it is
-#: event-driven (linear in the steps) and runs on every shape.
-CHECK_STEP_LIMIT = 20_000
-
 ScheduleFor = Callable[..., Schedule]
 """``schedule_for(collective, root_device, nelems, chunk_elems, shard_counts=None) -> Schedule``
 (``shard_counts`` maps every device to its shard's element count, for all-gather and
@@ -39,7 +33,7 @@ class Programs:
 
     def __init__(self, plan_for: Callable[..., Any], devices: Sequence[int], rank: int, fuse_inputs: int = 1,
                  schedule_for: Optional[ScheduleFor] = None, capacity: int = CAPACITY, check: bool = False,
-                 window: int = 1):
+                 window: int = 1, proven: Optional[str] = None):
         self.plan_for = plan_for
         self.devices = tuple(devices)
         self.rank = rank
@@ -51,6 +45,8 @@ class Programs:
         """Prove every new schedule (postcondition, and deadlock-freedom of its device tables with
         ``window`` slots per connection) before its first run."""
         self.window = window
+        self.proven = proven
+        """A folder of schedules proven before (``BLINKFLOW_CHECK_CACHE``, :mod:`.proofs`), or None."""
         self._cache: "collections.OrderedDict[tuple, RankProgram]" = collections.OrderedDict()
 
     def get(self, collective: str, nelems: int, chunk_elems: int, root: Optional[int] = None,
@@ -82,10 +78,7 @@ class Programs:
             schedule = lower(plan, nelems, chunk_elems, shard_counts=shards)
         schedule.validate()
         if self.check:
-            from .deadlock import check_schedule
-            from .symbolic import check
+            from .proofs import prove
 
-            if sum(len(steps) for _, steps in schedule.programs) <= CHECK_STEP_LIMIT:
-                check(schedule)
-            check_schedule(schedule, self.window, self.fuse_inputs, self.rank_of)
+            prove(schedule, self.window, self.fuse_inputs, self.rank_of, self.proven)
         return schedule

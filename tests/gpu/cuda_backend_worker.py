@@ -1,6 +1,7 @@
-"""Run under mpirun by test_cuda_backend.py: CudaBackend on N ranks sharing the GPUs here.
+"""CudaBackend on N ranks sharing the GPUs here (tests/gpu/test_cuda_backend.py), or on the fake
+CuPy (tests/mpi/test_cuda_backend_fake_cupy.py). A case script of the harness (tests/harness.py).
 
-argv: SCHEDULE HOSTS [ALGORITHM]   (ALGORITHM: auto (the policy's choice: the runner),
+argv: SCHEDULE HOSTS ALGORITHM [CASE ...]   (ALGORITHM: auto (the policy's choice: the runner),
 device or runner, as BLINKFLOW_ALGORITHM; SCHEDULE "chain" = hand-made chain schedules across all ranks (and
 one-hop all-gather / reduce-scatter), "plan" = the planner's lowered trees for the first GPUs
 of each host of an HGX H100 (cluster); HOSTS > 1 splits the ranks into that many pretend hosts:
@@ -11,6 +12,7 @@ would change the chunk, which every rank must still agree on.)
 Every rank derives every rank's input from a seed, so each checks the result against numpy
 itself; then all ranks compare result digests to prove they are bitwise identical.
 """
+import functools
 import hashlib
 import sys
 
@@ -25,9 +27,10 @@ from blinkflow.errors import PlanError
 from blinkflow.ops import ReduceOp
 from blinkflow.schedule.shapes import (chain_allreduce_schedule, chain_broadcast_schedule, direct_allgather_schedule,
                                        direct_reducescatter_schedule)
+from harness import run_cases, skip
 
 SCHEDULE, HOSTS_ARG = sys.argv[1], sys.argv[2]
-ALGORITHM = sys.argv[3] if len(sys.argv) > 3 else "auto"
+ALGORITHM = sys.argv[3]
 comm = MPI.COMM_WORLD
 n, me = comm.size, comm.rank
 SIZES = [int(s) for s in HOSTS_ARG.split("+")] if "+" in HOSTS_ARG else [n // int(HOSTS_ARG)] * int(HOSTS_ARG)
@@ -69,7 +72,9 @@ def chain_schedule_for(collective, root_device, nelems, chunk_elems, shard_count
     raise PlanError(f"no hand-made schedule for {collective}")
 
 
-def make_backend():
+@functools.lru_cache(maxsize=None)
+def backend():
+    """The backend every case uses, made by the first (a failure to make it ends the job)."""
     config = Config(chunk_bytes=CHUNK_BYTES, algorithm=ALGORITHM)
     ctx = BackendContext(comm=comm, local_comm=local, cross_comm=cross, layout=LAYOUT, topology=None,
                          plan_for=None, config=config)
@@ -96,79 +101,103 @@ def inputs(seed, dtype, size, op):
 
 
 FN = {ReduceOp.SUM: np.add, ReduceOp.MIN: np.minimum, ReduceOp.MAX: np.maximum, ReduceOp.PRODUCT: np.multiply}
-failures = []
+ALGORITHMS = set()  # what the policy chose for the all-reduces (one rank runs none)
 
 
 def check(name, got, want):
+    """Equal to the numpy reference (integers and sums of small whole numbers: exactly), and
+    the same bytes on every rank (but for results that differ by rank, named "per-rank")."""
     if not np.array_equal(got, want):
         bad = np.flatnonzero(got != want)[:5]
-        failures.append(f"rank {me}: {name}: first mismatches at {bad.tolist()}: got {got[bad]} want {want[bad]}")
+        raise AssertionError(f"{name}: first mismatches at {bad.tolist()}: got {got[bad]} want {want[bad]}")
     digest = hashlib.sha256(got.tobytes()).hexdigest()
-    if len(set(comm.allgather(digest))) != 1 and "per-rank" not in name:
-        failures.append(f"rank {me}: {name}: results differ across ranks")
+    assert len(set(comm.allgather(digest))) == 1 or "per-rank" in name, f"{name}: results differ across ranks"
 
 
-backend = make_backend()
-algorithms = set()  # what the policy chose for the all-reduces (one rank runs none)
-sizes = [1, n - 1 if n > 1 else 1, 1000, 3 * 4096 + 17, 100003]
-for call, (dtype, op) in enumerate([(d, o) for d in ("float32", "float16", "float64", "int32", "int64", "uint8")
-                                     for o in FN]):
-    for size in sizes:
-        seed = lambda r: hash((call, size, r)) % 2**32  # noqa: E731
-        host = [inputs(seed(r), dtype, size, op) for r in range(n)]
-        want = host[0].copy()
-        for h in host[1:]:
-            want = FN[op](want, h)
-        buf = cupy.asarray(host[me])
-        backend.allreduce(buf, op)
-        if backend.last_choice is not None:
-            algorithms.add(backend.last_choice.algorithm)
-        check(f"allreduce {dtype} {op.name} size {size}", cupy.asnumpy(buf), want)
+def case_allreduce_of_every_dtype_op_and_size(rank, size):
+    sizes = [1, n - 1 if n > 1 else 1, 1000, 3 * 4096 + 17, 100003]
+    for call, (dtype, op) in enumerate([(d, o) for d in ("float32", "float16", "float64", "int32", "int64", "uint8")
+                                         for o in FN]):
+        for nelems in sizes:
+            seed = lambda r: hash((call, nelems, r)) % 2**32  # noqa: E731
+            host = [inputs(seed(r), dtype, nelems, op) for r in range(n)]
+            want = host[0].copy()
+            for h in host[1:]:
+                want = FN[op](want, h)
+            buf = cupy.asarray(host[me])
+            backend().allreduce(buf, op)
+            if backend().last_choice is not None:
+                ALGORITHMS.add(backend().last_choice.algorithm)
+            check(f"allreduce {dtype} {op.name} size {nelems}", cupy.asnumpy(buf), want)
 
-# Average = Sum + scale, as the runtime does it.
-buf = cupy.asarray(inputs(7 + me, "float32", 5000, ReduceOp.SUM))
-want = sum(inputs(7 + r, "float32", 5000, ReduceOp.SUM) for r in range(n)).astype(np.float32)
-backend.allreduce(buf, ReduceOp.AVERAGE)
-backend.scale(buf, 1.0 / n)
-check("average", cupy.asnumpy(buf), want * np.float32(1.0 / n))
 
-# The fusion buffer comes from the backend; reuse it across sizes.
-for size in (10, 70000, 20):
-    fused = backend.buffer(size, np.float32)
-    fused[...] = cupy.asarray(inputs(11 + me, "float32", size, ReduceOp.SUM))
-    backend.allreduce(fused, ReduceOp.SUM)
-    check(f"fusion buffer {size}", cupy.asnumpy(fused), sum(inputs(11 + r, "float32", size, ReduceOp.SUM) for r in range(n)))
+def case_the_policy_ran_the_algorithm_asked_for(rank, size):
+    if n == 1:
+        skip("one rank moves no data: no algorithm runs")
+    if ALGORITHM == "auto":
+        skip("BLINKFLOW_ALGORITHM=auto: the policy chooses, nothing was asked for")
+    assert ALGORITHMS == {ALGORITHM}, f"the all-reduces ran on {sorted(ALGORITHMS)}, BLINKFLOW_ALGORITHM={ALGORITHM}"
 
-for root in range(n):
-    buf = cupy.asarray(inputs(20 + me, "float64", 9001, ReduceOp.SUM))
-    backend.broadcast(buf, root)
-    check(f"broadcast root {root}", cupy.asnumpy(buf), inputs(20 + root, "float64", 9001, ReduceOp.SUM))
 
-counts = [3 * r + 1 for r in range(n)]  # uneven, like allgather of ragged first dimensions
-send = cupy.asarray(inputs(30 + me, "int32", counts[me], ReduceOp.SUM))
-recv = cupy.zeros(sum(counts), dtype=cupy.int32)
-backend.allgather(send, recv, counts)
-check("allgather", cupy.asnumpy(recv), np.concatenate([inputs(30 + r, "int32", counts[r], ReduceOp.SUM) for r in range(n)]))
+def case_average_is_sum_then_scale(rank, size):
+    """As the runtime does it."""
+    buf = cupy.asarray(inputs(7 + me, "float32", 5000, ReduceOp.SUM))
+    want = sum(inputs(7 + r, "float32", 5000, ReduceOp.SUM) for r in range(n)).astype(np.float32)
+    backend().allreduce(buf, ReduceOp.AVERAGE)
+    backend().scale(buf, 1.0 / n)
+    check("average", cupy.asnumpy(buf), want * np.float32(1.0 / n))
 
-counts = [5000 // n + (1 if r < 5000 % n else 0) for r in range(n)]
-send = cupy.asarray(inputs(40 + me, "float32", 5000, ReduceOp.SUM))
-recv = cupy.zeros(counts[me], dtype=cupy.float32)
-backend.reducescatter(send, recv, counts, ReduceOp.SUM)
-total = sum(inputs(40 + r, "float32", 5000, ReduceOp.SUM) for r in range(n))
-off = sum(counts[:me])
-check("reducescatter per-rank", cupy.asnumpy(recv), total[off:off + counts[me]])
 
-send_counts = [r + 1 for r in range(n)]
-send = cupy.asarray(np.concatenate([np.full(c, 100 * me + q, np.int64) for q, c in enumerate(send_counts)]))
-recv_counts = [me + 1] * n
-recv = cupy.zeros(sum(recv_counts), dtype=cupy.int64)
-backend.alltoall(send, send_counts, recv, recv_counts)
-check("alltoall per-rank", cupy.asnumpy(recv), np.concatenate([np.full(me + 1, 100 * q + me, np.int64) for q in range(n)]))
+def case_the_fusion_buffer_is_reused_across_sizes(rank, size):
+    """The fusion buffer comes from the backend."""
+    for nelems in (10, 70000, 20):
+        fused = backend().buffer(nelems, np.float32)
+        fused[...] = cupy.asarray(inputs(11 + me, "float32", nelems, ReduceOp.SUM))
+        backend().allreduce(fused, ReduceOp.SUM)
+        check(f"fusion buffer {nelems}", cupy.asnumpy(fused),
+              sum(inputs(11 + r, "float32", nelems, ReduceOp.SUM) for r in range(n)))
 
-backend.close()
-backend.close()  # safe twice
-all_failures = comm.gather(failures, root=0)
-if me == 0:
-    flat = [f for fs in all_failures for f in fs]
-    print("\n".join(flat) if flat else f"OK {n} ranks, {HOSTS_ARG} hosts, {SCHEDULE}, {'+'.join(sorted(algorithms)) or 'none'}")
-    sys.exit(1 if flat else 0)
+
+def case_broadcast_from_every_root(rank, size):
+    for root in range(n):
+        buf = cupy.asarray(inputs(20 + me, "float64", 9001, ReduceOp.SUM))
+        backend().broadcast(buf, root)
+        check(f"broadcast root {root}", cupy.asnumpy(buf), inputs(20 + root, "float64", 9001, ReduceOp.SUM))
+
+
+def case_allgather_of_uneven_counts(rank, size):
+    counts = [3 * r + 1 for r in range(n)]  # uneven, like allgather of ragged first dimensions
+    send = cupy.asarray(inputs(30 + me, "int32", counts[me], ReduceOp.SUM))
+    recv = cupy.zeros(sum(counts), dtype=cupy.int32)
+    backend().allgather(send, recv, counts)
+    check("allgather", cupy.asnumpy(recv),
+          np.concatenate([inputs(30 + r, "int32", counts[r], ReduceOp.SUM) for r in range(n)]))
+
+
+def case_reducescatter(rank, size):
+    counts = [5000 // n + (1 if r < 5000 % n else 0) for r in range(n)]
+    send = cupy.asarray(inputs(40 + me, "float32", 5000, ReduceOp.SUM))
+    recv = cupy.zeros(counts[me], dtype=cupy.float32)
+    backend().reducescatter(send, recv, counts, ReduceOp.SUM)
+    total = sum(inputs(40 + r, "float32", 5000, ReduceOp.SUM) for r in range(n))
+    off = sum(counts[:me])
+    check("reducescatter per-rank", cupy.asnumpy(recv), total[off:off + counts[me]])
+
+
+def case_alltoall(rank, size):
+    send_counts = [r + 1 for r in range(n)]
+    send = cupy.asarray(np.concatenate([np.full(c, 100 * me + q, np.int64) for q, c in enumerate(send_counts)]))
+    recv_counts = [me + 1] * n
+    recv = cupy.zeros(sum(recv_counts), dtype=cupy.int64)
+    backend().alltoall(send, send_counts, recv, recv_counts)
+    check("alltoall per-rank", cupy.asnumpy(recv),
+          np.concatenate([np.full(me + 1, 100 * q + me, np.int64) for q in range(n)]))
+
+
+def case_close_is_safe_twice(rank, size):
+    backend().close()
+    backend().close()
+
+
+if __name__ == "__main__":
+    run_cases(globals(), me, n, only=sys.argv[4:])

@@ -8,9 +8,11 @@ Two backends on the same ranks: one with BLINKFLOW_ALGORITHM=runner, one with
 BLINKFLOW_ALGORITHM=device. Every collective runs on both with random floats (sums in
 different orders, or rounded at other points, would differ in their last bits) and the results
 must be the same bytes, float16 sums included (where a tree node folds several children in one
-pass, both round once). The timeline names the algorithm of every call. Then one rank skips a call: the others' launches
-must end with a BackendError within the deadline, never hang.
+pass, both round once). The timeline names the algorithm of every call. Then one rank skips a
+call: the others' launches must end with a BackendError within the deadline, never hang. A case
+script of the harness (tests/harness.py).
 """
+import functools
 import sys
 
 import cupy
@@ -24,6 +26,7 @@ from blinkflow.errors import BackendError
 from blinkflow.ops import ReduceOp
 from blinkflow.planner import make_plan
 from blinkflow.topology.presets import get_preset
+from harness import run_cases, skip
 
 HOSTS = int(sys.argv[1])
 comm = MPI.COMM_WORLD
@@ -59,8 +62,10 @@ def make_backend(algorithm, timeout=60.0):
     return CudaBackend(ctx, nslots=2, arena_bytes=4 << 20, device_timeout=timeout)
 
 
-runner, device = make_backend("runner"), make_backend("device")
-failures = []
+@functools.lru_cache(maxsize=None)
+def backends():
+    """(runner, device): made by the first case, so that a failure to make them ends the job."""
+    return make_backend("runner"), make_backend("device")
 
 
 def floats(seed, dtype, size):
@@ -70,81 +75,89 @@ def floats(seed, dtype, size):
 def same(name, a, b):
     if a.tobytes() != b.tobytes():
         bad = np.flatnonzero(a != b)[:5]
-        failures.append(f"rank {me}: {name}: device and runner differ at {bad.tolist()}: {a[bad]} vs {b[bad]}")
+        raise AssertionError(f"{name}: device and runner differ at {bad.tolist()}: {a[bad]} vs {b[bad]}")
 
 
 def both(name, call):
+    runner, device = backends()
     got, want = (call(backend) for backend in (device, runner))
     same(name, got, want)
 
 
-for dtype in ("float32", "float16", "float64"):
-    for size in (1, 777, 5000 + n):
-        for op in (ReduceOp.SUM, ReduceOp.MAX):
-            def allreduce(backend, dtype=dtype, size=size, op=op):
-                buf = cupy.asarray(floats(1000 * size + me, dtype, size))
-                backend.allreduce(buf, op)
-                return cupy.asnumpy(buf)
-            both(f"allreduce {dtype} {op.name} {size}", allreduce)
-
-for root in range(n):
-    def broadcast(backend, root=root):
-        buf = cupy.asarray(floats(50 + me, "float32", 3001))
-        backend.broadcast(buf, root)
-        return cupy.asnumpy(buf)
-    both(f"broadcast root {root}", broadcast)
-
-counts = [2 * r + 3 for r in range(n)]
+def case_allreduce_sum_and_max_of_floats(rank, size):
+    for dtype in ("float32", "float16", "float64"):
+        for nelems in (1, 777, 5000 + n):
+            for op in (ReduceOp.SUM, ReduceOp.MAX):
+                def allreduce(backend, dtype=dtype, nelems=nelems, op=op):
+                    buf = cupy.asarray(floats(1000 * nelems + me, dtype, nelems))
+                    backend.allreduce(buf, op)
+                    return cupy.asnumpy(buf)
+                both(f"allreduce {dtype} {op.name} {nelems}", allreduce)
 
 
-def allgather(backend):
-    recv = cupy.zeros(sum(counts), dtype=cupy.float64)
-    backend.allgather(cupy.asarray(floats(60 + me, "float64", counts[me])), recv, counts)
-    return cupy.asnumpy(recv)
+def case_broadcast_from_every_root(rank, size):
+    for root in range(n):
+        def broadcast(backend, root=root):
+            buf = cupy.asarray(floats(50 + me, "float32", 3001))
+            backend.broadcast(buf, root)
+            return cupy.asnumpy(buf)
+        both(f"broadcast root {root}", broadcast)
 
 
-both("allgather", allgather)
+COUNTS = [2 * r + 3 for r in range(n)]
 
 
-for dtype in ("float32", "float16"):
-    def reducescatter(backend, dtype=dtype):
-        recv = cupy.zeros(counts[me], dtype=dtype)
-        backend.reducescatter(cupy.asarray(floats(70 + me, dtype, sum(counts))), recv, counts, ReduceOp.SUM)
+def case_allgather(rank, size):
+    def allgather(backend):
+        recv = cupy.zeros(sum(COUNTS), dtype=cupy.float64)
+        backend.allgather(cupy.asarray(floats(60 + me, "float64", COUNTS[me])), recv, COUNTS)
         return cupy.asnumpy(recv)
+    both("allgather", allgather)
 
-    both(f"reducescatter {dtype}", reducescatter)
 
-# The timeline names the algorithm of every call.
-for backend, name in ((runner, "ALGORITHM_RUNNER"), (device, "ALGORITHM_DEVICE")):
-    phases = set(backend.ctx.timeline.phases)
-    if n > 1 and phases != {name}:
-        failures.append(f"rank {me}: the {name} backend's timeline shows {sorted(phases)}")
-runner.close()
-device.close()
+def case_reducescatter(rank, size):
+    for dtype in ("float32", "float16"):
+        def reducescatter(backend, dtype=dtype):
+            recv = cupy.zeros(COUNTS[me], dtype=dtype)
+            backend.reducescatter(cupy.asarray(floats(70 + me, dtype, sum(COUNTS))), recv, COUNTS, ReduceOp.SUM)
+            return cupy.asnumpy(recv)
+        both(f"reducescatter {dtype}", reducescatter)
 
-# One rank skips a call of a known shape: every other rank's launch ends with a BackendError, nobody hangs.
-if n > 1:
+
+def case_the_timeline_names_the_algorithm_of_every_call(rank, size):
+    """(Then both backends close.)"""
+    runner, device = backends()
+    phases = {name: set(backend.ctx.timeline.phases) for backend, name in
+              ((runner, "ALGORITHM_RUNNER"), (device, "ALGORITHM_DEVICE"))}
+    runner.close()
+    device.close()
+    if n == 1:
+        skip("one rank: nothing moves, the timeline is empty")
+    for name, seen in phases.items():
+        assert seen == {name}, f"the {name} backend's timeline shows {sorted(seen)}"
+
+
+def case_a_call_one_rank_skips_ends_in_a_backend_error_not_a_hang(rank, size):
+    """One rank skips a call of a known shape: every other rank's launch ends with a BackendError."""
+    if n == 1:
+        skip("one rank: no peer to skip a call")
     lonely = make_backend("device", timeout=3.0)
     buf = cupy.asarray(floats(80, "float32", 999))
     lonely.allreduce(buf, ReduceOp.SUM)  # every rank: the call shape's memory is made together
     if me != 0:
         try:
             lonely.allreduce(buf, ReduceOp.SUM)
-            failures.append(f"rank {me}: an all-reduce that rank 0 never joined returned")
+            raise AssertionError("an all-reduce that rank 0 never joined returned")
         except BackendError as e:
-            if "not done within 3 s" not in str(e) and "aborted" not in str(e):
-                failures.append(f"rank {me}: unexpected error {e}")
+            assert "not done within 3 s" in str(e) or "aborted" in str(e), f"unexpected error {e}"
         try:
             lonely.allreduce(buf, ReduceOp.SUM)
-            failures.append(f"rank {me}: a call after an aborted launch ran")
+            raise AssertionError("a call after an aborted launch ran")
         except BackendError as e:
-            if "stopped after an earlier failure" not in str(e):
-                failures.append(f"rank {me}: unexpected error {e}")
+            assert "stopped after an earlier failure" in str(e), f"unexpected error {e}"
     comm.Barrier()
     lonely.close()
 
-all_failures = comm.gather(failures, root=0)
-if me == 0:
-    flat = [f for fs in all_failures for f in fs]
-    print("\n".join(flat) if flat else f"BITWISE OK {n} ranks, {HOSTS} hosts")
-    sys.exit(1 if flat else 0)
+
+if __name__ == "__main__":
+    run_cases(globals(), me, n, only=sys.argv[2:])

@@ -99,7 +99,10 @@ else
   echo "=== setup: using the venv $VENV as it is"
 fi
 source "$VENV/bin/activate"
-MPIRUN=("$VENV/bin/mpirun" --allow-run-as-root --oversubscribe --bind-to none -x OMPI_MCA_osc -x PYTHONUNBUFFERED)
+# The case scripts run directly below import the test harness (tests/harness.py).
+export PYTHONPATH="$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"
+MPIRUN=("$VENV/bin/mpirun" --allow-run-as-root --oversubscribe --bind-to none -x OMPI_MCA_osc -x PYTHONUNBUFFERED
+        -x PYTHONPATH)
 
 step gpu-tests 150 env BLINKFLOW_EXPECT_GPU="$EXPECT_GPU" python -m pytest -q -p no:cacheprovider -rs tests/gpu \
   --ignore=tests/gpu/test_torch_worker.py

@@ -2,15 +2,18 @@
 the schedule runner and the cuda transport together on a real device (streams, events, IPC and
 the kernels), on the planner's NVSwitch trees of an HGX H100 (device ids virtual), and on two
 pretend hosts (the three-phase all-reduce, its cross-host phase over MPI); then data-parallel
-training through it, checked against training on the whole batch. The same workers run under the
-fake CuPy on every CI run (tests/mpi/test_api_fake_cupy.py)."""
+training through it, checked against training on the whole batch. The same case scripts run
+under the fake CuPy on every CI run (tests/mpi/test_api_fake_cupy.py). One launch per
+configuration, each case a test."""
 import os
 
 import pytest
 
-from mpi_launch import run_mpi
+from harness import case_names, launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+API = os.path.join(HERE, "api_worker.py")
+TRAIN = os.path.join(HERE, "train_worker.py")
 CASES = [(1, "hgx-h100", 1), (2, "hgx-h100", 1), (4, "hgx-h100", 1), (4, "2xhgx-h100", 2)]
 
 
@@ -20,14 +23,13 @@ def _env(topology, hosts):
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("n,topology,hosts", CASES)
-def test_public_api_on_gpu(n, topology, hosts):
-    out = run_mpi(n, ["python", os.path.join(HERE, "api_worker.py")], timeout=300, env=_env(topology, hosts))
-    assert f"API OK {n} ranks" in out.stdout, out.stdout + out.stderr
+@pytest.mark.parametrize("case", case_names(API))
+def test_public_api_on_gpu(n, topology, hosts, case):
+    launch(n, API, env=_env(topology, hosts), timeout=300).expect(case)
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("n,topology,hosts", CASES[1:])
-def test_training_on_gpu(n, topology, hosts):
-    out = run_mpi(n, ["python", os.path.join(HERE, "train_worker.py")], timeout=300, env=_env(topology, hosts))
-    assert f"TRAIN OK {n} ranks" in out.stdout, out.stdout + out.stderr
-    print(out.stdout.strip().splitlines()[-1])
+@pytest.mark.parametrize("case", case_names(TRAIN))
+def test_training_on_gpu(n, topology, hosts, case):
+    launch(n, TRAIN, env=_env(topology, hosts), timeout=300).expect(case)

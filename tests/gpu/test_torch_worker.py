@@ -1,13 +1,14 @@
 """PyTorch data-parallel training through blinkflow on the GPU, 1, 2 and 4 ranks sharing this
-machine's GPU(s) (tests/gpu/torch_worker.py). Skipped where torch or its CUDA is missing: CI does
+machine's GPU(s) (tests/gpu/torch_worker.py, one launch per world size, each case a test). Skipped where torch or its CUDA is missing: CI does
 not install torch (PyPI's wheel pulls gigabytes of CUDA libraries)."""
 import os
 
 import pytest
 
-from mpi_launch import run_mpi
+from harness import case_names, launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "torch_worker.py")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -21,8 +22,9 @@ def _torch_on_cuda():
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", [1, 2, 4])
-def test_torch_data_parallel_training(n):
-    out = run_mpi(n, ["python", os.path.join(HERE, "torch_worker.py")], timeout=300,
-                  env={"BLINKFLOW_TOPOLOGY": "hgx-h100"})
-    assert f"TORCH OK {n} ranks" in out.stdout, out.stdout + out.stderr
-    print(out.stdout.strip().splitlines()[-1])
+@pytest.mark.parametrize("case", case_names(WORKER))
+def test_torch_data_parallel_training(n, case):
+    job = launch(n, WORKER, env={"BLINKFLOW_TOPOLOGY": "hgx-h100"}, timeout=300)
+    job.expect(case)
+    if case == "the_held_out_loss_falls":
+        print(next(line for line in job.stdout.splitlines() if "held-out loss" in line))

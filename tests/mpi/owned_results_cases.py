@@ -2,7 +2,7 @@
 call is readable after ``shutdown()``, a result held while later calls reuse the result pool
 keeps its values, and ``synchronize``/``poll`` refuse what is not a handle.
 
-Run by ``test_owned_results.py`` under mpirun at 2 and 3 ranks; prints ``OK <case> rank <r>``.
+Run by ``test_owned_results.py`` under mpirun at 2 and 3 ranks; a case script of the harness (tests/harness.py).
 """
 import gc
 import sys

@@ -2,7 +2,7 @@
 reduce launches, transfers between pretend hosts over MPI, the three-phase schedule) at 1, 2, 3
 and 4 ranks on the CPU, through the same runner the CPU backend runs.
 
-It runs the very worker the GPU tier runs (tests/gpu/cuda_backend_worker.py), with
+It runs the very case script the GPU tier runs (tests/gpu/cuda_backend_worker.py), with
 ``tests/fake_cupy`` standing in for CuPy: shared memory for device memory and IPC, numpy for
 the kernels, synchronous copies. What this cannot show (real stream/event ordering, the
 kernels on a GPU) is what tests/gpu checks on a GPU machine; the kernels' bodies themselves
@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from harness import fake_cupy_env, run_ranks
+from harness import case_names, fake_cupy_env, launch, run_ranks
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(HERE, "gpu", "cuda_backend_worker.py")
@@ -25,14 +25,12 @@ WORKER = os.path.join(HERE, "gpu", "cuda_backend_worker.py")
     (4, "plan", 1, "device"), (4, "plan", 2, "device"), (3, "plan", 3, "device"), (3, "plan", "2+1", "device"),
     (2, "chain", 1, "runner"), (4, "chain", 2, "runner"), (4, "plan", 2, "runner"), (3, "plan", 3, "runner"),
     (3, "chain", "2+1", "runner"), (3, "plan", "2+1", "runner")])
-def test_cuda_backend_on_fake_cupy(n, schedule, hosts, algorithm):
+@pytest.mark.parametrize("case", case_names(WORKER))
+def test_cuda_backend_on_fake_cupy(n, schedule, hosts, algorithm, case):
     """The device executor where BLINKFLOW_ALGORITHM=device asks for it, the host-driven runner
-    (``auto``'s choice on the cuda backend) where ``runner`` does."""
-    env = fake_cupy_env()
-    out = run_ranks(n, ["python", "-m", "mpi4py", WORKER, schedule, str(hosts), algorithm], timeout=240,
-                    env=env)
-    ran = algorithm if n > 1 else "none"  # one rank moves no data
-    assert f"OK {n} ranks, {hosts} hosts, {schedule}, {ran}" in out.stdout, out.stdout + out.stderr
+    (``auto``'s choice on the cuda backend) where ``runner`` does. One launch per configuration,
+    each case a test."""
+    launch(n, WORKER, args=[schedule, str(hosts), algorithm], env=fake_cupy_env(), timeout=240).expect(case)
 
 
 @pytest.mark.mpi

@@ -2,15 +2,16 @@
 hosts: the real backend code (tables, memory through CUDA IPC, one launch, one event, the proxy
 thread for network edges) with blinkflow's numpy interpreter standing in for the kernel; results
 bitwise the host-driven runner's, the timeline naming the algorithm, and a call one rank skips
-ending in a BackendError on the others instead of a hang. Then the loopback mode, one process
-running 2, 4 and 8 virtual ranks' blocks in one launch, bitwise the runner's."""
+ending in a BackendError on the others instead of a hang (one launch of
+tests/gpu/device_executor_worker.py per configuration, each case a test). Then the loopback
+mode, one process running 2, 4 and 8 virtual ranks' blocks in one launch, bitwise the runner's."""
 import os
 import subprocess
 import sys
 
 import pytest
 
-from mpi_launch import fake_cupy_env, run_mpi
+from harness import case_names, fake_cupy_env, launch
 
 GPU_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu")
 WORKER = os.path.join(GPU_TESTS, "device_executor_worker.py")
@@ -20,9 +21,9 @@ LOOPBACK_WORKER = os.path.join(GPU_TESTS, "loopback_worker.py")
 @pytest.mark.mpi
 @pytest.mark.slow
 @pytest.mark.parametrize("n,hosts", [(1, 1), (2, 1), (4, 1), (4, 2)])
-def test_device_executor_bitwise_the_runner(n, hosts):
-    out = run_mpi(n, ["python", "-m", "mpi4py", WORKER, str(hosts)], timeout=240, env=fake_cupy_env())
-    assert f"BITWISE OK {n} ranks, {hosts} hosts" in out.stdout, out.stdout + out.stderr
+@pytest.mark.parametrize("case", case_names(WORKER))
+def test_device_executor_bitwise_the_runner(n, hosts, case):
+    launch(n, WORKER, args=[str(hosts)], env=fake_cupy_env(), timeout=240).expect(case)
 
 
 @pytest.mark.slow

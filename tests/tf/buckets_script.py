@@ -1,4 +1,4 @@
-"""Run under mpirun (2 or 4 ranks), one TensorFlow inter-op thread: gradients in buckets.
+"""Gradients in buckets, with one TensorFlow inter-op thread.
 
 - Inside a tf.function, the last layer's bucket is submitted before the first layer's backprop
   runs (overlap), seen by a probe in that backprop; the gradients are the average over ranks.
@@ -10,39 +10,30 @@
   the other buckets were synchronized.
 - On the device route (the fake CuPy), no tensor crosses through the host.
 
-Set BLINKFLOW_BUCKET_BYTES small (the test does) so every gradient is a bucket of its own.
-Prints the test harness's completion marker; exits 1 naming every failed check.
+Run with BLINKFLOW_BUCKET_BYTES small, so every gradient is a bucket of its own. Case script of
+the harness (tests/harness.py), run with other TF case scripts in one launch.
 """
-import os
-
 import numpy as np
 import tensorflow as tf
 
-tf.config.threading.set_intra_op_parallelism_threads(1)
-tf.config.threading.set_inter_op_parallelism_threads(1)
+from script_checks import MODES, Route, check, close, run  # noqa: I100 (TF's threads set first)
 
 import blinkflow as bf  # noqa: E402
 import blinkflow.tensorflow as hvd  # noqa: E402
 from blinkflow.tensorflow import _bridge, async_ops  # noqa: E402
-from script_checks import Checks  # noqa: E402
+from harness import job_rank_size, run_cases  # noqa: E402
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
-checks = Checks(r)
-check, close = checks.check, checks.close
-
-
-def run(fn, mode):
-    return tf.function(fn)() if mode == "function" else fn()
+ROUTE = Route()
 
 
 def submitted_so_far():
     return sum(_bridge.conversions.values())
 
 
-# 1. Overlap: a probe in the backprop of the first layer records how many tensors had been
-# handed to the runtime when it ran. With buckets, the last layers' gradients are already out;
-# with one call after backprop (the old design) nothing is.
+# Overlap: a probe in the backprop of the first layer records how many tensors had been
+# handed to the runtime when it ran.
 probe_saw = []
 
 
@@ -74,34 +65,40 @@ def overlap_step():
     return hvd.DistributedGradientTape(tape).gradient(loss, weights)
 
 
-for _ in range(2):
-    before = submitted_so_far()
-    probe_saw.clear()
-    grads = overlap_step()
-    check("overlap: the probe ran once", len(probe_saw) == 1, probe_saw)
-    check("overlap: later layers' buckets were submitted before the first layer's backprop",
-          probe_saw and probe_saw[0] - before >= 2, f"{[p - before for p in probe_saw]} tensors out")
-with tf.GradientTape() as tape:
-    local_loss = forward()
-local = [g.numpy() for g in tape.gradient(local_loss, weights)]
-everyone = hvd.allgather_object(local)
-for i, g in enumerate(grads):
-    close(f"overlap: gradient {i} is the mean over ranks", g, np.mean([e[i] for e in everyone], axis=0))
+def case_later_buckets_are_submitted_before_the_first_layers_backprop(rank, size):
+    """A probe in the backprop of the first layer records how many tensors had been handed to the
+    runtime when it ran: with buckets, the last layers' gradients are already out."""
+    for _ in range(2):
+        before = submitted_so_far()
+        probe_saw.clear()
+        grads = overlap_step()
+        check("overlap: the probe ran once", len(probe_saw) == 1, probe_saw)
+        check("overlap: later layers' buckets were submitted before the first layer's backprop",
+              probe_saw and probe_saw[0] - before >= 2, f"{[p - before for p in probe_saw]} tensors out")
+    with tf.GradientTape() as tape:
+        local_loss = forward()
+    local = [g.numpy() for g in tape.gradient(local_loss, weights)]
+    everyone = hvd.allgather_object(local)
+    for i, g in enumerate(grads):
+        close(f"overlap: gradient {i} is the mean over ranks", g, np.mean([e[i] for e in everyone], axis=0),
+              np.sum([np.abs(e[i]) for e in everyone], axis=0))
 
-# 2. Matching by name: every rank submits in its own order, then waits once.
-parts = [tf.constant(np.full(k + 1, float(r + k), np.float32)) for k in range(5)]
-for mode in ("eager", "function"):
-    def shuffled_submits(mode=mode):
-        order = list(range(5)) if r % 2 == 0 else list(reversed(range(5)))
-        if r == 2:
-            order = [2, 0, 4, 1, 3]
-        pendings = {k: async_ops.submit_grouped_allreduce([parts[k]], bf.Sum, f"order.{mode}.{k}") for k in order}
-        results = async_ops.wait([pendings[k] for k in range(5)], f"order.{mode}.wait")
-        return [res[0] for res in results]
-    for k, got in enumerate(run(shuffled_submits, mode)):
-        close(f"{mode} any submission order: bucket {k}", got, np.full(k + 1, sum(q + k for q in range(n))))
 
-# 3. No deadlock with one thread: two tapes, sparse + dense + fp16, a blocking collective between.
+def case_submissions_in_any_order_match_by_name(rank, size):
+    """Every rank submits in its own order, then waits once."""
+    parts = [tf.constant(np.full(k + 1, float(r + k), np.float32)) for k in range(5)]
+    for mode in MODES:
+        def shuffled_submits(mode=mode):
+            order = list(range(5)) if r % 2 == 0 else list(reversed(range(5)))
+            if r == 2:
+                order = [2, 0, 4, 1, 3]
+            pendings = {k: async_ops.submit_grouped_allreduce([parts[k]], bf.Sum, f"order.{mode}.{k}") for k in order}
+            results = async_ops.wait([pendings[k] for k in range(5)], f"order.{mode}.wait")
+            return [res[0] for res in results]
+        for k, got in enumerate(run(shuffled_submits, mode)):
+            close(f"{mode} any submission order: bucket {k}", got, np.full(k + 1, sum(q + k for q in range(n))))
+
+
 emb = tf.Variable(np.zeros((6, 2), np.float32))
 dense = tf.Variable(np.ones((2, 2), np.float32))
 other = tf.Variable(np.ones((3,), np.float32))
@@ -118,71 +115,76 @@ def two_tapes():
     return tf.convert_to_tensor(g1[0]), g1[1], g2[0], total, isinstance(g1[0], tf.IndexedSlices)
 
 
-mean_factor = sum(q + 1 for q in range(n)) / n
-for mode in ("eager", "function"):
-    for step in range(3):
-        g_emb, g_dense, g_other, total, sparse = run(two_tapes, mode)
-    check(f"{mode} two tapes: embedding gradient stays IndexedSlices", bool(sparse))
-    want_emb = np.zeros((6, 2))
-    for q in range(n):
-        want_emb[q % 6] += (q + 1) * 2.0 / n
-        want_emb[5] += (q + 1) * 2.0 / n
-    close(f"{mode} two tapes: sparse mean", g_emb, want_emb, atol=1e-2)
-    close(f"{mode} two tapes: dense fp16 mean", g_dense, np.zeros((2, 2)), atol=1e-2)
-    close(f"{mode} two tapes: Sum", g_other, np.full(3, 2.0 * sum(q + 1 for q in range(n))))
-    check(f"{mode} two tapes: the blocking collective ran", np.isfinite(total.numpy()).all(), total)
+def case_two_tapes_sparse_dense_fp16_and_a_blocking_collective_never_deadlock(rank, size):
+    for mode in MODES:
+        for step in range(3):
+            g_emb, g_dense, g_other, total, sparse = run(two_tapes, mode)
+        check(f"{mode} two tapes: embedding gradient stays IndexedSlices", bool(sparse))
+        want_emb = np.zeros((6, 2))
+        for q in range(n):
+            want_emb[q % 6] += (q + 1) * 2.0 / n
+            want_emb[5] += (q + 1) * 2.0 / n
+        close(f"{mode} two tapes: sparse mean", g_emb, want_emb, n * want_emb, rounding="float16")
+        close(f"{mode} two tapes: dense fp16 mean", g_dense, np.zeros((2, 2)))
+        close(f"{mode} two tapes: Sum", g_other, np.full(3, 2.0 * sum(q + 1 for q in range(n))))
+        check(f"{mode} two tapes: the blocking collective ran", np.isfinite(total.numpy()).all(), total)
 
-# 4. Errors. A cross-rank mismatch in a bucket raises at the wait on every rank; the next step works.
-for mode in ("eager", "function"):
-    bad = tf.Variable(np.ones(r + 1, np.float32))
-    good = tf.Variable(np.ones(2, np.float32))
 
-    def mismatched():
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(bad) + tf.reduce_sum(good)
-        return hvd.DistributedGradientTape(tape, name=f"mismatch.{mode}").gradient(loss, [bad, good])
-    try:
-        run(mismatched, mode)
-        check(f"{mode} mismatch raises", n == 1, "no error")
-    except bf.TensorMismatchError as error:
-        check(f"{mode} mismatch type", mode == "eager", type(error))
-        check(f"{mode} mismatch names the bucket", f"mismatch.{mode}.bucket" in str(error), str(error)[:300])
-    except tf.errors.FailedPreconditionError as error:
-        check(f"{mode} mismatch type", mode == "function", type(error))
-        check(f"{mode} mismatch names the bucket", f"mismatch.{mode}.bucket" in str(error), str(error)[:300])
-    except Exception as error:  # noqa: BLE001 - any other type is the failure being tested
-        check(f"{mode} mismatch type", False, f"{type(error).__name__}: {str(error)[:300]}")
-    fixed = tf.Variable(np.ones(2, np.float32))
+MEAN_FACTOR = sum(q + 1 for q in range(n)) / n
 
-    def matched():
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(fixed) * float(r + 1) + tf.reduce_sum(good)
-        return hvd.DistributedGradientTape(tape, name=f"mismatch.{mode}").gradient(loss, [fixed, good])
-    g_fixed, g_good = run(matched, mode)
-    close(f"{mode} usable after a mismatch (same names)", g_fixed, np.full(2, mean_factor))
 
-    # A submission rejected locally (Average of bool) raises at the wait, after the good one.
-    def local_failure():
-        ok = async_ops.submit_grouped_allreduce([tf.constant([1.0, 2.0])], bf.Sum, f"local.{mode}.ok")
-        rejected = async_ops.submit_grouped_allreduce([tf.constant([True])], bf.Average, f"local.{mode}.bool")
-        return async_ops.wait([ok, rejected], f"local.{mode}.wait")
-    try:
-        run(local_failure, mode)
-        check(f"{mode} local rejection raises", False, "no error")
-    except (bf.InvalidArgumentError, tf.errors.InvalidArgumentError) as error:  # refused: on every rank
-        check(f"{mode} local rejection message", "bool" in str(error), str(error)[:300])
-    except Exception as error:  # noqa: BLE001
-        check(f"{mode} local rejection type", False, f"{type(error).__name__}: {str(error)[:300]}")
-    again = run(lambda: async_ops.wait([async_ops.submit_grouped_allreduce([tf.constant([1.0, 2.0])], bf.Sum,
-                                                                             f"local.{mode}.ok")],
-                                       f"local.{mode}.again"), mode)
-    close(f"{mode} the good bucket was synchronized (its name is free again)", again[0][0], [float(n), 2.0 * n])
+def case_errors_raise_at_the_wait_and_the_next_step_works(rank, size):
+    """A cross-rank mismatch in a bucket raises at the wait on every rank; the next step works.
+    A submission rejected locally (Average of bool) raises at the wait, after the good one."""
+    for mode in MODES:
+        bad = tf.Variable(np.ones(r + 1, np.float32))
+        good = tf.Variable(np.ones(2, np.float32))
 
-route = os.environ.get("EXPECT_ROUTE")
-if route == "device":
-    check("no tensor went through the host", _bridge.conversions["host"] == 0, dict(_bridge.conversions))
-    check("tensors went by DLPack", _bridge.conversions["device"] > 20, dict(_bridge.conversions))
-elif route == "host":
-    check("every tensor went through the host", _bridge.conversions["device"] == 0, dict(_bridge.conversions))
+        def mismatched():
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(bad) + tf.reduce_sum(good)
+            return hvd.DistributedGradientTape(tape, name=f"mismatch.{mode}").gradient(loss, [bad, good])
+        try:
+            run(mismatched, mode)
+            raised = None
+        except Exception as error:  # noqa: BLE001 - the type is what is checked
+            raised = error
+        expected = bf.TensorMismatchError if mode == "eager" else tf.errors.FailedPreconditionError
+        check(f"{mode} mismatch raises {expected.__name__}", isinstance(raised, expected),
+              f"{type(raised).__name__}: {str(raised)[:300]}")
+        check(f"{mode} mismatch names the bucket", f"mismatch.{mode}.bucket" in str(raised), str(raised)[:300])
+        fixed = tf.Variable(np.ones(2, np.float32))
 
-checks.report("buckets")
+        def matched():
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(fixed) * float(r + 1) + tf.reduce_sum(good)
+            return hvd.DistributedGradientTape(tape, name=f"mismatch.{mode}").gradient(loss, [fixed, good])
+        g_fixed, g_good = run(matched, mode)
+        close(f"{mode} usable after a mismatch (same names)", g_fixed, np.full(2, MEAN_FACTOR), n * MEAN_FACTOR)
+
+        # A submission rejected locally (Average of bool) raises at the wait, after the good one.
+        def local_failure():
+            ok = async_ops.submit_grouped_allreduce([tf.constant([1.0, 2.0])], bf.Sum, f"local.{mode}.ok")
+            rejected = async_ops.submit_grouped_allreduce([tf.constant([True])], bf.Average, f"local.{mode}.bool")
+            return async_ops.wait([ok, rejected], f"local.{mode}.wait")
+        try:
+            run(local_failure, mode)
+            raised = None
+        except Exception as error:  # noqa: BLE001 - the type is what is checked
+            raised = error
+        check(f"{mode} local rejection raises InvalidArgumentError (refused: on every rank)",
+              isinstance(raised, (bf.InvalidArgumentError, tf.errors.InvalidArgumentError)),
+              f"{type(raised).__name__}: {str(raised)[:300]}")
+        check(f"{mode} local rejection message", "bool" in str(raised), str(raised)[:300])
+        again = run(lambda: async_ops.wait([async_ops.submit_grouped_allreduce([tf.constant([1.0, 2.0])], bf.Sum,
+                                                                                 f"local.{mode}.ok")],
+                                           f"local.{mode}.again"), mode)
+        close(f"{mode} the good bucket was synchronized (its name is free again)", again[0][0], [float(n), 2.0 * n])
+
+
+def case_tensors_took_the_backends_route(rank, size):
+    ROUTE.expect(at_least=20)
+
+
+if __name__ == "__main__":
+    run_cases(globals(), *job_rank_size())

@@ -1,33 +1,24 @@
-"""Run under mpirun (2 or 3 ranks): what one rank alone gets wrong in the TensorFlow API (issue
-18, findings 1-3) reaches every rank as one error, eagerly and inside tf.function, and the next
-collectives, unnamed and named, return the right values. Before the fix the refusing rank
-raised alone: eagerly its unnamed names slipped (later calls paired with the others' earlier
-ones), in a graph its trace failed while the others waited forever.
-
-Prints the test harness's completion marker; exits 1 naming every failed check.
+"""What one rank alone gets wrong in the TensorFlow API reaches every rank as one error, eagerly
+and inside tf.function, and the next collectives, unnamed and named, return the right values: a
+refusing rank that raised alone would let its unnamed names slip (later calls pairing with the
+others' earlier ones), and in a graph its trace would fail while the others waited forever.
+Case script of the harness (tests/harness.py), run with other TF case scripts in one launch.
 """
-
 import numpy as np
 import tensorflow as tf
 
-tf.config.threading.set_intra_op_parallelism_threads(1)
-tf.config.threading.set_inter_op_parallelism_threads(1)
+from script_checks import check, close, run  # noqa: I100 (TF's threads set first)
 
 import blinkflow as bf  # noqa: E402
 import blinkflow.tensorflow as hvd  # noqa: E402
-from script_checks import Checks, run  # noqa: E402
+from harness import job_rank_size, run_cases  # noqa: E402
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
 bad = n - 1
-checks = Checks(r)
-check, close = checks.check, checks.close
-
-
-
 x = tf.constant(np.full((n, 2), r + 1.0, np.float32))
 mine = bad == r
-cases = [  # (label, call on every rank (the bad rank's arguments differ), error class, hint)
+CALLS = [  # (label, call on every rank (the bad rank's arguments differ), error class, hint)
     ("op", lambda: hvd.allreduce(x, op="median" if mine else bf.Sum), "InvalidArgument", "unknown reduce op"),
     ("scale", lambda: hvd.allreduce(x, prescale_factor="x" if mine else 1.0), "InvalidArgument",
      "prescale_factor must be a finite number"),
@@ -44,21 +35,35 @@ ERRORS = {"eager": {"InvalidArgument": bf.InvalidArgumentError, "Mismatch": bf.T
           "function": {"InvalidArgument": tf.errors.InvalidArgumentError,
                        "Mismatch": tf.errors.FailedPreconditionError}}
 
-for mode in ("eager", "function"):
-    for label, call, kind, hint in cases:
+
+
+def refused_everywhere(mode):
+    """Each call the bad rank makes differently fails on every rank naming it, and the next
+    unnamed and named collectives pair correctly."""
+    for label, call, kind, hint in CALLS:
         expected = ERRORS[mode][kind]
         try:
             run(call, mode)
-            check(f"{mode} {label} raises", False, "no error")
-        except expected as error:
-            text = str(error)
-            check(f"{mode} {label} names the rank", f"rank {bad}" in text and hint in text, text[:400])
-        except Exception as error:  # noqa: BLE001 - any other type is the failure being tested
-            check(f"{mode} {label} type", False, f"{type(error).__name__}: {str(error)[:300]}")
+            raised = None
+        except Exception as error:  # noqa: BLE001 - the type is what is checked
+            raised = error
+        check(f"{mode} {label} raises {expected.__name__}", isinstance(raised, expected),
+              f"{type(raised).__name__}: {str(raised)[:300]}")
+        check(f"{mode} {label} names the rank", f"rank {bad}" in str(raised) and hint in str(raised), str(raised)[:400])
         # Unnamed then named: a slipped automatic name pairs rank values that differ.
         y = run(lambda: hvd.allreduce(tf.constant([float(r + 1)]), op=bf.Sum), mode)
-        check(f"{mode} {label} next unnamed", np.allclose(y, [n * (n + 1) / 2]), y)
+        close(f"{mode} {label} next unnamed", y, [n * (n + 1) / 2])
         y = run(lambda: hvd.allreduce(tf.constant([float(r + 1)]), op=bf.Sum, name=f"after.{mode}.{label}"), mode)
-        check(f"{mode} {label} next named", np.allclose(y, [n * (n + 1) / 2]), y)
+        close(f"{mode} {label} next named", y, [n * (n + 1) / 2])
 
-checks.report("refusals")
+
+def case_refused_eagerly_on_every_rank(rank, size):
+    refused_everywhere("eager")
+
+
+def case_refused_in_a_tf_function_on_every_rank(rank, size):
+    refused_everywhere("function")
+
+
+if __name__ == "__main__":
+    run_cases(globals(), *job_rank_size())

@@ -1,39 +1,78 @@
-"""What the TensorFlow multi-process scripts share: checks that collect every failure instead of
-stopping at the first (one launch costs seconds of TensorFlow import per rank), and running a
-function eagerly or as a ``tf.function``."""
-import sys
-
+"""What the TensorFlow case scripts share: TensorFlow's thread settings, made once per process
+before any op runs (several scripts share one process: tests/harness.py ``run_scripts``); checks
+that raise; the one float rule with the job's size; running a function eagerly or as a
+``tf.function``; and the route the TF tensors took into the runtime."""
 import numpy as np
+import tensorflow as tf
 
-from harness import done
+import harness
+
+# One intra- and one inter-op thread: ranks share two cores, and the gradient buckets must not
+# deadlock with a single inter-op thread (buckets_script.py).
+tf.config.threading.set_intra_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(1)
+
+MODES = ("eager", "function")
+RANK, SIZE = harness.job_rank_size()
 
 
-class Checks:
-    def __init__(self, rank: int):
-        self.rank = rank
-        self.failures = []
-        self.count = 0
+def check(label, ok, detail=""):
+    if not ok:
+        raise AssertionError(f"{label}: {detail}")
 
-    def check(self, label, ok, detail=""):
-        self.count += 1
-        if not ok:
-            self.failures.append(f"rank {self.rank}: {label} {detail}")
 
-    def close(self, label, got, want, atol=1e-5):
-        got, want = np.asarray(got), np.asarray(want)
-        self.check(label, got.shape == want.shape and np.allclose(got, want, atol=atol), f"got {got!r} want {want!r}")
-
-    def report(self, what: str) -> None:
-        """Print every failure and exit 1, or how many checks of ``what`` held and the harness's
-        completion marker."""
-        if self.failures:
-            print("\n".join(self.failures), flush=True)
-            sys.exit(1)
-        print(f"{what}: {self.count} checks held", flush=True)
-        done(self.rank)
+def close(label, got, want, magnitude=0.0, ranks=None, rounding=None):
+    """:func:`harness.close` on a TF or numpy result: within the rounding of a reduction over
+    ``ranks`` (the job's size) inputs of summed magnitude ``magnitude`` (0: exactly)."""
+    harness.close(np.asarray(got), np.asarray(want, np.float64) if np.asarray(want).dtype.kind == "f" else want,
+                  magnitude, SIZE if ranks is None else ranks, rounding, what=label)
 
 
 def run(fn, mode):
-    import tensorflow as tf
-
     return tf.function(fn)() if mode == "function" else fn()
+
+
+class Route:
+    """How many tensors crossed into the runtime by the host and by DLPack since it was made."""
+
+    def __init__(self):
+        from blinkflow.tensorflow import _bridge
+
+        self._counts = _bridge.conversions
+        self._start = dict(self._counts)
+
+    def crossed(self):
+        return {k: self._counts[k] - self._start.get(k, 0) for k in self._counts}
+
+    def expect(self, at_least):
+        """Every tensor since went the route the job's backend gives TF tensors: DLPack into the
+        cuda backend (BLINKFLOW_BACKEND=cuda, the fake CuPy here), else through the host; at
+        least ``at_least`` of them."""
+        from blinkflow.config import get_config
+
+        crossed = self.crossed()
+        route, other = ("device", "host") if get_config().backend == "cuda" else ("host", "device")
+        check(f"no tensor went by the {other} route", crossed.get(other, 0) == 0, crossed)
+        check(f"tensors went by the {route} route", crossed.get(route, 0) >= at_least, crossed)
+        return route
+
+
+def close_trained(label, got, want, steps, rounding="float32"):
+    """Weights (or losses) after ``steps`` steps of training against the same training done
+    another way (one process on the concatenated batches, without XLA, ...), array by array:
+    each step's update is a reduction in ``rounding`` (the models train in float32) whose
+    rounding the one rule bounds, of values no larger than the weights plus one (these small
+    models' inputs, gradients and learning rates are of order one), and the steps' bounds add up."""
+    check(f"{label}: as many arrays", len(got) == len(want), f"{len(got)} vs {len(want)}")
+    for i, (g, w) in enumerate(zip(got, want)):
+        close(f"{label} (array {i})", g, w, steps * (np.abs(np.asarray(w, np.float64)) + 1.0), rounding=rounding)
+
+
+def same_on_all_ranks(label, values):
+    """Every rank holds the same arrays, bit for bit."""
+    import blinkflow as bf
+
+    values = [np.asarray(v) for v in values]
+    everyone = bf.allgather_object(values)
+    check(label, all(len(o) == len(values) and all(np.array_equal(a, b) for a, b in zip(o, values))
+                     for o in everyone), "differs between ranks")

@@ -8,23 +8,19 @@ data (a step averages the gradients of the ranks that still have a batch, over t
 the optimizer counted the longest shard's steps. Once with the usual callbacks, once XLA-compiled
 with AlignEpochsCallback alone, once with no blinkflow callback at all.
 
-Prints ``UNEVEN OK <count>``; exits 1 naming every failed check.
+Case script of the harness (tests/harness.py), run with other TF case scripts in one launch.
 """
 import numpy as np
-import tensorflow as tf
 
-tf.config.threading.set_intra_op_parallelism_threads(1)
-tf.config.threading.set_inter_op_parallelism_threads(1)
+from script_checks import check, close_trained  # (sets TF threads, before keras)
 
 import keras  # noqa: E402
 
 import blinkflow.tensorflow.keras as hvd  # noqa: E402
-from script_checks import Checks  # noqa: E402
+from harness import job_rank_size, run_cases  # noqa: E402
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
-checks = Checks(r)
-check, close = checks.check, checks.close
 BATCH, EPOCHS, LR = 2, 2, 0.1
 BATCHES = [6, 4, 5][:n]
 
@@ -80,8 +76,8 @@ def train(label, callbacks, jit_compile):
     want = reference()
     check(f"{label}: an epoch end per epoch", len(record.after) == EPOCHS, str(len(record.after)))
     for epoch, (got, (want_w, want_b)) in enumerate(zip(record.after, want)):
-        close(f"{label}: epoch {epoch} kernel = reference", got[0], want_w.astype(np.float32))
-        close(f"{label}: epoch {epoch} bias = reference", got[1], want_b.astype(np.float32))
+        close_trained(f"{label}: epoch {epoch} kernel and bias = reference", got, [want_w, want_b],
+                      steps=(epoch + 1) * max(BATCHES))
         every = hvd.allgather_object([v.tolist() for v in got])
         check(f"{label}: epoch {epoch} weights equal on every rank", all(e == every[0] for e in every))
     iterations = int(model.optimizer.iterations.numpy())
@@ -89,10 +85,21 @@ def train(label, callbacks, jit_compile):
     return history
 
 
-history = train("usual callbacks", [hvd.callbacks.BroadcastGlobalVariablesCallback(0),
-                                    hvd.callbacks.MetricAverageCallback()], jit_compile=False)
-losses = hvd.allgather_object(history.history["loss"])
-check("MetricAverageCallback: loss equal on every rank", all(l == losses[0] for l in losses), str(losses))
-train("XLA, AlignEpochsCallback", [hvd.callbacks.AlignEpochsCallback()], jit_compile=True)
-train("no blinkflow callback", [], jit_compile=False)  # the DistributedOptimizer's fit aligns all the same
-checks.report("UNEVEN OK")
+def case_usual_callbacks_align_weights_and_metrics(rank, size):
+    history = train("usual callbacks", [hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                                        hvd.callbacks.MetricAverageCallback()], jit_compile=False)
+    losses = hvd.allgather_object(history.history["loss"])
+    check("MetricAverageCallback: loss equal on every rank", all(loss == losses[0] for loss in losses), str(losses))
+
+
+def case_xla_compiled_with_align_epochs_alone(rank, size):
+    train("XLA, AlignEpochsCallback", [hvd.callbacks.AlignEpochsCallback()], jit_compile=True)
+
+
+def case_no_blinkflow_callback_aligns_all_the_same(rank, size):
+    """The DistributedOptimizer's fit aligns the epochs itself."""
+    train("no blinkflow callback", [], jit_compile=False)
+
+
+if __name__ == "__main__":
+    run_cases(globals(), *job_rank_size())

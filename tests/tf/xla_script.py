@@ -16,31 +16,21 @@ training without XLA. Then what XLA cannot express fails alike on every rank: an
 rows differ by rank) is refused with NotSupportedError when traced, and a shape that differs by
 rank inside a compiled all-reduce fails the step with FailedPreconditionError on every rank.
 
-Prints ``XLA OK <count>``; exits 1 naming every failed check.
+Case script of the harness (tests/harness.py), run with other TF case scripts in one launch.
 """
-import sys
-
 import numpy as np
 import tensorflow as tf
 
-tf.config.threading.set_intra_op_parallelism_threads(1)
-tf.config.threading.set_inter_op_parallelism_threads(1)
+from script_checks import check, close, close_trained, same_on_all_ranks  # noqa: I100 (TF's threads set first)
 
-import keras  # noqa: E402  (after the thread settings, before any op runs)
+import keras  # noqa: E402
 
 import blinkflow.tensorflow as hvd  # noqa: E402
+from harness import job_rank_size, run_cases  # noqa: E402
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
-failures, count = [], 0
 BATCH, STEPS = 8, 4
-
-
-def check(label, ok, detail=""):
-    global count
-    count += 1
-    if not ok:
-        failures.append(f"rank {r}: {label} {detail}")
 
 
 def data(q):
@@ -53,17 +43,6 @@ def model():
     return keras.Sequential([keras.Input((5,)), keras.layers.Dense(6, activation="tanh"), keras.layers.Dense(1)])
 
 
-def identical_on_all_ranks(label, weights):
-    everyone = hvd.allgather_object([np.asarray(w) for w in weights])
-    check(label, all(all(np.array_equal(a, b) for a, b in zip(o, weights)) for o in everyone),
-          "differs between ranks")
-
-
-def close(label, got, want, atol=1e-5):
-    worst = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in zip(got, want))
-    check(label, worst <= atol, f"max difference {worst}")
-
-
 def compiled_calls():
     """How many collectives crossed through an XLA custom call so far (the route was taken)."""
     from blinkflow.tensorflow import _xla
@@ -71,7 +50,6 @@ def compiled_calls():
     return _xla.calls_run
 
 
-# 1. model.fit, XLA on and off.
 def fit(jit):
     m = model()
     m.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse", jit_compile=jit)
@@ -79,16 +57,17 @@ def fit(jit):
     return m
 
 
-before = compiled_calls()
-with_xla = fit(True)
-check("fit: the train step ran compiled, collectives through the custom call", compiled_calls() > before,
-      f"{compiled_calls() - before} calls")
-check("fit: Keras kept jit_compile", with_xla.jit_compile is True, with_xla.jit_compile)
-identical_on_all_ranks("fit jit_compile=True: identical weights", with_xla.get_weights())
-close("fit: XLA equals the same training without XLA", with_xla.get_weights(), fit(False).get_weights())
+def case_fit_compiled_by_xla(rank, size):
+    before = compiled_calls()
+    with_xla = fit(True)
+    check("fit: the train step ran compiled, collectives through the custom call", compiled_calls() > before,
+          f"{compiled_calls() - before} calls")
+    check("fit: Keras kept jit_compile", with_xla.jit_compile is True, with_xla.jit_compile)
+    same_on_all_ranks("fit jit_compile=True: identical weights", with_xla.get_weights())
+    close_trained("fit: XLA equals the same training without XLA", with_xla.get_weights(),
+                  fit(False).get_weights(), 2 * STEPS)
 
 
-# Embedding gradients (IndexedSlices) are reduced dense inside the compiled step.
 def fit_embedding(jit):
     keras.utils.set_random_seed(7)
     m = keras.Sequential([keras.Input((3,), dtype="int32"), keras.layers.Embedding(12, 4), keras.layers.Flatten(),
@@ -100,13 +79,14 @@ def fit_embedding(jit):
     return m
 
 
-embedded = fit_embedding(True)
-identical_on_all_ranks("fit with an embedding, jit_compile=True: identical weights", embedded.get_weights())
-close("fit with an embedding: XLA equals the same training without XLA", embedded.get_weights(),
-      fit_embedding(False).get_weights())
+def case_fit_with_an_embedding_compiled_by_xla(rank, size):
+    """Embedding gradients (IndexedSlices) are reduced dense inside the compiled step."""
+    embedded = fit_embedding(True)
+    same_on_all_ranks("fit with an embedding, jit_compile=True: identical weights", embedded.get_weights())
+    close_trained("fit with an embedding: XLA equals the same training without XLA", embedded.get_weights(),
+                  fit_embedding(False).get_weights(), STEPS)
 
 
-# 2. A custom loop, the whole step compiled.
 def custom_loop(jit):
     m = model()
     opt = keras.optimizers.SGD(0.1)
@@ -125,16 +105,16 @@ def custom_loop(jit):
     return m, losses
 
 
-before = compiled_calls()
-(loop_xla, losses_xla), (loop_plain, losses_plain) = custom_loop(True), custom_loop(False)
-check("tf.function(jit_compile=True): collectives through the custom call", compiled_calls() > before)
-identical_on_all_ranks("tf.function(jit_compile=True): identical weights", loop_xla.get_weights())
-close("tf.function(jit_compile=True): equals the same loop without XLA", loop_xla.get_weights(),
-      loop_plain.get_weights())
-close("tf.function(jit_compile=True): the averaged losses", [losses_xla], [losses_plain])
+def case_custom_loop_whose_whole_step_is_compiled(rank, size):
+    before = compiled_calls()
+    (loop_xla, losses_xla), (loop_plain, losses_plain) = custom_loop(True), custom_loop(False)
+    check("tf.function(jit_compile=True): collectives through the custom call", compiled_calls() > before)
+    same_on_all_ranks("tf.function(jit_compile=True): identical weights", loop_xla.get_weights())
+    close_trained("tf.function(jit_compile=True): equals the same loop without XLA", loop_xla.get_weights(),
+                  loop_plain.get_weights(), STEPS)
+    close_trained("tf.function(jit_compile=True): the averaged losses", [losses_xla], [losses_plain], STEPS)
 
 
-# 3. An eager loop around compiled compute: the all-reduce runs between the compiled calls.
 def eager_loop(jit):
     m = model()
     opt = keras.optimizers.SGD(0.1)
@@ -152,22 +132,17 @@ def eager_loop(jit):
     return m
 
 
-eager_xla = eager_loop(True)
-identical_on_all_ranks("eager loop, compiled gradients: identical weights", eager_xla.get_weights())
-close("eager loop, compiled gradients: equals uncompiled", eager_xla.get_weights(), eager_loop(False).get_weights())
+def case_eager_loop_around_compiled_gradients(rank, size):
+    """The all-reduce runs eagerly between the compiled calls."""
+    eager_xla = eager_loop(True)
+    same_on_all_ranks("eager loop, compiled gradients: identical weights", eager_xla.get_weights())
+    close_trained("eager loop, compiled gradients: equals uncompiled", eager_xla.get_weights(),
+              eager_loop(False).get_weights(), STEPS)
 
 
-# 4. What XLA cannot express fails alike on every rank, and the job goes on.
 @tf.function(jit_compile=True)
 def gather(x):
     return hvd.allgather(x, name="xla.gather")
-
-
-try:
-    gather(tf.ones([r + 1, 2]))
-    check("allgather inside XLA is refused", False, "it ran")
-except hvd.NotSupportedError as e:
-    check("allgather inside XLA: the error says how to fix it", "jit_compile=False" in str(e), str(e))
 
 
 @tf.function(jit_compile=True)
@@ -175,15 +150,27 @@ def mismatched(x):
     return hvd.allreduce(x, name="xla.mismatch")
 
 
-try:
-    mismatched(tf.ones([2 + (r == 0)]))
-    check("a shape that differs by rank fails the compiled step", False, "it ran")
-except tf.errors.FailedPreconditionError as e:
-    check("mismatch inside XLA: the message names the tensor", "xla.mismatch" in str(e), str(e)[:300])
-after = hvd.allreduce(tf.constant([float(r)]), op=hvd.Sum, name="xla.after")
-check("the runtime is usable after a failed compiled step", float(after[0]) == sum(range(n)), after)
+def case_what_xla_cannot_express_fails_alike_on_every_rank(rank, size):
+    """And the job goes on."""
+    try:
+        gather(tf.ones([r + 1, 2]))
+        raised = None
+    except Exception as error:  # noqa: BLE001 - the type is what is checked
+        raised = error
+    check("allgather inside XLA is refused with NotSupportedError", isinstance(raised, hvd.NotSupportedError),
+          f"{type(raised).__name__}: {str(raised)[:300]}")
+    check("allgather inside XLA: the error says how to fix it", "jit_compile=False" in str(raised), str(raised))
+    try:
+        mismatched(tf.ones([2 + (r == 0)]))
+        raised = None
+    except Exception as error:  # noqa: BLE001 - the type is what is checked
+        raised = error
+    check("a shape that differs by rank fails the compiled step", isinstance(raised, tf.errors.FailedPreconditionError),
+          f"{type(raised).__name__}: {str(raised)[:300]}")
+    check("mismatch inside XLA: the message names the tensor", "xla.mismatch" in str(raised), str(raised)[:300])
+    after = hvd.allreduce(tf.constant([float(r)]), op=hvd.Sum, name="xla.after")
+    close("the runtime is usable after a failed compiled step", after, [sum(range(n))])
 
-if failures:
-    print("\n".join(failures), flush=True)
-    sys.exit(1)
-print(f"XLA OK {count}", flush=True)
+
+if __name__ == "__main__":
+    run_cases(globals(), *job_rank_size())

@@ -4,6 +4,7 @@ a job that dies reports every case it did not reach, and the one float rule."""
 import ast
 import contextlib
 import io
+import os
 import pathlib
 
 import numpy as np
@@ -165,3 +166,77 @@ def test_close_allows_the_rounding_of_a_sum_and_nothing_more():
     harness.close(np.array([1, 2], np.int32), np.array([1, 2], np.int64))
     half = np.full(3, 1.5, np.float16)
     harness.close(half + np.float16(0.0009765625), np.full(3, 1.5), magnitude=1.5, ranks=1)
+
+
+def test_one_process_runs_several_scripts_and_names_each_case_by_its_script(tmp_path):
+    first, second = tmp_path / "first_script.py", tmp_path / "second_script.py"
+    first.write_text("import harness\nSEEN = []\n\ndef case_a(r, n):\n    SEEN.append('a')\n\n"
+                     "def case_b(r, n):\n    harness.skip('not here')\n")
+    second.write_text("import first_script\n\ndef case_a(r, n):\n    assert first_script.SEEN == ['a']\n\n"
+                      "def case_c(r, n):\n    pass\n")
+    specs = [str(first), f"{second}:c,a"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        harness.run_scripts(specs, 0, 1, stop=lambda: None)
+    order = harness.scripts_order(specs)
+    assert order == ["first_script.a", "first_script.b", "second_script.a", "second_script.c"]
+    launch = harness.Launch(1, out.getvalue(), "", 0, order)
+    assert launch.verdict("first_script.a") == (harness.PASS, "")
+    assert launch.verdict("first_script.b") == (harness.SKIP, "not here")
+    assert launch.verdict("second_script.a") == (harness.PASS, "")   # the scripts share one process
+    assert launch.verdict("second_script.c") == (harness.PASS, "")
+
+
+def test_a_script_that_fails_to_import_fails_its_first_case_and_the_later_ones_did_not_run(tmp_path):
+    broken, after = tmp_path / "broken_script.py", tmp_path / "after_script.py"
+    broken.write_text("raise RuntimeError('no such device')\n\ndef case_x(r, n):\n    pass\n")
+    after.write_text("def case_y(r, n):\n    pass\n")
+    specs = [str(broken), str(after)]
+    out, stops = io.StringIO(), []
+    with contextlib.redirect_stdout(out):
+        harness.run_scripts(specs, 0, 1, stop=lambda: stops.append(True))
+    assert stops == [True]
+    cut = out.getvalue()[:out.getvalue().index('"case": "after_script.y"')]   # the job ended at the stop
+    launch = harness.Launch(1, cut[:cut.rindex("\n")], "", 1, harness.scripts_order(specs))
+    status, why = launch.verdict("broken_script.x")
+    assert status == harness.FAIL and "no such device" in why
+    assert "ended in case 'broken_script.x'" in launch.verdict("after_script.y")[1]
+
+
+def test_a_rank_knows_its_place_from_the_launcher_before_mpi_starts(monkeypatch):
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "2")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "3")
+    assert harness.job_rank_size() == (2, 3)
+
+
+def test_no_two_test_modules_share_a_name():
+    """pytest imports test modules by basename (tests/ has no packages): two of one name anywhere
+    under tests/ stop the whole suite's collection."""
+    seen = {}
+    for path in sorted(TESTS.rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(TESTS)))
+    assert not {name: paths for name, paths in seen.items() if len(paths) > 1}
+
+
+def test_the_tests_of_one_launch_run_on_one_worker(tmp_path):
+    """Under ``-n 2 --dist loadgroup`` the tests of one group (one launch) all run on one worker,
+    through this suite's conftest: pytest-xdist's own grouping needs a test id it can no longer
+    set under pytest 9, and both workers then ran every launch."""
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_groups.py").write_text(
+        "import os, time\nimport pytest\n\n"
+        "@pytest.mark.parametrize('config', [1, 2])\n@pytest.mark.parametrize('case', range(4))\n"
+        "def test_case(config, case):\n    time.sleep(0.2)\n"
+        "    with open(f'ran-{config}-{case}', 'w') as f:\n        f.write(os.environ['PYTEST_XDIST_WORKER'])\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("TESTS_XDIST_GROUPS", "BLINKFLOW_CHECK_CACHE")}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+                          "--dist", "loadgroup", str(tmp_path / "test_groups.py")],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=240).stdout
+    workers = {}
+    for ran in tmp_path.glob("ran-*"):
+        workers.setdefault(ran.name.split("-")[1], set()).add(ran.read_text())
+    assert sorted(workers) == ["1", "2"] and all(len(w) == 1 for w in workers.values()), (workers, out[-2000:])

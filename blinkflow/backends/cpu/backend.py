@@ -120,7 +120,7 @@ class CpuBackend(Backend):
         self.state = SequenceState()
         self.programs = Programs(ctx.plan_for, layout.devices, layout.rank, fuse_inputs=FUSE_INPUTS,
                                  check=bool(config is not None and config.check_schedules),
-                                 window=policy.DEVICE_WINDOW)
+                                 window=policy.DEVICE_WINDOW, proven=config.check_cache if config is not None else None)
         self.trace: Optional[list] = None
         """Set to a list to record every transfer the runner makes (tests)."""
         self.stats = {"single_copy": 0, "packed": 0, "helped_chunks": 0}

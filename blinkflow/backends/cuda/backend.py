@@ -87,7 +87,7 @@ class CudaBackend(Backend):
         config = ctx.config
         self.programs = Programs(ctx.plan_for, layout.devices, layout.rank, fuse_inputs=kernels.MAX_INPUTS - 1,
                                  schedule_for=schedule_for, check=bool(config is not None and config.check_schedules),
-                                 window=policy.DEVICE_WINDOW)
+                                 window=policy.DEVICE_WINDOW, proven=config.check_cache if config is not None else None)
         self.caps = policy.Capabilities("cuda", device_executor=self._every_local_pair_maps())
         self.last_choice: Optional[policy.Choice] = None
         """The policy's choice for the latest collective (tests, debugging)."""
