@@ -26,8 +26,8 @@ RANK = MPI.COMM_WORLD.Get_rank()
 def skew_topology():
     discover_job = job_module.discover_job
 
-    def skewed(comm, config):
-        found = discover_job(comm, config)
+    def skewed(comm, config, **kwargs):
+        found = discover_job(comm, config, **kwargs)
         topology = found.topology
         links = list(topology.links)
         links[0] = dataclasses.replace(links[0], gbps=links[0].gbps / 2)
