@@ -18,7 +18,7 @@ from typing import Dict, List
 
 import click
 
-from .tf_peers import run_blinkflow
+from .tf_peers import run_blinkflow, step_arguments, step_options
 
 
 def kept(log_file: str) -> Dict:
@@ -36,20 +36,14 @@ def kept(log_file: str) -> Dict:
 @click.command(help=__doc__.split("\n\n")[0])
 @click.option("--np", "np_", default=2, show_default=True, type=click.IntRange(1), help="ranks per job")
 @click.option("--rounds", default=3, show_default=True, type=click.IntRange(1))
-@click.option("--model", default="MobileNetV2", show_default=True)
-@click.option("--img-size", default=64, show_default=True, type=int)
-@click.option("--batch-size", default=16, show_default=True, type=int, help="per rank")
-@click.option("--num-iters", default=5, show_default=True, type=int)
-@click.option("--num-batches-per-iter", default=5, show_default=True, type=int)
-@click.option("--num-threads", default=1, show_default=True, type=int, help="TF threads per rank")
+@step_options
 @click.option("--tune-steps", default=300, show_default=True, type=int,
               help="warm-up batches of both jobs; the search must finish within them")
 @click.option("--timeout", default=1200.0, show_default=True, help="seconds per job")
 def command(np_, rounds, model, img_size, batch_size, num_iters, num_batches_per_iter, num_threads, tune_steps,
             timeout) -> None:
-    step_args = ["--model", model, "--img-size", str(img_size), "--batch-size", str(batch_size),
-                 "--num-iters", str(num_iters), "--num-batches-per-iter", str(num_batches_per_iter),
-                 "--num-threads", str(num_threads), "--num-warmup-batches", str(tune_steps)]
+    step_args = step_arguments(model, img_size, batch_size, num_iters, num_batches_per_iter, num_threads) \
+        + ["--num-warmup-batches", str(tune_steps)]
     totals: Dict[str, List[float]] = {"defaults": [], "autotune": []}
     found = []
     with tempfile.TemporaryDirectory(prefix="blinkflow-autotune-") as tmp:

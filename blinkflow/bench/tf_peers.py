@@ -77,22 +77,40 @@ def run_mwms(np_: int, step_args: List[str], timeout: float) -> Dict:
                    "".join(err[-1000:] for _, err in outputs))
 
 
+#: The synthetic step's options (:mod:`.tf_step`), for every suite that launches it.
+_STEP_OPTIONS = [
+    click.option("--model", default="MobileNetV2", show_default=True),
+    click.option("--img-size", default=64, show_default=True, type=int),
+    click.option("--batch-size", default=16, show_default=True, type=int, help="per worker"),
+    click.option("--num-iters", default=5, show_default=True, type=int),
+    click.option("--num-batches-per-iter", default=5, show_default=True, type=int),
+    click.option("--num-threads", default=1, show_default=True, type=int, help="TF threads per worker"),
+]
+
+
+def step_options(command_fn):
+    """Add the synthetic step's options to a click command (they reach it as keyword arguments)."""
+    for option in reversed(_STEP_OPTIONS):
+        command_fn = option(command_fn)
+    return command_fn
+
+
+def step_arguments(model, img_size, batch_size, num_iters, num_batches_per_iter, num_threads) -> List[str]:
+    """The :mod:`.tf_step` command line of those options."""
+    return ["--model", model, "--img-size", str(img_size), "--batch-size", str(batch_size),
+            "--num-iters", str(num_iters), "--num-batches-per-iter", str(num_batches_per_iter),
+            "--num-threads", str(num_threads)]
+
+
 @click.command(help=__doc__.split("\n\n")[0])
 @click.option("--np", "np_", default=2, show_default=True, type=click.IntRange(1), help="workers per side")
 @click.option("--rounds", default=5, show_default=True, type=click.IntRange(1))
-@click.option("--model", default="MobileNetV2", show_default=True)
-@click.option("--img-size", default=64, show_default=True, type=int)
-@click.option("--batch-size", default=16, show_default=True, type=int, help="per worker")
-@click.option("--num-iters", default=5, show_default=True, type=int)
-@click.option("--num-batches-per-iter", default=5, show_default=True, type=int)
-@click.option("--num-threads", default=1, show_default=True, type=int, help="TF threads per worker")
+@step_options
 @click.option("--timeout", default=900.0, show_default=True, help="seconds per job")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 def command(np_, rounds, model, img_size, batch_size, num_iters, num_batches_per_iter, num_threads, timeout,
             as_json) -> None:
-    step_args = ["--model", model, "--img-size", str(img_size), "--batch-size", str(batch_size),
-                 "--num-iters", str(num_iters), "--num-batches-per-iter", str(num_batches_per_iter),
-                 "--num-threads", str(num_threads)]
+    step_args = step_arguments(model, img_size, batch_size, num_iters, num_batches_per_iter, num_threads)
     runners = [("blinkflow", lambda n, args, t: run_blinkflow(n, ["--local-baseline"] + args, t)), ("mwms", run_mwms)]
     runs: Dict[str, List[Dict]] = {side: [] for side, _ in runners}
     for r in range(rounds):

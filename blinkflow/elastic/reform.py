@@ -45,6 +45,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..backends.teardown import quietly
 from ..config import get_config
 from ..errors import NotInitializedError, ProcessSetError, ShutdownError, TooFewRanksError
 from ..runtime import lifecycle
@@ -193,7 +194,7 @@ def _retire(engine) -> None:
     if engine.sets is not None:
         engine.sets.fail_all(failure)
     for comm in _communicators(engine):
-        _revoke(comm)
+        quietly(comm.Revoke)  # already revoked or freed: nothing waits in it then
     deadline = time.monotonic() + RETIRE_JOIN_S
     threads = [engine._thread] + [t.thread for t in (engine.sets.threads.values() if engine.sets else ())]
     for thread in threads:
@@ -255,13 +256,6 @@ def _communicators(engine) -> List[object]:
             if isinstance(value, MPI.Comm) and value != MPI.COMM_NULL:
                 found[id(value)] = value
     return list(found.values())
-
-
-def _revoke(comm) -> None:
-    try:
-        comm.Revoke()
-    except Exception:  # noqa: BLE001 - already revoked or freed: nothing waits in it then
-        pass
 
 
 def _start(old: Optional[_Old], comm, started: float) -> Reset:
