@@ -92,10 +92,12 @@ class Engine:
         if self.side is not None and not (self.peer_failed or self.broken):
             self.side.close()
 
-    def tell_departure(self) -> None:
-        """This rank stops because of a peer's failure: tell the ranks on this machine which rank
-        that is, so their watchdogs, should they see this process gone too, blame the right one."""
-        failure = self.state.failure if self.state is not None else None
+    def tell_departure(self, failure: Optional[BaseException] = None) -> None:
+        """This rank stops because of a peer's failure (``failure``, else the runtime's recorded
+        one): tell the ranks on this machine which rank that is, so their watchdogs, should they
+        see this process gone too, blame the right one."""
+        if failure is None:
+            failure = self.state.failure if self.state is not None else None
         cause = getattr(failure, "rank", None)
         if self.side is not None and self.side.concurrent and cause is not None and cause != self.job.rank:
             mates = [r for r in range(self.job.size) if self.job.machines[r] == self.job.machines[self.job.rank]]
@@ -221,10 +223,13 @@ class Engine:
 
     def _on_peer_failure(self, error: ShutdownError) -> None:
         self.peer_failed = True
+        # Told before any user thread can see the error: a user that catches it and leaves at
+        # once (os._exit) must not take the notice with it, or peers that see this process gone
+        # too would blame it beside the rank that failed.
+        self.tell_departure(error)
         self.state.fail(error)
         if self.sets is not None:
             self.sets.fail_all(error)
-        self.tell_departure()  # now: however this process leaves later, it is not blamed
 
     def _shutdown_error(self, reasons: List[Optional[str]]) -> ShutdownError:
         who = [(r, why) for r, why in enumerate(reasons) if why is not None]

@@ -192,8 +192,12 @@ class Executor:
             self.running = None
             self.batch_timeline.tracks = []
             self._mark(names, "E", batch.kind.name)
+            # A finished call's results are let go of here at once: a user who dropped the
+            # handle must get the memory back when the call completes (a later call of this cycle,
+            # say a barrier, may complete before this method returns).
             if batch.whole is not None:  # one response, all its pieces: nothing to assemble
                 self._finish(responses[batch.whole], entries[batch.whole], results, on_done)
+                entries[batch.whole] = results = None
                 continue
             for piece, result in zip(batch.pieces, results):
                 index = piece.response
@@ -201,6 +205,8 @@ class Executor:
                 remaining[index] -= 1
                 if remaining[index] == 0:
                     self._finish(responses[index], entries[index], outputs[index], on_done)
+                    entries[index] = outputs[index] = None
+            results = result = None
 
     def _fail_batch(self, batch: Batch, responses, entries, error: BlinkflowError, on_done) -> None:
         self._mark(self.batch_timeline.tracks, "E", batch.kind.name)

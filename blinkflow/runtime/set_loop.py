@@ -123,11 +123,12 @@ class SetLoop:
         while True:
             new = state.drain()
             if timeline is not None:
-                for entry in new:
-                    timeline.end(entry.name, "QUEUED")
-                    timeline.start(entry.name, "NEGOTIATE")
+                _mark_negotiating(timeline, new)
             responses, reasons = negotiator.cycle(new, state.shutdown_reason, state.work_submitted,
                                                   state.abort_check)
+            # The entries wait in negotiator.pending until they run; held here too, a cycle's
+            # entries (and so their results) would outlive their calls while this thread sleeps.
+            submitted, new = bool(new), None
             # Every rank leaves the negotiation at about the same moment: pacing the next cycle
             # from here (not from this cycle's start, which differs by how long each rank waited)
             # keeps the ranks' cycles aligned, so an idle cycle hardly waits for its peers.
@@ -163,7 +164,7 @@ class SetLoop:
             # A round that moved nothing while tensors are pending (each rank holds some that
             # others lack, e.g. submitted in different orders) completes at once and would
             # repeat in a tight loop: back off, doubling up to 1 ms, until something happens.
-            stalled_s = 0.0 if responses or new else min(max(2 * stalled_s, 50e-6), min(cycle_s, 1e-3))
+            stalled_s = 0.0 if responses or submitted else min(max(2 * stalled_s, 50e-6), min(cycle_s, 1e-3))
             if not negotiator.pending:
                 state.wait_for_work(cycle_s - (time.monotonic() - synced))
             elif stalled_s:
@@ -188,3 +189,11 @@ class SetLoop:
             except Exception:  # noqa: BLE001 - teardown must go on; report and continue
                 logger.exception("closing backend %s failed", getattr(backend, "name", "?"))
         self.backends.clear()
+
+
+def _mark_negotiating(timeline, entries) -> None:
+    """Timeline: ``entries`` leave the queue and start negotiating (a function of its own, so
+    that no loop variable of the run loop keeps the last entry alive)."""
+    for entry in entries:
+        timeline.end(entry.name, "QUEUED")
+        timeline.start(entry.name, "NEGOTIATE")

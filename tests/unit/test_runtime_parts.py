@@ -1,5 +1,6 @@
 """The runtime's pure parts, without MPI: validation, the coordinator's table, the response
 cache, fusion batching, row splits, the stall inspector, the timeline file and the plan check."""
+import gc
 import json
 
 import numpy as np
@@ -316,6 +317,25 @@ def test_a_casualty_is_not_blamed_its_cause_is():
     assert culprits([1, 2], {}) == [1, 2]
 
 
+def test_a_rank_leaving_for_a_peers_failure_says_so_before_its_user_can_see_the_error():
+    # The user may catch the error and leave at once (os._exit): a notice sent after the user
+    # was woken could be lost, and peers that then see this process gone would blame it too.
+    from types import SimpleNamespace
+
+    from blinkflow.errors import RanksLostError
+    from blinkflow.runtime.background import Engine
+
+    events = []
+    engine = Engine.__new__(Engine)
+    engine.job = SimpleNamespace(rank=0, size=3, machines=["a", "a", "a"])
+    engine.side = SimpleNamespace(concurrent=True, tell=lambda ranks, text, cause=None, relay=False: events.append(
+        ("told", sorted(ranks), cause, relay)))
+    engine.state = SimpleNamespace(failure=None, fail=lambda error: events.append(("user sees", error.rank)))
+    engine.sets = None
+    engine._on_peer_failure(RanksLostError("rank 2 died", [2]))
+    assert events == [("told", [0, 1, 2], 2, True), ("user sees", 2)], events
+
+
 class _SilentSide:
     """A side channel (no MPI) whose watched neighbour never beats, or always does."""
 
@@ -452,6 +472,33 @@ def test_integer_average_is_exact_where_times_one_over_size_is_not(dtype):
     executor.run([Response(Kind.ALLREDUCE, "avg", (request,) * size)], {"avg": entry}, lambda response: None)
     assert entry.slot.result.dtype == np.dtype(dtype)
     assert np.array_equal(entry.slot.result, x), entry.slot.result
+
+
+def test_a_finished_calls_result_is_let_go_before_later_calls_of_the_cycle_complete():
+    # A user who drops an async handle gets the result's memory back when the call completes: the
+    # executor must not keep it until its cycle ends. Before, a barrier later in the same cycle
+    # woke the user while the executor still held the earlier results (a flaky leak check).
+    from blinkflow.runtime.executor import Executor
+    from blinkflow.runtime.state import Entry, SharedState
+    from blinkflow.runtime.handles import Slot
+
+    MIB = 1 << 20
+    first = Request("first", Kind.ALLREDUCE, "float32", (MIB,), op=int(ReduceOp.SUM))  # 4 MiB: pooled
+    later = Request("later", Kind.ALLREDUCE, "float32", (MIB // 4,), op=int(ReduceOp.SUM))  # 1 MiB: its own block
+    executor = Executor(0, 2, None, lambda device: _SummingBackend(2), SharedState(None, 0), MIB)
+    seen = []
+
+    def on_done(response):
+        seen.append((response.name, [block.lent for block in executor.results.blocks]))
+
+    pending = {"first": Entry(first, np.ones(MIB, np.float32), Slot()),
+               "later": Entry(later, np.ones(MIB // 4, np.float32), Slot())}
+    executor.run([Response(Kind.ALLREDUCE, "first", (first,) * 2), Response(Kind.ALLREDUCE, "later", (later,) * 2)],
+                 pending, on_done)
+    del pending
+    gc.collect()  # (nothing to collect: the entries die by reference counting once let go of)
+    assert [name for name, _ in seen] == ["first", "later"]
+    assert seen[1][1] == [False, True], f"when 'later' completed, the pool's blocks were lent: {seen[1][1]}"
 
 
 def test_handles_of_a_stopped_runtime_never_name_a_new_runtimes_calls():
