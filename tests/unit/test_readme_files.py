@@ -1,0 +1,24 @@
+"""README.md shows code and names files that live in the repository: the numpy example it prints
+is examples/numpy_collectives.py word for word, and every file it points to exists, so a reader
+who follows it never meets a stale listing or a missing file."""
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).parents[2]
+README = (ROOT / "README.md").read_text()
+#: Paths the README names in another project (Horovod's examples folder).
+ELSEWHERE = {"examples/tensorflow2"}
+
+
+def test_the_numpy_listing_is_the_example_file():
+    example = (ROOT / "examples" / "numpy_collectives.py").read_text()
+    listing = README[README.index("```python\nimport numpy as np\n") + len("```python\n"):]
+    listing = listing[:listing.index("```\n")]
+    assert example.endswith(listing), "README's numpy listing differs from examples/numpy_collectives.py"
+
+
+def test_every_repository_path_the_readme_names_exists():
+    named = set(re.findall(r"(?<![\w/.])((?:examples|docs|tests|launcher|kernels|blinkflow)/[\w./-]*\w)", README))
+    assert named, "the pattern no longer finds the README's paths"
+    missing = sorted(path for path in named if path not in ELSEWHERE and not (ROOT / path).exists())
+    assert not missing, missing
