@@ -22,3 +22,13 @@ def test_every_repository_path_the_readme_names_exists():
     assert named, "the pattern no longer finds the README's paths"
     missing = sorted(path for path in named if path not in ELSEWHERE and not (ROOT / path).exists())
     assert not missing, missing
+
+
+def test_every_setting_has_its_variable_in_the_readme():
+    import dataclasses
+
+    from blinkflow.config import Config
+
+    missing = [Config.env_name(f.name) for f in dataclasses.fields(Config)
+               if f"`{Config.env_name(f.name)}`" not in README]
+    assert not missing, missing
