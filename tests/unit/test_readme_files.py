@@ -32,3 +32,9 @@ def test_every_setting_has_its_variable_in_the_readme():
     missing = [Config.env_name(f.name) for f in dataclasses.fields(Config)
                if f"`{Config.env_name(f.name)}`" not in README]
     assert not missing, missing
+
+
+def test_every_document_is_listed_under_documents():
+    listed = README[README.index("## Documents"):]
+    unlisted = sorted(doc.name for doc in (ROOT / "docs").glob("*.md") if f"`docs/{doc.name}`" not in listed)
+    assert not unlisted, unlisted
