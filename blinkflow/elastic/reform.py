@@ -40,6 +40,7 @@ and after), logged as one line on the new rank 0, recorded in the timeline, coun
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import threading
 import time
@@ -94,6 +95,10 @@ class Reset:
 _history: List[Reset] = []
 _unreleased: List[object] = []
 """Retired engines whose release did not finish in time: kept, with their windows, until exit."""
+_made: List[object] = []
+"""Communicators this module started a runtime on (a shrink's survivors, a merge with newcomers),
+newest last: each is freed once the runtime on it is retired, the last at exit (see
+:func:`_free_made`)."""
 
 
 def resets() -> int:
@@ -282,6 +287,9 @@ def _start(old: Optional[_Old], comm, started: float) -> Reset:
 
         keep_ordinal(old.cuda_ordinal)
     lifecycle.start(comm, [list(ranks) for ranks in sets], device=old.device if old is not None else None)
+    _adopt(comm)
+    if old is not None:
+        quietly(old.group.Free)
     engine = RUNTIME.engine
     _renumber_user_sets(old_sets, kept)
     reset = Reset(old_size=old_size, new_size=size, lost=lost, added=sum(r is None for r in kept),
@@ -294,6 +302,38 @@ def _start(old: Optional[_Old], comm, started: float) -> Reset:
         engine._timeline.instant("elastic", "ELASTIC_RESET", {"lost": list(lost), "added": reset.added,
                                                               "size": size, "rate_gbps": reset.new_rate_gbps})
     return reset
+
+
+def _adopt(comm) -> None:
+    """``comm`` now carries the runtime: free the communicators earlier resets made (their runtimes
+    are retired), and free ``comm`` itself before MPI_Finalize.
+
+    Once ranks were spawned, every communicator holding them spans two launches, and Open MPI 5's
+    ``MPI_Finalize`` disconnects each such communicator the program left allocated
+    (``ompi_dpm_dyn_finalize``). After kill/add cycles that step corrupted the heap (glibc then
+    aborted finalize: "double free or corruption", "free(): invalid next size"), and with a merged
+    communicator left, and no rank lost, it crashed too (SIGSEGV) or hung. Open MPI skips the step
+    when no more than one such communicator is counted as allocated."""
+    global _exit_hook_registered
+    for made in _made:
+        quietly(made.Free)
+    _made[:] = [comm]
+    if not _exit_hook_registered:
+        # Registered now, after MPI started and blinkflow's own exit hook was registered: atexit
+        # runs it first, before that hook's (or mpi4py's) MPI_Finalize.
+        atexit.register(_free_made)
+        _exit_hook_registered = True
+
+
+_exit_hook_registered = False
+
+
+def _free_made() -> None:
+    """At exit: the communicator the runtime was started on is only the elastic side's (the
+    runtime works on its own duplicates), so it goes before MPI_Finalize (see :func:`_adopt`)."""
+    for made in _made:
+        quietly(made.Free)
+    _made.clear()
 
 
 def _old_ranks(old: Optional[_Old], comm) -> List[Optional[int]]:
