@@ -21,11 +21,14 @@ the collective in flight has raised :class:`~blinkflow.errors.ShutdownError` the
    names the set and the rank it lost.
 
 Between 2 and 4, once every survivor is past step 1 (the shrink is collective among them), the
-old job's cpu backends and communicators are released: its shared-memory windows (``MPI_Win_free``
+old job's backends and communicators are released: its shared-memory windows (``MPI_Win_free``
 synchronizes the window's ranks; with the lost ones reported failed it returns among the
-survivors), its rings, its communicators. That runs under a deadline (:data:`RELEASE_S`): should
-it not return, the old runtime is left as it is and its mappings stay until the process exits,
-as they do for a job with a cuda backend (whose teardown needs the ranks that are gone).
+survivors), its rings, its GPU receive slots, device executor memory and the peers' memory it
+mapped (each survivor synchronized its device in step 1, so no copy into them is still queued,
+and a lost peer's died with its process), its communicators. That runs under a deadline
+(:data:`RELEASE_S`): should it not return, the old runtime is left as it is and its mappings stay
+until the process exits. Communicators this module made (a shrink's, a merge's) are freed once the
+runtime on them is retired, and the last before ``MPI_Finalize`` (:func:`_adopt` says why).
 
 :func:`reform_on` is the entry for a communicator made elsewhere (ranks added: an
 intercommunicator merged with the newcomers, ``MPI.Intercomm.Merge``): collective over that
@@ -212,22 +215,33 @@ def _retire(engine) -> None:
         engine._watchdog.stop()
     if engine._timeline is not None:
         engine._timeline.close()
+    for backend in _backends(engine):
+        # Before the shrink: once every survivor is past it, none still writes into a peer's
+        # memory (a GPU copy queued by a thread that has ended), so each may free its own.
+        quietly(backend.quiesce)
+
+
+def _backends(engine) -> List[object]:
+    loops = [engine.loop] + ([t.loop for t in engine.sets.threads.values()] if engine.sets else [])
+    return [backend for loop in loops if loop is not None for backend in loop.backends.values()]
 
 
 def _release(engine) -> None:
-    """Free the retired engine's backends (windows, rings) and communicators, under a deadline.
-    Only the cpu backend's teardown is known to end among the survivors; the cuda backend's
-    starts with a barrier over its host's ranks, which a revoked communicator refuses, and the
-    process sets of such a job are left as they are, with their memory."""
+    """Free the retired engine's backends (windows, rings, device memory and IPC mappings) and
+    communicators, under a deadline. Every survivor quiesced its backends before the shrink, so
+    they are closed without the barrier a revoked communicator would refuse
+    (``Backend.close_after_loss``)."""
     loops = [engine.loop] + ([t.loop for t in engine.sets.threads.values()] if engine.sets else [])
-    if any(backend.name != "cpu" for loop in loops if loop is not None for backend in loop.backends.values()):
-        _unreleased.append(engine)
-        return
 
     def release() -> None:
         for loop in loops:
             if loop is not None:
-                loop.close_backends()
+                for backend in loop.backends.values():
+                    try:
+                        backend.close_after_loss()
+                    except Exception:  # noqa: BLE001 - the rest must still be released
+                        logger.exception("elastic reset: releasing the old job's %s backend failed", backend.name)
+                loop.backends.clear()
                 loop.job.free()
         if engine.side is not None:
             engine.side.close()
