@@ -154,11 +154,12 @@ def _spawn_within(comm, commands, argvs, counts, infos, requests):
         slots = [int(p["slot"]) for r in requests for p in r["procs"] if "slot" in p]
         hosts = sorted({str(r["host"]) for r in requests})
         count = sum(counts)
+        many = count > 1
         error = InitError(
-            f"blinkflow elastic: {count} new rank{'s' if count > 1 else ''} (blinkrun slot{'s' if len(slots) > 1 else ''} "
+            f"blinkflow elastic: {count} new rank{'s' if many else ''} (blinkrun slot{'s' if len(slots) > 1 else ''} "
             f"{', '.join(map(str, slots))} on {', '.join(hosts)}) did not call init() within {timeout:g} s "
             f"({Config.env_name('elastic_join_timeout_seconds')}, blinkrun --elastic-timeout); the ranks starting "
-            f"{'them' if count > 1 else 'it'} wait inside MPI_Comm_spawn until {'they do' if count > 1 else 'it does'}, "
+            f"{'them' if many else 'it'} wait inside MPI_Comm_spawn until {'they do' if many else 'it does'}, "
             "so the job ends. Find what holds the new rank's script before hvd.init(), or raise the timeout",
             ranks=slots)
         RUNTIME.remember_broken(None, error)  # leave at exit without MPI_Finalize: the spawn never ends

@@ -102,6 +102,7 @@ _made: List[object] = []
 """Communicators this module started a runtime on (a shrink's survivors, a merge with newcomers),
 newest last: each is freed once the runtime on it is retired, the last at exit (see
 :func:`_free_made`)."""
+_exit_hook_registered = False
 
 
 def resets() -> int:
@@ -122,9 +123,9 @@ def reform() -> Reset:
     started = time.monotonic()
     engine = _take_engine("blinkflow.elastic.reform")
     old = _Old.of(engine)
-    _retire(engine)
+    idle = _retire(engine)
     survivors = engine.job.comm.Shrink()
-    _release(engine)
+    _release(engine, idle)
     RUNTIME.ranks_lost = True
     return _start(old, survivors, started)
 
@@ -140,8 +141,7 @@ def reform_on(comm) -> Reset:
     if old is not None:
         if engine.peer_failed or engine.broken or not engine.alive:
             _take_engine("blinkflow.elastic.reform_on")
-            _retire(engine)
-            _release(engine)
+            _release(engine, _retire(engine))
         else:
             lifecycle.shutdown()
     return _start(old, comm, started)
@@ -194,8 +194,9 @@ def _take_engine(what: str):
     return engine
 
 
-def _retire(engine) -> None:
-    """Step 1 of the module docstring, on this rank alone."""
+def _retire(engine) -> bool:
+    """Step 1 of the module docstring, on this rank alone; whether the old runtime is idle (its
+    threads ended, its devices quiet), so that it may be released."""
     failure = engine.state.failure or ShutdownError("the job is re-forming after a rank was lost")
     engine.peer_failed = True  # nobody waits for its threads in MPI any more (stop(), the exit hook)
     engine.state.fail(failure)
@@ -215,10 +216,20 @@ def _retire(engine) -> None:
         engine._watchdog.stop()
     if engine._timeline is not None:
         engine._timeline.close()
-    for backend in _backends(engine):
-        # Before the shrink: once every survivor is past it, none still writes into a peer's
-        # memory (a GPU copy queued by a thread that has ended), so each may free its own.
-        quietly(backend.quiesce)
+    # Before the shrink: once every survivor is past it, none still writes into a peer's memory (a
+    # GPU copy or kernel queued by a thread that has ended), so each may free its own. A thread
+    # left behind may still use the backends, and a device that does not go quiet may still
+    # write: then nothing of this runtime is released.
+    return not stuck and _within(RETIRE_JOIN_S, lambda: [quietly(b.quiesce) for b in _backends(engine)])
+
+
+def _within(seconds: float, work) -> bool:
+    """Run ``work()`` on a helper thread; whether it returned within ``seconds`` (else it is left
+    to finish, or not, on its own)."""
+    thread = threading.Thread(target=work, name="blinkflow-elastic-release", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return not thread.is_alive()
 
 
 def _backends(engine) -> List[object]:
@@ -226,11 +237,15 @@ def _backends(engine) -> List[object]:
     return [backend for loop in loops if loop is not None for backend in loop.backends.values()]
 
 
-def _release(engine) -> None:
+def _release(engine, idle: bool) -> None:
     """Free the retired engine's backends (windows, rings, device memory and IPC mappings) and
     communicators, under a deadline. Every survivor quiesced its backends before the shrink, so
     they are closed without the barrier a revoked communicator would refuse
     (``Backend.close_after_loss``)."""
+    if not idle:
+        logger.warning("elastic reset: the old runtime is not idle; its memory stays mapped until this process exits")
+        _unreleased.append(engine)
+        return
     loops = [engine.loop] + ([t.loop for t in engine.sets.threads.values()] if engine.sets else [])
 
     def release() -> None:
@@ -246,10 +261,7 @@ def _release(engine) -> None:
         if engine.side is not None:
             engine.side.close()
 
-    thread = threading.Thread(target=release, name="blinkflow-elastic-release", daemon=True)
-    thread.start()
-    thread.join(RELEASE_S)
-    if thread.is_alive():
+    if not _within(RELEASE_S, release):
         logger.warning("elastic reset: the old job's shared memory was not released within %.0f s; it stays "
                        "mapped until this process exits", RELEASE_S)
         _unreleased.append(engine)
@@ -337,9 +349,6 @@ def _adopt(comm) -> None:
         # runs it first, before that hook's (or mpi4py's) MPI_Finalize.
         atexit.register(_free_made)
         _exit_hook_registered = True
-
-
-_exit_hook_registered = False
 
 
 def _free_made() -> None:

@@ -70,5 +70,5 @@ def test_no_process_or_shared_memory_file_of_the_job_is_left(job):
 def test_mpi_finalize_finds_no_communicator_holding_spawned_ranks(job):
     found = re.findall(r"^\[0\]<stdout>: FINALIZING dynamic communicators (\S+)$", job.stdout, re.M)
     if found == ["?"]:
-        pytest.skip("the MPI library does not count its communicators that hold spawned ranks (not Open MPI)")
+        pytest.skip("this MPI library does not count its communicators that hold spawned ranks (not Open MPI)")
     assert found == ["0"], _context(job)
