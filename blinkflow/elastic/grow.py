@@ -14,7 +14,9 @@ rank the argv of its wrapper. The ranks act on them in three steps:
    intercommunicator into one communicator (old ranks first, in their order:
    ``Intercomm_merge(high=False)``), and start the runtime again on it
    (:func:`blinkflow.elastic.reform.reform_on`: fresh trees for the larger set). Without
-   requests, or after a loss, it is :func:`blinkflow.elastic.reform.reform`.
+   requests, or after a loss, it is :func:`blinkflow.elastic.reform.reform`. A new rank that
+   does not call ``init()`` within ``BLINKFLOW_ELASTIC_JOIN_TIMEOUT_SECONDS`` ends the job with
+   InitError naming it (:func:`_spawn_within`).
 3. :func:`join_running_job` (``blinkflow.init()`` in a new rank, which ``BLINKFLOW_ELASTIC_JOINING``
    tells it is one): merges with its parents (``high=True``) and starts the runtime with them.
 
