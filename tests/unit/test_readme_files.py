@@ -1,8 +1,12 @@
-"""README.md shows code and names files that live in the repository: the numpy example it prints
-is examples/numpy_collectives.py word for word, and every file it points to exists, so a reader
-who follows it never meets a stale listing or a missing file."""
+"""README.md keeps up with the repository: the numpy example it prints is
+examples/numpy_collectives.py word for word, every file it points to exists, its settings table
+names every variable blinkflow.config.Config reads, and "Documents" lists every docs/*.md. A reader
+who follows it never meets a stale listing, a missing file or a setting nobody told them about."""
+import dataclasses
 import pathlib
 import re
+
+from blinkflow.config import Config
 
 ROOT = pathlib.Path(__file__).parents[2]
 README = (ROOT / "README.md").read_text()
@@ -25,10 +29,6 @@ def test_every_repository_path_the_readme_names_exists():
 
 
 def test_every_setting_has_its_variable_in_the_readme():
-    import dataclasses
-
-    from blinkflow.config import Config
-
     missing = [Config.env_name(f.name) for f in dataclasses.fields(Config)
                if f"`{Config.env_name(f.name)}`" not in README]
     assert not missing, missing
