@@ -73,8 +73,8 @@ def test_a_process_waits_for_the_proof_another_claimed_instead_of_proving_it_too
 
     monkeypatch.setattr("blinkflow.schedule.symbolic.check", lambda s: pytest.fail("proven twice"))
     thread = threading.Thread(target=claimant_finishes)
-    thread.start()
     started = time.monotonic()
+    thread.start()
     proofs.prove(schedule, 2, 1, RANK_OF, str(tmp_path))
     thread.join()
     assert time.monotonic() - started >= 0.3 and os.listdir(tmp_path) == [key]
