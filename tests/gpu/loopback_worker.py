@@ -7,7 +7,7 @@ CuPy (tests/mpi/test_device_executor_fake_cupy.py), whose interpreter kernel run
 emulator per block, and on a GPU (tests/gpu/run_on_gpu_machine.sh), where the kernel runs. Each
 case checks one collective, dtype and op at every virtual rank count given.
 
-argv: NRANKS[,NRANKS...] [CASE ...]
+argv: [NRANKS ...] [CASE ...]
 
 The runner is the schedule's one issue loop over thread ranks (tests/unit/test_runner.py), its
 reductions folding an action's inputs as the cuda runner's fused kernel does
@@ -40,8 +40,10 @@ try:
     from ml_dtypes import bfloat16
 except ImportError:  # bfloat16 arrays come from ml_dtypes (TensorFlow's)
     bfloat16 = None
-#: The virtual rank counts every case runs at.
-COUNTS = [int(a) for a in sys.argv[1].split(",")] if len(sys.argv) > 1 else [2, 4, 8]
+#: The virtual rank counts every case runs at (the leading numbers of the command line), and the
+#: cases to run (the names after them; none: every case).
+COUNTS = [int(a) for a in sys.argv[1:] if a.isdigit()] or [2, 4, 8]
+ONLY = [a for a in sys.argv[1:] if not a.isdigit()]
 
 
 def inputs_of(nranks, calls, nelems, dtype, seed):
@@ -129,4 +131,4 @@ def case_a_table_that_waits_forever_is_aborted_by_the_deadline(rank, size):
 
 
 if __name__ == "__main__":
-    run_cases(globals(), 0, 1, only=sys.argv[2:])
+    run_cases(globals(), 0, 1, only=ONLY)

@@ -106,7 +106,7 @@ MPIRUN=("$VENV/bin/mpirun" --allow-run-as-root --oversubscribe --bind-to none -x
 
 step gpu-tests 150 env BLINKFLOW_EXPECT_GPU="$EXPECT_GPU" python -m pytest -q -p no:cacheprovider -rs tests/gpu \
   --ignore=tests/gpu/test_torch_worker.py
-step loopback-np1 90 python tests/gpu/loopback_worker.py 2,4,8
+step loopback-np1 90 python tests/gpu/loopback_worker.py 2 4 8
 step bench-gpu-loopback 90 python -m blinkflow.bench gpu --loopback 2,4,8 --iters "$BENCH_ITERS" --sizes "$BENCH_SIZES"
 step torch 120 env BLINKFLOW_EXPECT_GPU="$EXPECT_GPU" python -m pytest -q -p no:cacheprovider -rs -s tests/gpu/test_torch_worker.py
 step train-np4 60 env BLINKFLOW_TOPOLOGY=hgx-h100 "${MPIRUN[@]}" -x BLINKFLOW_TOPOLOGY -np 4 python tests/gpu/train_worker.py
