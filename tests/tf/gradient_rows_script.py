@@ -1,7 +1,7 @@
 """Horovod's TensorFlow semantics, case by case, at 2 and 3 ranks (test_gradient_rows.py). Case
 script of the harness (tests/harness.py), run with other TF case scripts in one launch
-(tests/tf/tf_jobs.py), under two inter-op threads: the grouped gradients' collectives of one
-graph step wait for each other.
+(tests/tf/tf_jobs.py), under two inter-op threads, so the grouped gradients' collectives of one
+graph step may run side by side.
 
 Every gradient runs the same collectives on every rank, eagerly, in a tf.function and in a TF1
 graph run by a Session that fetches the gradient alone (a rank that skips its collective there

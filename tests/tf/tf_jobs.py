@@ -58,9 +58,9 @@ JOBS: Dict[str, Job] = {
                                "gradient_identity_script.py", "xla_script.py"], ONE_GRADIENT_PER_BUCKET),
     "host-4": _job(4, ["ops_script.py", FIT_CORE]),
     "host-4-buckets": _job(4, ["buckets_script.py"], ONE_GRADIENT_PER_BUCKET),
-    # Horovod's TF semantics and layers, at every size they are tested at. Two inter-op threads:
-    # a TF1 graph step runs its grouped gradients' collectives side by side. A rank that skips a
-    # collective there ends the job at the stall shutdown time instead of the launch's timeout.
+    # Horovod's TF semantics and layers, at every size they are tested at. Two inter-op threads,
+    # so a TF1 graph step may run its grouped gradients' collectives side by side; a rank that
+    # skips a collective there ends the job at the stall shutdown time, not the launch's timeout.
     "host-1-layers": _job(1, ["layers_script.py"]),
     "host-2-rows": _job(2, ["gradient_rows_script.py", "layers_script.py"], HOROVOD_ROWS),
     "host-3-rows": _job(3, ["gradient_rows_script.py", "layers_script.py"], HOROVOD_ROWS),
