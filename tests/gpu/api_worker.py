@@ -30,7 +30,9 @@ def inputs(rank: int, nelems: int, dtype: str, salt: int) -> np.ndarray:
     rng = np.random.default_rng(1000 * rank + salt)
     if dtype == "int32":
         return rng.integers(-1000, 1000, nelems).astype(np.int32)
-    return rng.standard_normal(nelems).astype(dtype)
+    # Drawn in float32 (float16 rounds from it): float64 draws would make a 128 MiB temporary
+    # of each 16 Mi-element input, which every rank draws for every rank.
+    return rng.standard_normal(nelems, dtype=np.float32).astype(dtype, copy=False)
 
 
 def check(label: str, ok, detail="") -> None:
@@ -44,9 +46,17 @@ def agree(label: str, got) -> None:
 
 
 def summed(parts):
-    """The exact sum of ``parts`` (float64) and the sum of their magnitudes, element by element."""
-    parts = [np.asarray(p, dtype=np.float64) for p in parts]
-    return sum(parts), sum(np.abs(p) for p in parts)
+    """The exact sum of ``parts`` (float64) and the sum of their magnitudes, element by element,
+    accumulated in place: one part at a time is held, and no float64 copy is made of any."""
+    total = magnitude = None
+    for p in parts:
+        if total is None:
+            total = np.array(p, dtype=np.float64)
+            magnitude = np.abs(total)
+        else:
+            total += p
+            magnitude += np.abs(p)  # exact in p's dtype
+    return total, magnitude
 
 
 def close(label: str, got, want: np.ndarray, dtype: str, magnitude=0.0, same_everywhere=True) -> None:
