@@ -24,15 +24,22 @@ LARGE_CHOICE = []   # the policy's choice for the large all-reduce (read by a la
 
 # Odd sizes on purpose: shards and chunks that do not divide evenly; 1<<20 + 3 spans chunks.
 SIZES = (1, 1000, (1 << 20) + 3)
+#: Elements compared at a time: every page of new memory costs a fault (system time that grows
+#: with the ranks faulting at once), so a 16 Mi-element result is checked through temporaries of
+#: 8 MiB, which the allocator reuses, not through full-size float64 copies.
+CHECK_BLOCK = 1 << 20
 
 
-def inputs(rank: int, nelems: int, dtype: str, salt: int) -> np.ndarray:
+def inputs(rank: int, nelems: int, dtype: str, salt: int, out=None) -> np.ndarray:
+    """Rank ``rank``'s input; float32 ones may be drawn into ``out`` (a scratch buffer reused
+    for every rank's input of a reference, so no new memory is touched per rank)."""
     rng = np.random.default_rng(1000 * rank + salt)
     if dtype == "int32":
         return rng.integers(-1000, 1000, nelems).astype(np.int32)
     # Drawn in float32 (float16 rounds from it): float64 draws would make a 128 MiB temporary
     # of each 16 Mi-element input, which every rank draws for every rank.
-    return rng.standard_normal(nelems, dtype=np.float32).astype(dtype, copy=False)
+    drawn = rng.standard_normal(nelems, dtype=np.float32, out=out if dtype == "float32" else None)
+    return drawn.astype(dtype, copy=False)
 
 
 def check(label: str, ok, detail="") -> None:
@@ -41,8 +48,10 @@ def check(label: str, ok, detail="") -> None:
 
 
 def agree(label: str, got) -> None:
-    """Remember the digest of ``got`` for the check that every rank holds the same bytes."""
-    digests.append((label, hashlib.sha1(cupy.asnumpy(got).tobytes()).hexdigest()))
+    """Remember the digest of ``got`` (a cupy array, or its host copy) for the check that every
+    rank holds the same bytes."""
+    host = np.ascontiguousarray(cupy.asnumpy(got) if isinstance(got, cupy.ndarray) else got)
+    digests.append((label, hashlib.sha1(host.reshape(-1).view(np.uint8)).hexdigest()))
 
 
 def summed(parts):
@@ -66,9 +75,16 @@ def close(label: str, got, want: np.ndarray, dtype: str, magnitude=0.0, same_eve
     check(f"{label} is a cupy array", isinstance(got, cupy.ndarray), type(got))
     host = cupy.asnumpy(got)
     check(f"{label} keeps its dtype", host.dtype == np.dtype(dtype), host.dtype)
-    close_within_rounding(host, want, magnitude, ranks=n, what=label)
+    check(f"{label} has the shape {np.shape(want)}", host.shape == np.shape(want), host.shape)
+    flat_host, flat_want = host.reshape(-1), np.ascontiguousarray(want).reshape(-1)
+    scalar = np.ndim(magnitude) == 0
+    flat_magnitude = magnitude if scalar else np.broadcast_to(magnitude, host.shape).reshape(-1)
+    for start in range(0, max(1, flat_host.size), CHECK_BLOCK):
+        part = slice(start, start + CHECK_BLOCK)
+        close_within_rounding(flat_host[part], flat_want[part], magnitude if scalar else flat_magnitude[part],
+                              ranks=n, what=f"{label} (elements from {start})")
     if same_everywhere:
-        agree(label, got)
+        agree(label, host)
 
 
 def case_allreduce_sum_and_average_of_every_dtype_and_size(rank, size):
@@ -89,7 +105,8 @@ def case_allreduce_of_a_large_buffer_then_a_small_one(rank, size):
     """A buffer large enough for bigger automatic chunks (64 MiB), then a small one again."""
     for salt, nelems in ((100, (16 << 20) + 5), (101, 1000)):
         mine = cupy.asarray(inputs(r, nelems, "float32", salt))
-        want, magnitude = summed(inputs(q, nelems, "float32", salt) for q in range(n))
+        scratch = np.empty(nelems, np.float32)
+        want, magnitude = summed(inputs(q, nelems, "float32", salt, out=scratch) for q in range(n))
         close(f"allreduce sum float32 {nelems} after growth", bf.allreduce(mine, op=bf.Sum, name=f"big.{nelems}"),
               want, "float32", magnitude)
         if nelems > 1000 and n > 1:
