@@ -283,7 +283,8 @@ HOROVOD_WITHOUT_TWIN = {
     "HOROVOD_ENABLE_ASYNC_COMPLETION": "a setting of Horovod's GPU operations; blinkflow's have no such switch",
     "HOROVOD_ADASUM_MPI_CHUNK_SIZE": "a setting of Horovod's Adasum over MPI; blinkflow has no such setting",
     "HOROVOD_DYNAMIC_PROCESS_SETS": "process sets can always be added",
-    "HOROVOD_ELASTIC": "elastic training is not in blinkflow yet",
+    "HOROVOD_ELASTIC": "set by horovodrun for its elastic workers; blinkrun's --min-np or --host-discovery-script "
+                       "makes a job elastic",
     **{name: _LAUNCHER for name in ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
                                     "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME",
                                     "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT",
