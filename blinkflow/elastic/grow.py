@@ -46,7 +46,7 @@ from ..runtime.log import logger
 #: replaced it): the job hears of a request at most this much after blinkrun wrote it.
 WATCH_INTERVAL_S = 0.05
 #: How often rank 0 tells the states of a request again while the job has not acted on it.
-RETELL_INTERVAL_S = 1.0
+RETELL_INTERVAL_S = 0.25
 
 _applied = 0
 """The id of the last request this job acted on (the same on every rank; newcomers receive it)."""
@@ -88,7 +88,7 @@ def watch_hosts_file() -> None:
 def _watch(path: str) -> None:
     from . import hosts
 
-    # Told again every second until acted on: a reset clears the news the states hold, and a
+    # Told again until acted on (RETELL_INTERVAL_S): a reset clears the news the states hold, and a
     # request that came during one must not be lost (the same timestamp twice is one change).
     stop = threading.Event()
     seen, newest, told, told_at = None, 0, 0, 0.0
