@@ -400,7 +400,11 @@ def get_config() -> Config:
 #: Open MPI settings blinkflow needs before MPI starts; a value the user set wins.
 #: ``osc=^ucx``: blinkflow's one-sided windows are shared memory only, and Open MPI 5's UCX
 #: one-sided component prints a spurious error for them on machines without RDMA hardware.
-MPI_DEFAULTS = {"OMPI_MCA_osc": "^ucx"}
+#: ``btl=^ofi``: the libfabric transport serves one-sided RDMA only (``btl_ofi_mode`` 0), which
+#: those windows never use, and on a machine without a libfabric NIC it sleeps a whole second
+#: in every process's ``MPI_Init`` (a job's start, and each rank an elastic job spawns); MPI's
+#: messages keep their transports (ob1 over shared memory and TCP, UCX, or libfabric's mtl).
+MPI_DEFAULTS = {"OMPI_MCA_osc": "^ucx", "OMPI_MCA_btl": "^ofi"}
 
 
 def apply_mpi_defaults(environ=None) -> None:

@@ -112,6 +112,10 @@ class HostBook:
     def is_blacklisted(self, host: str, now: float) -> bool:
         return not self._state(host).available(now)
 
+    def next_release(self, now: float) -> Optional[float]:
+        """When the soonest cooldown still running ends (None: none is)."""
+        return min((s.until for s in self._states.values() if s.blacklisted and s.until > now), default=None)
+
     def available(self, now: float) -> List[Tuple[str, int]]:
         """``[(host, slots)]`` in discovery order, blacklisted hosts left out."""
         return [(h, n) for h, n in self.discovered.items() if self._state(h).available(now)]

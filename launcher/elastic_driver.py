@@ -7,7 +7,8 @@ asked for, not started yet; running; done: ended with status 0; lost: failed). T
 of starts and ends from the wrappers' events (:mod:`.events`, the ``rank`` field is the slot id).
 
 Once a second it runs the host discovery script (:mod:`.elastic_discovery`), and when the hosts
-available (discovered, not blacklisted) have slots no pending or running rank holds, and the job
+available (discovered, not blacklisted; a host whose blacklist cooldown ends is available from
+that moment) have slots no pending or running rank holds, and the job
 has fewer than ``--max-np`` ranks, it appends a **request** to the job's hosts file: the host,
 and for each new slot the exact argv of its rank wrapper. The file is rewritten whole (a rename),
 so a reader sees one version or the next. The lowest rank reads it at ``check_host_updates()``
@@ -101,11 +102,24 @@ class ElasticDriver:
             self._thread.join(timeout=5.0)
 
     def _loop(self) -> None:
-        while not self._stop.wait(POLL_INTERVAL_S):
-            self.poll()
+        """Discovery once a second (Horovod's frequency); in between, a host whose blacklist
+        cooldown ends is offered again at that moment, with the slots of the last discovery,
+        rather than at the next discovery."""
+        next_discovery = self.clock() + POLL_INTERVAL_S
+        while True:
+            with self._lock:
+                release = self.book.next_release(self.clock())
+            wake = next_discovery if release is None else min(next_discovery, release)
+            if self._stop.wait(max(0.0, wake - self.clock())):
+                return
+            if self.clock() >= next_discovery:
+                self.poll()
+                next_discovery = self.clock() + POLL_INTERVAL_S
+            else:
+                self.publish()
 
     def poll(self) -> None:
-        """One round: discover, expire late slots, publish requests for free slots."""
+        """One round: discover, then :meth:`publish`."""
         if self.discover is not None:
             try:
                 found = self.discover()
@@ -117,6 +131,10 @@ class ElasticDriver:
                 self._said_discovery = None
                 with self._lock:
                     self.book.update(found)
+        self.publish()
+
+    def publish(self) -> None:
+        """Expire late slots, publish requests for free slots."""
         with self._lock:
             self._expire_pending()
             if self._plan_requests():

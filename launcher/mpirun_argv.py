@@ -100,9 +100,8 @@ def _openmpi(impl: MpiImpl, spec: LaunchSpec, environ: Mapping[str, str], is_roo
     for name in forwarded_variables(environ):
         if name not in spec.settings:
             argv += ["-x", name]
-    for name, value in MPI_DEFAULTS.items():   # blinkflow's Open MPI defaults; the user's value wins
-        if name.startswith("OMPI_MCA_") and name not in environ:
-            argv += ["--mca", name[len("OMPI_MCA_"):], value]
+    for name, value in _mca_defaults(spec, environ):
+        argv += ["--mca", name, value]
     if spec.nics:   # MPI's messages (btl) and the launcher's own control channel (PRRTE's oob)
         nics = ",".join(spec.nics)
         argv += ["--mca", "btl_tcp_if_include", nics, "--prtemca", "oob_tcp_if_include", nics]
@@ -113,6 +112,17 @@ def _openmpi(impl: MpiImpl, spec: LaunchSpec, environ: Mapping[str, str], is_roo
     if ssh_args:
         argv += ["--prtemca", "plm_ssh_args", ssh_args]
     return argv
+
+
+def _mca_defaults(spec: LaunchSpec, environ: Mapping[str, str]) -> List[Tuple[str, str]]:
+    """blinkflow's Open MPI defaults (``MPI_DEFAULTS``) the user left unset: not in the
+    environment, not in ``--mpi-args`` and not by ``--tcp`` (mpirun refuses a parameter given
+    twice)."""
+    given = {name for name, _ in TCP_ONLY_MCA} if spec.tcp_only else set()
+    args = list(spec.mpi_args)
+    given |= {args[i + 1] for i, a in enumerate(args[:-1]) if a in ("--mca", "-mca", "--omca")}
+    return [(name[len("OMPI_MCA_"):], value) for name, value in MPI_DEFAULTS.items()
+            if name.startswith("OMPI_MCA_") and name not in environ and name[len("OMPI_MCA_"):] not in given]
 
 
 def _ssh_args(spec: LaunchSpec) -> str:

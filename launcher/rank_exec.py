@@ -15,7 +15,8 @@ It runs COMMAND as its child (the MPI process), and
   that ends early without ``MPI_Finalize`` makes mpirun stop the others, and blinkrun names it);
 - dies with its parent (Linux ``PR_SET_PDEATHSIG``) and makes its child do the same, so no rank
   outlives the job;
-- on the first rank of each host, reclaims what killed jobs left there (:mod:`.reclaim`);
+- on the first rank of each host, reclaims what killed jobs left there (:mod:`.reclaim`), while
+  its child starts;
 - gives the rank an empty stdin (``/dev/null``): the one an MPI forwards to rank 0 never ends;
 - pins the rank to its GPU before CUDA starts in it (:mod:`.gpu_pin`), and with ``--verbose``
   says which GPU that is.
@@ -197,8 +198,6 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
     if output_dir:
         logs = log_dir(output_dir, rank, size)
         os.makedirs(logs, exist_ok=True)
-    if env_int(environ, LOCAL_RANK_VARS, 0) == 0:
-        quietly_reclaim()
     environ = _pinned(environ, rank, host, verbose)
     scratch = tempfile.mkdtemp(prefix=scratch_prefix(rank))
     record_file = os.path.join(scratch, "exception.json")
@@ -255,6 +254,11 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
 
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, stop)
+        if env_int(environ, LOCAL_RANK_VARS, 0) == 0:
+            # Beside the rank's start, not before it: every rank waits for the slowest in MPI's
+            # start-up. Reclaiming takes only what no live process uses (a new job's segments
+            # are too young), so the rank's own start is safe from it.
+            threading.Thread(target=quietly_reclaim, name="blinkrun-reclaim", daemon=True).start()
         pumps = [_Pump(child.stdout, 1, f"[{rank}]<stdout>: ".encode(), logs and os.path.join(logs, "stdout"),
                        timestamp=timestamp),
                  _Pump(child.stderr, 2, f"[{rank}]<stderr>: ".encode(), logs and os.path.join(logs, "stderr"), tail,

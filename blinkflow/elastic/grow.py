@@ -4,7 +4,7 @@
 (``BLINKFLOW_ELASTIC_HOSTS_FILE``; see ``launcher/elastic_driver.py``): a host, and for each new
 rank the argv of its wrapper. The ranks act on them in three steps:
 
-1. :func:`watch_hosts_file`: a thread on the job's rank 0 reads the file every second and, for
+1. :func:`watch_hosts_file`: a thread on the job's rank 0 reads the file when it changes and, for
    requests the job has not acted on, tells the elastic states that hosts were added
    (:func:`blinkflow.elastic.hosts.notify_hosts_updated`, the request id as timestamp); at the
    next ``commit()`` / ``check_host_updates()`` every rank raises ``HostsUpdatedInterrupt``.
@@ -32,7 +32,9 @@ do not inherit ``mpirun -x`` variables: blinkrun's argv for them sets their envi
 from __future__ import annotations
 
 import json
+import os
 import threading
+import time
 from typing import List, Optional
 
 from ..config import Config, get_config
@@ -40,9 +42,11 @@ from ..errors import ConfigError, InitError
 from ..runtime.global_state import RUNTIME
 from ..runtime.log import logger
 
-#: How often rank 0 reads the hosts file (a few hundred bytes): a new rank joins at most this much
-#: later than blinkrun asked for it, on top of blinkrun's own once-a-second discovery.
-WATCH_INTERVAL_S = 0.25
+#: How often rank 0 looks at the hosts file (a ``stat``; it reads the file only when blinkrun
+#: replaced it): the job hears of a request at most this much after blinkrun wrote it.
+WATCH_INTERVAL_S = 0.05
+#: How often rank 0 tells the states of a request again while the job has not acted on it.
+RETELL_INTERVAL_S = 0.25
 
 _applied = 0
 """The id of the last request this job acted on (the same on every rank; newcomers receive it)."""
@@ -84,16 +88,32 @@ def watch_hosts_file() -> None:
 def _watch(path: str) -> None:
     from . import hosts
 
-    # Told again every second until acted on: a reset clears the news the states hold, and a
+    # Told again until acted on (RETELL_INTERVAL_S): a reset clears the news the states hold, and a
     # request that came during one must not be lost (the same timestamp twice is one change).
     stop = threading.Event()
+    seen, newest, told, told_at = None, 0, 0, 0.0
     while not stop.wait(WATCH_INTERVAL_S):
         engine = RUNTIME.engine
         if engine is None or engine.job is None or engine.job.rank != 0:
             continue
-        newest = max((int(r["id"]) for r in read_requests(path, _applied)), default=0)
-        if newest:
+        version = _file_version(path)
+        if version != seen:
+            seen = version
+            newest = max((int(r["id"]) for r in read_requests(path, 0)), default=0)
+        now = time.monotonic()
+        if newest > _applied and (newest != told or now - told_at >= RETELL_INTERVAL_S):
             hosts.notify_hosts_updated(float(newest), hosts.HostUpdateResult.added)
+            told, told_at = newest, now
+
+
+def _file_version(path: str):
+    """What changes whenever blinkrun replaces the hosts file (a rename: a new inode); None
+    while there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def reset():

@@ -6,7 +6,8 @@ one-second blacklisting ends and asks for a new rank, which joins at the next co
 
 ``python grow_cycles_script.py CYCLES SIZE TOKEN`` (TOKEN: only there so the test can find the
 job's processes). Prints on rank 0, after each reset that added a rank,
-``ADDED resets <n> size <s> fds <open fds> threads <threads> maps <mapped shared-memory segments>``;
+``ADDED resets <n> size <s> seconds <since the last such line, or since init()> fds <open fds>
+threads <threads> maps <mapped shared-memory segments>``;
 on every rank at the end ``FINAL rank <r> size <s> step <step> w <w[0]>``, and on rank 0
 ``SEGMENTS <path> ...``: every shared-memory file it mapped in the job's life, and as its
 ``MPI_Finalize`` begins ``FINALIZING dynamic communicators <n>``: Open MPI's count of the
@@ -35,10 +36,16 @@ def mapped_shared_segments() -> int:
         return len({line.split()[-1] for line in f if "/dev/shm/" in line})
 
 
+_since = [time.monotonic()]
+
+
 def report_added():
     if bf.rank() == 0 and history()[-1].added:
-        print(f"ADDED resets {len(history())} size {bf.size()} fds {len(os.listdir('/proc/self/fd'))} "
-              f"threads {threading.active_count()} maps {mapped_shared_segments()}", flush=True)
+        now = time.monotonic()
+        print(f"ADDED resets {len(history())} size {bf.size()} seconds {now - _since[0]:.2f} "
+              f"fds {len(os.listdir('/proc/self/fd'))} threads {threading.active_count()} "
+              f"maps {mapped_shared_segments()}", flush=True)
+        _since[0] = now
 
 
 def dynamic_communicators() -> str:

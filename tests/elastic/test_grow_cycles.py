@@ -54,7 +54,8 @@ def test_every_cycle_lost_a_rank_and_added_one_and_the_job_finished(job):
 
 
 def test_rank_0_holds_as_many_files_threads_and_segments_after_the_last_cycle_as_after_the_first(job):
-    rows = re.findall(r"^\[0\]<stdout>: ADDED resets \d+ size \d+ fds (\d+) threads (\d+) maps (\d+)$", job.stdout, re.M)
+    rows = re.findall(r"^\[0\]<stdout>: ADDED resets \d+ size \d+ seconds \S+ fds (\d+) threads (\d+) maps (\d+)$",
+                      job.stdout, re.M)
     assert len(rows) == CYCLES, _context(job)
     assert rows[-1] == rows[0], rows
 

@@ -86,6 +86,31 @@ def test_a_cooled_down_host_gets_its_slot_back(tmp_path):
     assert [p["slot"] for p in published(tmp_path)["requests"][0]["procs"]] == [2]
 
 
+class MovingClockStop:
+    """Stands for the driver's stop event in ``_loop``: each wait moves the fake clock on by its
+    timeout instead of sleeping; the last of ``rounds`` waits stops the loop."""
+
+    def __init__(self, clock, rounds):
+        self.clock, self.rounds, self.waits = clock, rounds, []
+
+    def wait(self, seconds):
+        self.waits.append(round(seconds, 6))
+        self.clock.now += seconds
+        return len(self.waits) >= self.rounds
+
+
+def test_a_host_is_offered_again_the_moment_its_cooldown_ends_not_at_the_next_discovery(tmp_path):
+    driver, _, clock = make(tmp_path, [{"localhost": 2}] * 3, blacklist_cooldown_range=(1, 1))
+    driver.on_event({"event": events.EXITED, "rank": 0, "status": 137})   # blacklisted until 1001.0
+    clock.now += 0.4                                                        # next discovery at 1001.4
+    driver._stop = MovingClockStop(clock, rounds=2)
+    driver._loop()
+    assert driver._stop.waits == [0.6, 0.4]   # woke when the cooldown ended, then waited for the discovery
+    request, = published(tmp_path)["requests"]
+    assert [p["slot"] for p in request["procs"]] == [2]
+    assert driver.slots[2].since == pytest.approx(1001.0)   # asked for at the cooldown's end
+
+
 def test_a_new_rank_that_never_starts_is_lost_after_the_elastic_timeout(tmp_path):
     driver, said, clock = make(tmp_path, [{"localhost": 3}] * 3, elastic_timeout=30)
     driver.poll()

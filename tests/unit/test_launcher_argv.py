@@ -26,15 +26,23 @@ def test_openmpi_local_exact():
     assert build(OMPI, spec) == [
         "/venv/bin/mpirun", "-np", "4", "--bind-to", "none", "--map-by", "slot",
         "-x", "BLINKFLOW_CYCLE_TIME=2.0", "-x", "HOME", "-x", "LD_LIBRARY_PATH", "-x", "PATH",
-        "--mca", "osc", "^ucx", *WRAPPED]
+        "--mca", "osc", "^ucx", "--mca", "btl", "^ofi", *WRAPPED]
 
 
 def test_openmpi_defaults_yield_to_the_users_setting():
     spec = LaunchSpec(np=2, command=CMD)
-    argv = build_mpirun_argv(OMPI, spec, python="/venv/bin/python", environ=dict(ENV, OMPI_MCA_osc="ucx"),
-                             is_root=False, local_cores=8)
+    argv = build_mpirun_argv(OMPI, spec, python="/venv/bin/python",
+                             environ=dict(ENV, OMPI_MCA_osc="ucx", OMPI_MCA_btl="self,tcp"), is_root=False, local_cores=8)
     assert "--mca" not in argv
     assert "--mca" not in build(HYDRA, spec)
+
+
+@pytest.mark.parametrize("given", [dict(mpi_args=("--mca", "btl", "self,tcp")), dict(tcp_only=True)])
+def test_openmpi_defaults_are_never_a_second_value_for_a_parameter(given):
+    """mpirun refuses a parameter given twice: a default the user set in --mpi-args or by --tcp is left out."""
+    argv = build(OMPI, LaunchSpec(np=2, command=CMD, **given))
+    assert pairs(argv, "--mca").count("btl") == 1 and "^ofi" not in argv
+    assert pairs(argv, "--mca").count("osc") == 1
 
 
 @pytest.mark.parametrize("is_root", [False, True])
