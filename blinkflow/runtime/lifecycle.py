@@ -173,8 +173,25 @@ def _finalize_or_leave(seconds: float) -> None:
     timer.daemon = True
     timer.start()
     if not MPI.Is_finalized():
-        MPI.Finalize()
+        _finalize_without_gil(MPI)
     timer.cancel()
+
+
+def _finalize_without_gil(MPI) -> None:
+    """MPI_Finalize with the GIL released, so the timer that leaves without it can run: mpi4py's
+    ``Finalize`` keeps the GIL, and Open MPI's failure detector (on in elastic jobs, which must
+    notice a host that went silent) spins in its finalize for a peer that died. ctypes releases
+    the GIL around a foreign call; the library is the one mpi4py loaded."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as maps:
+            path = next(line.split()[-1] for line in maps if "/libmpi.so" in line)
+        finalize = ctypes.CDLL(path).MPI_Finalize
+    except (OSError, StopIteration, AttributeError):   # not Linux, or an MPI named otherwise
+        MPI.Finalize()
+        return
+    finalize()
 
 
 def _exit_reason() -> str:

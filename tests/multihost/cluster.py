@@ -213,6 +213,32 @@ class Cluster:
                                  f"--- stdout ---\n{out[-4000:]}\n--- stderr ---\n{err[-4000:]}") from None
         return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
+    def take_away(self, host: str) -> None:
+        """``host`` disappears as a powered-off machine does: its network goes first (its veth
+        down, so no peer hears a connection close), then every process on it but its sshd."""
+        ip = self.tools["ip"]
+        ns = self.namespaces[host]
+        _sh([ip, "-n", ns, "link", "set", "veth0", "down"])
+        keep = self._sshd[host].pid   # ip netns exec, unshare and sh all exec: this is sshd
+        for sig in (9, 9):
+            for pid in subprocess.run([ip, "netns", "pids", ns], capture_output=True, text=True).stdout.split():
+                if int(pid) != keep:
+                    try:
+                        os.kill(int(pid), sig)
+                    except ProcessLookupError:
+                        pass
+            time.sleep(0.3)
+
+    def bring_back(self, host: str) -> None:
+        """``host``'s network up again (an empty host: :meth:`take_away` left only its sshd)."""
+        _sh([self.tools["ip"], "-n", self.namespaces[host], "link", "set", "veth0", "up"])
+
+    def processes(self, host: str) -> List[int]:
+        """Every process in ``host``'s namespace but its sshd: what a test left running there."""
+        pids = subprocess.run([self.tools["ip"], "netns", "pids", self.namespaces[host]],
+                              capture_output=True, text=True).stdout.split()
+        return [int(p) for p in pids if int(p) != self._sshd[host].pid]
+
     def received_bytes(self, host: str) -> int:
         """Bytes ``host`` has received over the veth: proof that traffic crossed the "network"."""
         out = _sh([self.tools["ip"], "-n", self.namespaces[host], "-j", "-s", "link", "show", "veth0"]).stdout
