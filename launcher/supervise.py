@@ -226,6 +226,15 @@ class Job:
             return 128 + self.interrupted
         if self.start_timed_out or self.mpi_start_timed_out:
             return 1
+        unended = sorted(r for r in self.started if (self.exits.get(r) or {}).get("status") != 0)
+        if returncode == 0 and unended:
+            # Open MPI 5's mpirun exits 0 after ending a job whose host's daemon it lost; the
+            # ranks it stopped then say nothing (stopped quietly) or end with a signal.
+            hosts = sorted({self.started[r] for r in unended})
+            self._say(f"mpirun exited with status 0, but rank(s) {_ranks(unended)} (host {', '.join(hosts)}) did "
+                      "not end on their own: mpirun stopped the job (it does when it loses a host's Open MPI "
+                      "daemon); the job did not complete")
+            return 1
         if returncode != 0:
             status = returncode if returncode > 0 else 128 - returncode
             ended = verdict.first_exit(self.exits)

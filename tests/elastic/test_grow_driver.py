@@ -152,3 +152,19 @@ def test_a_new_rank_lost_after_it_began_mpi_is_an_ordinary_loss(tmp_path):
     driver.on_event({"event": events.MPI_STARTING, "rank": 2})
     assert driver.on_event({"event": events.FAILED, "rank": 2, "status": 137, "signal": "SIGKILL"}) is False
     assert said == ["rank 2 (host localhost) lost: killed by SIGKILL; host blacklisted"]
+
+
+def test_ranks_the_survivors_went_on_without_are_lost_once_and_the_job_can_finish(tmp_path):
+    # a host that goes silent takes its ranks' wrappers with it: only the survivors can tell
+    driver, said, clock = make(tmp_path, [], np=4, hosts=(("a", 2), ("b", 2)))
+    assert driver.on_event({"event": events.LOST, "ranks": [2, 3]}) is False
+    assert said == [f"rank {r} (host b) lost: the other ranks lost contact with it (its host or its network "
+                    "went away); host blacklisted" for r in (2, 3)]
+    driver.on_event({"event": events.FAILED, "rank": 3, "status": 137, "signal": "SIGKILL"})  # said already
+    driver.on_event({"event": events.LOST, "ranks": [3, 7, "x"]})   # known, unknown, malformed: nothing
+    assert len(said) == 2
+    assert not driver.finished()   # ranks 0 and 1 still run
+    for rank in (0, 1):
+        clock.now += 1
+        driver.on_event({"event": events.EXITED, "rank": rank, "status": 0})
+    assert driver.finished()
