@@ -4,8 +4,8 @@
   decides where the job starts (it must succeed: Horovod's rule);
 - :func:`mpirun_args`: ``--with-ft ulfm`` (a lost rank must not end the job),
   ``--oversubscribe`` (blinkrun's discovery, not Open MPI's slot count, bounds where new ranks
-  go, and ``MPI_Comm_spawn`` refuses ranks beyond the slots otherwise), and what lets a job
-  outlive a host that goes silent (:data:`HOST_LOSS_ARGS`);
+  go, and ``MPI_Comm_spawn`` refuses ranks beyond the slots otherwise), and on more than one
+  host what lets a job outlive a host that goes silent (:data:`HOST_LOSS_ARGS`);
 - :func:`start_driver`: the :class:`.elastic_driver.ElasticDriver` that polls discovery and
   writes the job's hosts file, and the ``BLINKFLOW_ELASTIC_*`` settings the ranks get.
 """
@@ -67,10 +67,14 @@ def with_elastic_start(options: Mapping[str, object], spec: ElasticSpec) -> dict
     return dict(options, np=options.get("np") or spec.min_np, hosts=starting_hosts(spec, hosts), hostfile=None)
 
 
-def mpirun_args(impl: MpiImpl) -> Tuple[str, ...]:
+def mpirun_args(impl: MpiImpl, hosts: Sequence[Host] = ()) -> Tuple[str, ...]:
+    """mpirun's options for an elastic job on ``hosts`` (none: this machine). The host-loss
+    options only where the job starts on more than one host: on one host a lost rank's
+    connections close (or its pid goes), and the detector costs a thread per rank."""
     if impl.family != OPEN_MPI:
         raise ConfigError(f"elastic jobs need Open MPI 5 with ULFM (mpirun --with-ft ulfm); this is {impl.describe()}")
-    return ULFM_ARGS + ("--oversubscribe",) + HOST_LOSS_ARGS
+    several_hosts = len({host.name for host in hosts}) > 1
+    return ULFM_ARGS + ("--oversubscribe",) + (HOST_LOSS_ARGS if several_hosts else ())
 
 
 def slot_argv(python: str, launch: LaunchSpec, slot: int, env: Mapping[str, str]) -> List[str]:

@@ -145,11 +145,13 @@ def _exit_hook() -> None:
             RUNTIME.engine = None
         engine.stop(_exit_reason())
         RUNTIME.remember_if_broken(engine)
-    if RUNTIME.ranks_lost:
+    if RUNTIME.ranks_lost or get_config().elastic_min_np > 0:
+        # Also without a loss: an elastic job across hosts runs ULFM's failure detector, whose
+        # finalize can spin for good (for a peer that finalized first, or one spawned later).
         _finalize_or_leave(FINALIZE_AFTER_LOSS_S)
 
 
-#: How long MPI_Finalize may take in a job that lost ranks before the process leaves without it.
+#: How long MPI_Finalize may take in an elastic job before the process leaves without it.
 FINALIZE_AFTER_LOSS_S = 5.0
 
 
