@@ -127,6 +127,10 @@ class Config:
     elastic_hosts_file: Optional[str] = None
     """The file in the job's scratch folder where ``blinkrun`` lists the new ranks its host
     discovery asks for; the lowest rank reads it at ``check_host_updates()``."""
+    elastic_join_timeout_seconds: float = 600.0
+    """How long the ranks of an elastic job wait for the ranks they start (blinkrun's host
+    discovery) to call ``init()``: past it they go on without them and end their processes, and
+    blinkrun blacklists the host (Horovod's ``--elastic-timeout``, which sets it)."""
     elastic_joining: int = 0
     """1 in a rank that a running elastic job started to add it (``MPI_Comm_spawn``):
     ``blinkflow.init()`` joins that job instead of starting one. Set by the spawning ranks."""
@@ -215,6 +219,7 @@ BOUNDS = {
     "bucket_bytes": (0, float(1 << 40), False, " bytes"),
     "split_hosts": (0, 65536, False, " hosts"),
     "elastic_min_np": (0, 1 << 24, False, " ranks"),
+    "elastic_join_timeout_seconds": (0.0, 30 * _DAY_S, True, " s"),
     "autotune_warmup_samples": (0, 1_000_000, False, " samples"),
     "autotune_steps_per_sample": (1, 1_000_000, False, " cycles"),
     "autotune_bayes_opt_max_samples": (1, 10_000, False, " samples"),
@@ -234,6 +239,7 @@ HOROVOD_TWINS = {
     "HOROVOD_STALL_CHECK_TIME_SECONDS": (("stall_check_time_seconds", None),),
     "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": (("stall_shutdown_time_seconds", None),),
     "HOROVOD_START_TIMEOUT": (("start_timeout", None),),
+    "HOROVOD_ELASTIC_TIMEOUT": (("elastic_join_timeout_seconds", None),),
     "HOROVOD_LOG_LEVEL": (("log_level", None),),
     "HOROVOD_AUTOTUNE": (("autotune", None),),
     "HOROVOD_AUTOTUNE_LOG": (("autotune_log_file", None),),
@@ -277,8 +283,8 @@ HOROVOD_WITHOUT_TWIN = {
     "HOROVOD_ENABLE_ASYNC_COMPLETION": "a setting of Horovod's GPU operations; blinkflow's have no such switch",
     "HOROVOD_ADASUM_MPI_CHUNK_SIZE": "a setting of Horovod's Adasum over MPI; blinkflow has no such setting",
     "HOROVOD_DYNAMIC_PROCESS_SETS": "process sets can always be added",
-    "HOROVOD_ELASTIC": "elastic training is not in blinkflow yet",
-    "HOROVOD_ELASTIC_TIMEOUT": "elastic training is not in blinkflow yet",
+    "HOROVOD_ELASTIC": "set by horovodrun for its elastic workers; blinkrun's --min-np or --host-discovery-script "
+                       "makes a job elastic",
     **{name: _LAUNCHER for name in ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
                                     "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME",
                                     "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT",

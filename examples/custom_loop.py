@@ -13,7 +13,7 @@ from sklearn.model_selection import train_test_split
 import keras
 import blinkflow.tensorflow as hvd  # blinkflow: Horovod's TF2 API
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--steps", type=int, default=300)
 parser.add_argument("--batch-size", type=int, default=32, help="per rank")
 parser.add_argument("--num-threads", type=int, default=1, help="TF threads per rank")

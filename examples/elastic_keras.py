@@ -20,7 +20,7 @@ from sklearn.datasets import load_digits
 import keras
 import blinkflow.tensorflow.keras as hvd  # blinkflow: Horovod's API, Keras 3 inside
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--epochs", type=int, default=8)
 parser.add_argument("--batch-size", type=int, default=32, help="per rank")
 parser.add_argument("--lr", type=float, default=0.002, help="learning rate of one rank")

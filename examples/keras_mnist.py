@@ -17,7 +17,7 @@ from sklearn.model_selection import train_test_split
 import keras
 import blinkflow.tensorflow.keras as hvd  # blinkflow: Horovod's API, Keras 3 inside
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--epochs", type=int, default=12)
 parser.add_argument("--batch-size", type=int, default=32, help="per rank")
 parser.add_argument("--lr", type=float, default=0.002, help="learning rate of one rank")
@@ -78,8 +78,9 @@ if hvd.rank() == 0:  # blinkflow: checkpoints on rank 0 only, so ranks do not ov
     os.makedirs(args.checkpoint_dir, exist_ok=True)
     callbacks.append(keras.callbacks.ModelCheckpoint(os.path.join(args.checkpoint_dir, "checkpoint-{epoch}.keras")))
 
+# shuffle=False: the pipeline above shuffles; Keras's default (True) only warns for a Dataset
 model.fit(train, epochs=args.epochs, callbacks=callbacks, steps_per_epoch=steps_per_epoch,
-          validation_data=validation,
+          validation_data=validation, shuffle=False,
           verbose=1 if hvd.rank() == 0 else 0)  # blinkflow: progress bar on rank 0 only
 
 loss, accuracy = model.evaluate(x_test, y_test, verbose=0)

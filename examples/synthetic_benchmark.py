@@ -15,7 +15,7 @@ import tensorflow as tf
 import keras
 import blinkflow.tensorflow as hvd  # blinkflow: Horovod's TF2 API
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
 parser.add_argument("--model", default="MobileNetV2", help="a keras.applications model")
 parser.add_argument("--img-size", type=int, default=64, help="square image side")

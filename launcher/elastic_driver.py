@@ -157,6 +157,8 @@ class ElasticDriver:
                     self.say(f"rank {slot_id} (host {slot.host}) lost: {how}; host blacklisted")
             elif kind == events.EXITED and slot.state != LOST:
                 slot.state, slot.since = DONE, now
+            if kind in (events.FAILED, events.EXITED):
+                return self._orphans_spawning()
         return False
 
     def _lost_by_peers(self, ranks) -> None:
@@ -174,6 +176,17 @@ class ElasticDriver:
                 self.book.blacklist(slot.host, now)
                 self.say(f"rank {slot_id} (host {slot.host}) lost: the other ranks lost contact with it "
                          "(its host or its network went away); host blacklisted")
+
+    def _orphans_spawning(self) -> bool:
+        """Whether new ranks that have not begun MPI are all that runs: the ranks starting them
+        are gone (their spawn timed out: ``BLINKFLOW_ELASTIC_JOIN_TIMEOUT_SECONDS``), and nothing
+        else would ever end them. Says so; the job must be stopped."""
+        waiting = [i for i, s in self.slots.items() if s.state == RUNNING and s.spawned and not s.mpi]
+        if not waiting or any(s.state == RUNNING and not (s.spawned and not s.mpi) for s in self.slots.values()):
+            return False
+        self.say(f"new rank{'s' if len(waiting) > 1 else ''} {', '.join(map(str, waiting))} did not begin MPI's "
+                 "start-up and no rank of the job is left to start it: stopping the job")
+        return True
 
     # -- bookkeeping -------------------------------------------------------------------------
     def finished(self) -> bool:

@@ -65,11 +65,12 @@ class ElasticSpec:
     blacklist_cooldown_range: Optional[Tuple[int, int]] = None
 
     def settings_env(self, hosts_file: Optional[str]) -> Dict[str, str]:
-        """The ``BLINKFLOW_ELASTIC_*`` variables every rank gets (``--elastic-timeout`` is
-        blinkrun's own: how long a new rank may take to start)."""
+        """The ``BLINKFLOW_ELASTIC_*`` variables every rank gets (``--elastic-timeout``: how long
+        a new rank may take to start, blinkrun's bound, and to call ``init()``, the ranks')."""
         env = {Config.env_name("elastic_min_np"): str(self.min_np),
                Config.env_name("elastic_max_np"): str(self.max_np or 0),
-               Config.env_name("elastic_reset_limit"): str(self.reset_limit or 0)}
+               Config.env_name("elastic_reset_limit"): str(self.reset_limit or 0),
+               Config.env_name("elastic_join_timeout_seconds"): str(self.elastic_timeout)}
         if hosts_file:
             env[Config.env_name("elastic_hosts_file")] = hosts_file
         return env

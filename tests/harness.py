@@ -13,7 +13,8 @@ mpirun launch serves every case of it) and reports each case as its own test
 (:meth:`Launch.expect`): passed on every rank, skipped (with the reason) on every rank, or
 failed, with the failing ranks' tracebacks. :func:`launch_scripts` runs the cases of several
 scripts in one job, every rank importing them into one process (:func:`run_scripts`), so what
-they import, TensorFlow above all, is imported once per rank.
+they import, TensorFlow above all, is imported once per rank. :func:`launch_alone` runs a case
+script as one plain process, for programs that must not start MPI.
 
 :func:`close` is the one float comparison rule: the rounding bound a reduction can do.
 
@@ -265,11 +266,22 @@ def run_ranks(n: int, script: Union[str, Sequence[str]], env: Optional[Mapping[s
     """Run ``script`` (a Python file, or an argv whose ``"python"`` means this interpreter) on
     ``n`` ranks. A job that outlives ``timeout`` is killed whole (its process group) and raises
     :class:`LaunchTimeout` with every rank's output; ``check``: a non-zero exit raises too."""
-    argv = _argv(script)
     env = with_tests_on_path(env or {})
+    return _run(mpirun_command(n, _argv(script), env, mpi_options), env, timeout, check, cwd,
+                f"mpirun -np {n}")
+
+
+def run_alone(script: Union[str, Sequence[str]], env: Optional[Mapping[str, str]] = None,
+              timeout: float = DEFAULT_TIMEOUT, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``script`` as one plain process, without mpirun (a program that must not start MPI),
+    under :func:`run_ranks`'s rules."""
+    return _run(_argv(script), with_tests_on_path(env or {}), timeout, check, None, "the process")
+
+
+def _run(cmd: List[str], env: Mapping[str, str], timeout: float, check: bool, cwd: Optional[str],
+         what: str) -> subprocess.CompletedProcess:
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
     full_env.update(env)
-    cmd = mpirun_command(n, argv, env, mpi_options)
     proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=cwd, start_new_session=True)
     try:
@@ -277,7 +289,7 @@ def run_ranks(n: int, script: Union[str, Sequence[str]], env: Optional[Mapping[s
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         out, err = proc.communicate()
-        raise LaunchTimeout(f"mpirun -np {n} timed out after {timeout}s: {' '.join(argv)}\n"
+        raise LaunchTimeout(f"{what} timed out after {timeout}s: {' '.join(cmd)}\n"
                             f"--- stdout ---\n{_text(out)[-4000:]}\n--- stderr ---\n{_text(err)[-4000:]}",
                             _text(out), _text(err)) from None
     finally:
@@ -285,7 +297,7 @@ def run_ranks(n: int, script: Union[str, Sequence[str]], env: Optional[Mapping[s
             _kill_group(proc)
     result = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     if check and result.returncode != 0:
-        raise AssertionError(f"mpirun -np {n} exited {result.returncode}: {' '.join(argv)}\n"
+        raise AssertionError(f"{what} exited {result.returncode}: {' '.join(cmd)}\n"
                              f"--- stdout ---\n{out[-6000:]}\n--- stderr ---\n{err[-6000:]}")
     return result
 
@@ -415,10 +427,13 @@ SCRIPTS_RUNNER = os.path.join(TESTS, "run_case_scripts.py")
 
 
 def _launch(key: tuple, n: int, argv: Sequence[str], order: List[str], env: Optional[Mapping[str, str]],
-            timeout: float, mpi_options: Sequence[str]) -> Launch:
+            timeout: float, mpi_options: Sequence[str] = (), alone: bool = False) -> Launch:
     if key not in _LAUNCHES:
         try:
-            proc = run_ranks(n, list(argv), env=env, timeout=timeout, check=False, mpi_options=mpi_options)
+            if alone:
+                proc = run_alone(list(argv), env=env, timeout=timeout, check=False)
+            else:
+                proc = run_ranks(n, list(argv), env=env, timeout=timeout, check=False, mpi_options=mpi_options)
             result = Launch(n, proc.stdout, proc.stderr, proc.returncode, order)
         except LaunchTimeout as e:
             result = Launch(n, e.stdout, e.stderr, None, order)
@@ -433,6 +448,14 @@ def launch(n: int, script: str, args: Sequence[str] = (), env: Optional[Mapping[
     key = (n, script, tuple(args), tuple(sorted((env or {}).items())), tuple(cases), tuple(mpi_options))
     order = [name for name in case_names(script) if not cases or name in cases]   # as run_cases runs them
     return _launch(key, n, [sys.executable, script, *args, *cases], order, env, timeout, mpi_options)
+
+
+def launch_alone(script: str, args: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
+                 timeout: float = DEFAULT_TIMEOUT) -> Launch:
+    """Run every case of ``script`` once in one plain process (no mpirun, one rank: rank 0 of 1)
+    and remember the outcome, as :func:`launch` does."""
+    key = ("alone", script, tuple(args), tuple(sorted((env or {}).items())))
+    return _launch(key, 1, [sys.executable, script, *args], case_names(script), env, timeout, alone=True)
 
 
 def scripts_order(specs: Sequence[str]) -> List[str]:

@@ -199,5 +199,15 @@ class Backend(abc.ABC):
         arithmetic (:mod:`blinkflow.scaling`)."""
         scaling.scale(buf, factor)
 
+    def quiesce(self) -> None:
+        """Wait until nothing this rank started can still write into a peer's memory (work it
+        queued on a device). Before an elastic reset's agreement, so that the survivors may then
+        free their memory without a barrier (:meth:`close_after_loss`)."""
+
+    def close_after_loss(self) -> None:
+        """:meth:`close` once peers were lost and every survivor has quiesced and agreed (an
+        elastic reset's shrink): nothing may use this backend's communicators for a barrier."""
+        self.close()
+
     def close(self) -> None:
         """Release shared memory, IPC handles, streams. Safe to call twice."""

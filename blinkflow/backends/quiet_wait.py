@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional
 
 _yield = getattr(os, "sched_yield", lambda: None)  # not on every platform
 
@@ -29,11 +29,21 @@ MAX_SLEEP_S = 1e-3
 SLEEP_FRACTION = 0.125
 
 
+#: Requests a failure left incomplete. An ``MPI.Request`` keeps the buffers it was started with
+#: alive; dropped, it would let them be freed while MPI may still write into them (a collective on
+#: a communicator that a peer's death or a revocation aborted), so they are kept until exit.
+ABANDONED: List[Any] = []
+
+
 def wait(request, wake=None,
          failure: Optional[Callable[[], Optional[BaseException]]] = None) -> None:
     """Complete ``request`` (an ``MPI.Request``), testing it with growing sleeps in between
-    (see :func:`until`)."""
-    until(request.Test, wake, failure)
+    (see :func:`until`). Should ``failure`` end the wait, the request is kept (:data:`ABANDONED`)."""
+    try:
+        until(request.Test, wake, failure)
+    except BaseException:
+        ABANDONED.append(request)
+        raise
 
 
 def until(test: Callable[[], Any], wake=None, failure: Optional[Callable[[], Optional[BaseException]]] = None,

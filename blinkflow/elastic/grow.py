@@ -14,7 +14,9 @@ rank the argv of its wrapper. The ranks act on them in three steps:
    intercommunicator into one communicator (old ranks first, in their order:
    ``Intercomm_merge(high=False)``), and start the runtime again on it
    (:func:`blinkflow.elastic.reform.reform_on`: fresh trees for the larger set). Without
-   requests, or after a loss, it is :func:`blinkflow.elastic.reform.reform`.
+   requests, or after a loss, it is :func:`blinkflow.elastic.reform.reform`. A new rank that
+   does not call ``init()`` within ``BLINKFLOW_ELASTIC_JOIN_TIMEOUT_SECONDS`` ends the job with
+   InitError naming it (:func:`_spawn_within`).
 3. :func:`join_running_job` (``blinkflow.init()`` in a new rank, which ``BLINKFLOW_ELASTIC_JOINING``
    tells it is one): merges with its parents (``high=True``) and starts the runtime with them.
 
@@ -34,11 +36,13 @@ import threading
 from typing import List, Optional
 
 from ..config import Config, get_config
-from ..errors import ConfigError
+from ..errors import ConfigError, InitError
 from ..runtime.global_state import RUNTIME
 from ..runtime.log import logger
 
-WATCH_INTERVAL_S = 1.0
+#: How often rank 0 reads the hosts file (a few hundred bytes): a new rank joins at most this much
+#: later than blinkrun asked for it, on top of blinkrun's own once-a-second discovery.
+WATCH_INTERVAL_S = 0.25
 
 _applied = 0
 """The id of the last request this job acted on (the same on every rank; newcomers receive it)."""
@@ -115,7 +119,7 @@ def reset():
     _applied = max(int(r["id"]) for r in requests)
     commands, argvs, counts, infos = _spawn_arguments(requests, comm.Get_rank() == 0)
     try:
-        inter = comm.Spawn_multiple(commands, argvs, counts, infos, root=0)
+        inter = _spawn_within(comm, commands, argvs, counts, infos, requests)
     except MPI.Exception as e:
         logger.warning("elastic: starting %d new rank(s) failed (%s); going on with %d ranks",
                        sum(counts), e.Get_error_string(), comm.Get_size())
@@ -127,6 +131,44 @@ def reset():
     inter.Free()
     merged.bcast(_applied, root=0)   # the newcomers learn which requests the job acted on
     return reform_on(merged)
+
+
+def _spawn_within(comm, commands, argvs, counts, infos, requests):
+    """``MPI_Comm_spawn_multiple``, which returns once every new rank has started MPI (its
+    ``init()``), waited for at most ``BLINKFLOW_ELASTIC_JOIN_TIMEOUT_SECONDS``. MPI cannot take
+    back a spawn that is under way, nor can these ranks take part in any other reset while it is,
+    so past the timeout the job ends: InitError on every rank, naming the new ranks (blinkrun's
+    slots) and their hosts, and this process leaves without ``MPI_Finalize`` (it would wait for
+    the spawn), which ends the job and the new ranks with it."""
+    done: dict = {}
+
+    def spawn() -> None:
+        try:
+            done["inter"] = comm.Spawn_multiple(commands, argvs, counts, infos, root=0)
+        except BaseException as e:  # noqa: BLE001 - raised in the calling thread
+            done["error"] = e
+
+    thread = threading.Thread(target=spawn, name="blinkflow-elastic-spawn", daemon=True)
+    thread.start()
+    timeout = get_config().elastic_join_timeout_seconds
+    thread.join(timeout)
+    if thread.is_alive():
+        slots = [int(p["slot"]) for r in requests for p in r["procs"] if "slot" in p]
+        hosts = sorted({str(r["host"]) for r in requests})
+        count = sum(counts)
+        many = count > 1
+        error = InitError(
+            f"blinkflow elastic: {count} new rank{'s' if many else ''} (blinkrun slot{'s' if len(slots) > 1 else ''} "
+            f"{', '.join(map(str, slots))} on {', '.join(hosts)}) did not call init() within {timeout:g} s "
+            f"({Config.env_name('elastic_join_timeout_seconds')}, blinkrun --elastic-timeout); the ranks starting "
+            f"{'them' if many else 'it'} wait inside MPI_Comm_spawn until {'they do' if many else 'it does'}, "
+            "so the job ends. Find what holds the new rank's script before hvd.init(), or raise the timeout",
+            ranks=slots)
+        RUNTIME.remember_broken(None, error)  # leave at exit without MPI_Finalize: the spawn never ends
+        raise error
+    if "error" in done:
+        raise done["error"]
+    return done["inter"]
 
 
 def join_running_job():

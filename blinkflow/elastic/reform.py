@@ -21,11 +21,14 @@ the collective in flight has raised :class:`~blinkflow.errors.ShutdownError` the
    names the set and the rank it lost.
 
 Between 2 and 4, once every survivor is past step 1 (the shrink is collective among them), the
-old job's cpu backends and communicators are released: its shared-memory windows (``MPI_Win_free``
+old job's backends and communicators are released: its shared-memory windows (``MPI_Win_free``
 synchronizes the window's ranks; with the lost ones reported failed it returns among the
-survivors), its rings, its communicators. That runs under a deadline (:data:`RELEASE_S`): should
-it not return, the old runtime is left as it is and its mappings stay until the process exits,
-as they do for a job with a cuda backend (whose teardown needs the ranks that are gone).
+survivors), its rings, its GPU receive slots, device executor memory and the peers' memory it
+mapped (each survivor synchronized its device in step 1, so no copy into them is still queued,
+and a lost peer's died with its process), its communicators. That runs under a deadline
+(:data:`RELEASE_S`): should it not return, the old runtime is left as it is and its mappings stay
+until the process exits. Communicators this module made (a shrink's, a merge's) are freed once the
+runtime on them is retired, and the last before ``MPI_Finalize`` (:func:`_adopt` says why).
 
 :func:`reform_on` is the entry for a communicator made elsewhere (ranks added: an
 intercommunicator merged with the newcomers, ``MPI.Intercomm.Merge``): collective over that
@@ -40,6 +43,7 @@ and after), logged as one line on the new rank 0, recorded in the timeline, coun
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import sys
 import threading
@@ -95,6 +99,11 @@ class Reset:
 _history: List[Reset] = []
 _unreleased: List[object] = []
 """Retired engines whose release did not finish in time: kept, with their windows, until exit."""
+_made: List[object] = []
+"""Communicators this module started a runtime on (a shrink's survivors, a merge with newcomers),
+newest last: each is freed once the runtime on it is retired, the last at exit (see
+:func:`_free_made`)."""
+_exit_hook_registered = False
 
 
 def resets() -> int:
@@ -115,10 +124,10 @@ def reform() -> Reset:
     started = time.monotonic()
     engine = _take_engine("blinkflow.elastic.reform")
     old = _Old.of(engine)
-    _retire(engine)
+    idle = _retire(engine)
     survivors = engine.job.comm.Shrink()
     _tell_launcher_who_is_lost(engine.job.comm, survivors)
-    _release(engine)
+    _release(engine, idle)
     RUNTIME.ranks_lost = True
     return _start(old, survivors, started)
 
@@ -147,8 +156,7 @@ def reform_on(comm) -> Reset:
     if old is not None:
         if engine.peer_failed or engine.broken or not engine.alive:
             _take_engine("blinkflow.elastic.reform_on")
-            _retire(engine)
-            _release(engine)
+            _release(engine, _retire(engine))
         else:
             lifecycle.shutdown()
     return _start(old, comm, started)
@@ -201,8 +209,9 @@ def _take_engine(what: str):
     return engine
 
 
-def _retire(engine) -> None:
-    """Step 1 of the module docstring, on this rank alone."""
+def _retire(engine) -> bool:
+    """Step 1 of the module docstring, on this rank alone; whether the old runtime is idle (its
+    threads ended, its devices quiet), so that it may be released."""
     failure = engine.state.failure or ShutdownError("the job is re-forming after a rank was lost")
     engine.peer_failed = True  # nobody waits for its threads in MPI any more (stop(), the exit hook)
     engine.state.fail(failure)
@@ -222,30 +231,52 @@ def _retire(engine) -> None:
         engine._watchdog.stop()
     if engine._timeline is not None:
         engine._timeline.close()
+    # Before the shrink: once every survivor is past it, none still writes into a peer's memory (a
+    # GPU copy or kernel queued by a thread that has ended), so each may free its own. A thread
+    # left behind may still use the backends, and a device that does not go quiet may still
+    # write: then nothing of this runtime is released.
+    return not stuck and _within(RETIRE_JOIN_S, lambda: [quietly(b.quiesce) for b in _backends(engine)])
 
 
-def _release(engine) -> None:
-    """Free the retired engine's backends (windows, rings) and communicators, under a deadline.
-    Only the cpu backend's teardown is known to end among the survivors; the cuda backend's
-    starts with a barrier over its host's ranks, which a revoked communicator refuses, and the
-    process sets of such a job are left as they are, with their memory."""
+def _within(seconds: float, work) -> bool:
+    """Run ``work()`` on a helper thread; whether it returned within ``seconds`` (else it is left
+    to finish, or not, on its own)."""
+    thread = threading.Thread(target=work, name="blinkflow-elastic-release", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return not thread.is_alive()
+
+
+def _backends(engine) -> List[object]:
     loops = [engine.loop] + ([t.loop for t in engine.sets.threads.values()] if engine.sets else [])
-    if any(backend.name != "cpu" for loop in loops if loop is not None for backend in loop.backends.values()):
+    return [backend for loop in loops if loop is not None for backend in loop.backends.values()]
+
+
+def _release(engine, idle: bool) -> None:
+    """Free the retired engine's backends (windows, rings, device memory and IPC mappings) and
+    communicators, under a deadline. Every survivor quiesced its backends before the shrink, so
+    they are closed without the barrier a revoked communicator would refuse
+    (``Backend.close_after_loss``)."""
+    if not idle:
+        logger.warning("elastic reset: the old runtime is not idle; its memory stays mapped until this process exits")
         _unreleased.append(engine)
         return
+    loops = [engine.loop] + ([t.loop for t in engine.sets.threads.values()] if engine.sets else [])
 
     def release() -> None:
         for loop in loops:
             if loop is not None:
-                loop.close_backends()
+                for backend in loop.backends.values():
+                    try:
+                        backend.close_after_loss()
+                    except Exception:  # noqa: BLE001 - the rest must still be released
+                        logger.exception("elastic reset: releasing the old job's %s backend failed", backend.name)
+                loop.backends.clear()
                 loop.job.free()
         if engine.side is not None:
             engine.side.close()
 
-    thread = threading.Thread(target=release, name="blinkflow-elastic-release", daemon=True)
-    thread.start()
-    thread.join(RELEASE_S)
-    if thread.is_alive():
+    if not _within(RELEASE_S, release):
         logger.warning("elastic reset: the old job's shared memory was not released within %.0f s; it stays "
                        "mapped until this process exits", RELEASE_S)
         _unreleased.append(engine)
@@ -297,6 +328,9 @@ def _start(old: Optional[_Old], comm, started: float) -> Reset:
 
         keep_ordinal(old.cuda_ordinal)
     lifecycle.start(comm, [list(ranks) for ranks in sets], device=old.device if old is not None else None)
+    _adopt(comm)
+    if old is not None:
+        quietly(old.group.Free)
     engine = RUNTIME.engine
     _renumber_user_sets(old_sets, kept)
     reset = Reset(old_size=old_size, new_size=size, lost=lost, added=sum(r is None for r in kept),
@@ -309,6 +343,35 @@ def _start(old: Optional[_Old], comm, started: float) -> Reset:
         engine._timeline.instant("elastic", "ELASTIC_RESET", {"lost": list(lost), "added": reset.added,
                                                               "size": size, "rate_gbps": reset.new_rate_gbps})
     return reset
+
+
+def _adopt(comm) -> None:
+    """``comm`` now carries the runtime: free the communicators earlier resets made (their runtimes
+    are retired), and free ``comm`` itself before MPI_Finalize.
+
+    Once ranks were spawned, every communicator holding them spans two launches, and Open MPI 5's
+    ``MPI_Finalize`` disconnects each such communicator the program left allocated
+    (``ompi_dpm_dyn_finalize``). After kill/add cycles that step corrupted the heap (glibc then
+    aborted finalize: "double free or corruption", "free(): invalid next size"), and with a merged
+    communicator left, and no rank lost, it crashed too (SIGSEGV) or hung. Open MPI skips the step
+    when no more than one such communicator is counted as allocated."""
+    global _exit_hook_registered
+    for made in _made:
+        quietly(made.Free)
+    _made[:] = [comm]
+    if not _exit_hook_registered:
+        # Registered now, after MPI started and blinkflow's own exit hook was registered: atexit
+        # runs it first, before that hook's (or mpi4py's) MPI_Finalize.
+        atexit.register(_free_made)
+        _exit_hook_registered = True
+
+
+def _free_made() -> None:
+    """At exit: the communicator the runtime was started on is only the elastic side's (the
+    runtime works on its own duplicates), so it goes before MPI_Finalize (see :func:`_adopt`)."""
+    for made in _made:
+        quietly(made.Free)
+    _made.clear()
 
 
 def _old_ranks(old: Optional[_Old], comm) -> List[Optional[int]]:

@@ -12,23 +12,17 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 # ==============================================================================
-#
-# Horovod's examples/tensorflow2/tensorflow2_keras_mnist.py, ported to blinkflow. Changed, each
-# marked "blinkflow port": the import lines; MNIST made on the spot instead of downloaded
-# (mnist_data.py); Keras 3 spellings: no `experimental_run_tf_function` in compile (Keras 3's
-# compile has no such argument; model.fit always goes through the optimizer), and the checkpoint
-# file ends in `.keras` (Keras 3 saves whole models only in that format).
 
 import sys
 
 import tensorflow as tf
 
-import blinkflow as horovod  # blinkflow port: was `import horovod`
-import blinkflow.tensorflow.keras as hvd  # blinkflow port: was `import horovod.tensorflow.keras as hvd`
-import mnist_data  # blinkflow port: MNIST-shaped data, nothing downloaded
+import blinkflow as horovod  # blinkflow port, was: ["import horovod"]
+import blinkflow.tensorflow.keras as hvd  # blinkflow port, was: ["import horovod.tensorflow.keras as hvd"]
+import mnist_data  # blinkflow port: added
 
 
-def train():
+def main():
     # Horovod: initialize Horovod.
     hvd.init()
 
@@ -40,7 +34,7 @@ def train():
         tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], 'GPU')
 
     (mnist_images, mnist_labels), _ = \
-        mnist_data.load_data(path='mnist-%d.npz' % hvd.rank())  # blinkflow port: was tf.keras.datasets.mnist
+        mnist_data.load_data(path='mnist-%d.npz' % hvd.rank())  # blinkflow port, was: ["        tf.keras.datasets.mnist.load_data(path='mnist-%d.npz' % hvd.rank())"]
 
     dataset = tf.data.Dataset.from_tensor_slices(
         (tf.cast(mnist_images[..., tf.newaxis] / 255.0, tf.float32),
@@ -71,7 +65,7 @@ def train():
     # uses hvd.DistributedOptimizer() to compute gradients.
     mnist_model.compile(loss=tf.losses.SparseCategoricalCrossentropy(),
                         optimizer=opt,
-                        metrics=['accuracy'])  # blinkflow port: Keras 3 has no experimental_run_tf_function
+                        metrics=['accuracy'])  # blinkflow port, was: ["                        metrics=['accuracy'],", "                        experimental_run_tf_function=False)"]
 
     callbacks = [
         # Horovod: broadcast initial variable states from rank 0 to all other processes.
@@ -93,7 +87,7 @@ def train():
 
     # Horovod: save checkpoints only on worker 0 to prevent other workers from corrupting them.
     if hvd.rank() == 0:
-        callbacks.append(tf.keras.callbacks.ModelCheckpoint('./checkpoint-{epoch}.keras'))  # blinkflow port: .keras
+        callbacks.append(tf.keras.callbacks.ModelCheckpoint('./checkpoint-{epoch}.h5'))
 
     # Horovod: write logs on worker 0.
     verbose = 1 if hvd.rank() == 0 else 0
@@ -101,9 +95,6 @@ def train():
     # Train the model.
     # Horovod: adjust number of steps based on number of GPUs.
     mnist_model.fit(dataset, steps_per_epoch=500 // hvd.size(), callbacks=callbacks, epochs=24, verbose=verbose)
-
-    # Return the model
-    return mnist_model
 
 
 if __name__ == '__main__':
@@ -113,7 +104,7 @@ if __name__ == '__main__':
         hosts = sys.argv[2]
         comm = sys.argv[3]
         print('Running training through horovod.run')
-        models = horovod.run(train, np=np, hosts=hosts, use_gloo=comm == 'gloo', use_mpi=comm == 'mpi', verbose=2)
+        horovod.run(main, np=np, hosts=hosts, use_gloo=comm == 'gloo', use_mpi=comm == 'mpi')
     else:
         # this is running via horovodrun
-        train()
+        main()

@@ -12,17 +12,13 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 # ==============================================================================
-#
-# Horovod's examples/tensorflow2/tensorflow2_keras_synthetic_benchmark.py, ported to blinkflow.
-# Changed, each marked "blinkflow port": the import line; no `experimental_run_tf_function` in
-# compile (Keras 3's compile has no such argument).
 import argparse
 import os
 import numpy as np
 from timeit import default_timer as timer
 
 import tensorflow as tf
-import blinkflow.tensorflow.keras as hvd  # blinkflow port: was `import horovod.tensorflow.keras as hvd`
+import blinkflow.tensorflow.keras as hvd  # blinkflow port, was: ["import horovod.tensorflow.keras as hvd"]
 from tensorflow.keras import applications
 
 # Benchmark settings
@@ -58,12 +54,11 @@ if hvd.rank() == 0:
 
 # Horovod: pin GPU to be used to process local rank (one GPU per process)
 if args.cuda:
-    device_name = 'XPU' if hvd.sycl_built() else 'GPU'
-    gpus = tf.config.experimental.list_physical_devices(device_name)
+    gpus = tf.config.experimental.list_physical_devices('GPU')
     for gpu in gpus:
         tf.config.experimental.set_memory_growth(gpu, True)
     if gpus:
-        tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], device_name)
+        tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], 'GPU')
 else:
     os.environ["CUDA_VISIBLE_DEVICES"] = "-1"
 
@@ -85,7 +80,7 @@ opt = hvd.DistributedOptimizer(opt, compression=compression)
 # Horovod: Specify `experimental_run_tf_function=False` to ensure TensorFlow
 # uses hvd.DistributedOptimizer() to compute gradients.
 model.compile(loss=tf.losses.SparseCategoricalCrossentropy(),
-              optimizer=opt)  # blinkflow port: Keras 3 has no experimental_run_tf_function
+              optimizer=opt)  # blinkflow port, was: ["              optimizer=opt,", "              experimental_run_tf_function=False)"]
 
 callbacks = [
     # Horovod: broadcast initial variable states from rank 0 to all other processes.

@@ -12,20 +12,16 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 # ==============================================================================
-#
-# Horovod's examples/tensorflow2/tensorflow2_mnist.py, ported to blinkflow. Changed, each marked
-# "blinkflow port": the import lines; MNIST made on the spot instead of downloaded
-# (mnist_data.py); `opt.variables()` spelled `opt.variables` (a property in Keras 3).
 import sys
 
 import tensorflow as tf
 
-import blinkflow as horovod  # blinkflow port: was `import horovod`
-import blinkflow.tensorflow as hvd  # blinkflow port: was `import horovod.tensorflow as hvd`
-import mnist_data  # blinkflow port: MNIST-shaped data, nothing downloaded
+import blinkflow as horovod  # blinkflow port, was: ["import horovod"]
+import blinkflow.tensorflow as hvd  # blinkflow port, was: ["import horovod.tensorflow as hvd"]
+import mnist_data  # blinkflow port: added
 
 
-def train():
+def main():
     # Horovod: initialize Horovod.
     hvd.init()
 
@@ -37,7 +33,7 @@ def train():
         tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], 'GPU')
 
     (mnist_images, mnist_labels), _ = \
-        mnist_data.load_data(path='mnist-%d.npz' % hvd.rank())  # blinkflow port: was tf.keras.datasets.mnist
+        mnist_data.load_data(path='mnist-%d.npz' % hvd.rank())  # blinkflow port, was: ["        tf.keras.datasets.mnist.load_data(path='mnist-%d.npz' % hvd.rank())"]
 
     dataset = tf.data.Dataset.from_tensor_slices(
         (tf.cast(mnist_images[..., tf.newaxis] / 255.0, tf.float32),
@@ -63,7 +59,6 @@ def train():
     checkpoint_dir = './checkpoints'
     checkpoint = tf.train.Checkpoint(model=mnist_model, optimizer=opt)
 
-
     @tf.function
     def training_step(images, labels, first_batch):
         with tf.GradientTape() as tape:
@@ -84,23 +79,21 @@ def train():
         # initialization.
         if first_batch:
             hvd.broadcast_variables(mnist_model.variables, root_rank=0)
-            hvd.broadcast_variables(opt.variables, root_rank=0)  # blinkflow port: Keras 3's property
+            hvd.broadcast_variables(opt.variables(), root_rank=0)
 
         return loss_value
-
 
     # Horovod: adjust number of steps based on number of GPUs.
     for batch, (images, labels) in enumerate(dataset.take(10000 // hvd.size())):
         loss_value = training_step(images, labels, batch == 0)
 
-        if batch % 10 == 0 and hvd.local_rank() == 0:
+        if batch % 10 == 0 and hvd.rank() == 0:
             print('Step #%d\tLoss: %.6f' % (batch, loss_value))
 
     # Horovod: save checkpoints only on worker 0 to prevent other workers from
     # corrupting it.
     if hvd.rank() == 0:
         checkpoint.save(checkpoint_dir)
-        return mnist_model
 
 
 if __name__ == '__main__':
@@ -110,7 +103,7 @@ if __name__ == '__main__':
         hosts = sys.argv[2]
         comm = sys.argv[3]
         print('Running training through horovod.run')
-        models = horovod.run(train, np=np, hosts=hosts, use_gloo=comm == 'gloo', use_mpi=comm == 'mpi', verbose=2)
+        horovod.run(main, np=np, hosts=hosts, use_gloo=comm == 'gloo', use_mpi=comm == 'mpi')
     else:
         # this is running via horovodrun
-        train()
+        main()

@@ -12,17 +12,13 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 # ==============================================================================
-#
-# Horovod's examples/tensorflow2/tensorflow2_synthetic_benchmark.py, ported to blinkflow.
-# Changed, each marked "blinkflow port": the import line; `opt.variables()` spelled
-# `opt.variables` (a property in Keras 3).
 import argparse
 import os
 import numpy as np
 import timeit
 
 import tensorflow as tf
-import blinkflow.tensorflow as hvd  # blinkflow port: was `import horovod.tensorflow as hvd`
+import blinkflow.tensorflow as hvd  # blinkflow port, was: ["import horovod.tensorflow as hvd"]
 from tensorflow.keras import applications
 
 # Benchmark settings
@@ -95,7 +91,7 @@ def benchmark_step(first_batch):
     # initialization.
     if first_batch:
         hvd.broadcast_variables(model.variables, root_rank=0)
-        hvd.broadcast_variables(opt.variables, root_rank=0)  # blinkflow port: Keras 3's property
+        hvd.broadcast_variables(opt.variables(), root_rank=0)
 
 
 def log(s, nl=True):

@@ -8,8 +8,11 @@ one-second blacklisting ends and asks for a new rank, which joins at the next co
 job's processes). Prints on rank 0, after each reset that added a rank,
 ``ADDED resets <n> size <s> fds <open fds> threads <threads> maps <mapped shared-memory segments>``;
 on every rank at the end ``FINAL rank <r> size <s> step <step> w <w[0]>``, and on rank 0
-``SEGMENTS <path> ...``: every shared-memory file it mapped in the job's life.
+``SEGMENTS <path> ...``: every shared-memory file it mapped in the job's life, and as its
+``MPI_Finalize`` begins ``FINALIZING dynamic communicators <n>``: Open MPI's count of the
+communicators spanning spawned processes still allocated (``?`` where the MPI library has none).
 """
+import ctypes
 import os
 import signal
 import sys
@@ -22,6 +25,7 @@ import blinkflow as bf
 from blinkflow.elastic import history
 from blinkflow.elastic.run import run_fn
 from blinkflow.elastic.state import ObjectState
+from blinkflow.runtime import lifecycle
 
 CYCLES, SIZE = int(sys.argv[1]), int(sys.argv[2])
 
@@ -37,7 +41,28 @@ def report_added():
               f"threads {threading.active_count()} maps {mapped_shared_segments()}", flush=True)
 
 
+def dynamic_communicators() -> str:
+    """Open MPI's count of allocated communicators that span more than one launch."""
+    with open("/proc/self/maps") as f:
+        paths = {line.split()[-1] for line in f if "/libmpi.so" in line}
+    for path in paths:
+        try:
+            return str(ctypes.c_int.in_dll(ctypes.CDLL(path), "ompi_comm_num_dyncomm").value)
+        except (OSError, ValueError):
+            pass
+    return "?"
+
+
+def report_before_finalize(finalize):
+    def wrapper(*args, **kwargs):
+        print(f"FINALIZING dynamic communicators {dynamic_communicators()}", flush=True)
+        return finalize(*args, **kwargs)
+    return wrapper
+
+
 bf.init()
+if bf.rank() == 0:
+    lifecycle._finalize_or_leave = report_before_finalize(lifecycle._finalize_or_leave)
 state = ObjectState(step=0, w=np.zeros(8))
 state.register_reset_callbacks([report_added])
 

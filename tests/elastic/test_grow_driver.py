@@ -168,3 +168,22 @@ def test_ranks_the_survivors_went_on_without_are_lost_once_and_the_job_can_finis
         clock.now += 1
         driver.on_event({"event": events.EXITED, "rank": rank, "status": 0})
     assert driver.finished()
+
+
+def test_a_new_rank_still_before_mpi_when_the_ranks_starting_it_are_gone_stops_the_job(tmp_path):
+    driver, said, _ = make(tmp_path, [{"localhost": 3}] * 2)
+    driver.poll()
+    driver.on_event({"event": events.STARTED, "rank": 2})
+    assert driver.on_event({"event": events.FAILED, "rank": 0, "status": 1}) is False   # rank 1 still runs
+    assert driver.on_event({"event": events.FAILED, "rank": 1, "status": 1}) is True
+    assert said[-1] == ("new rank 2 did not begin MPI's start-up and no rank of the job is left to start it: "
+                        "stopping the job")
+
+
+def test_a_new_rank_that_began_mpi_outlives_the_ranks_that_started_it(tmp_path):
+    driver, said, _ = make(tmp_path, [{"localhost": 3}] * 2)
+    driver.poll()
+    driver.on_event({"event": events.STARTED, "rank": 2})
+    driver.on_event({"event": events.MPI_STARTING, "rank": 2})
+    driver.on_event({"event": events.FAILED, "rank": 0, "status": 1})
+    assert driver.on_event({"event": events.FAILED, "rank": 1, "status": 1}) is False

@@ -49,8 +49,8 @@ def test_settings_reach_the_ranks_by_config_field():
     spec = elastic_spec({"min_np": 2, "max_np": 5, "elastic_timeout": 30, "reset_limit": 7}, np=3)
     env = spec.settings_env("/tmp/x/elastic-hosts.json")
     config = Config.from_env(env)
-    assert (config.elastic_min_np, config.elastic_max_np, config.elastic_reset_limit,
-            config.elastic_hosts_file) == (2, 5, 7, "/tmp/x/elastic-hosts.json")
+    assert (config.elastic_min_np, config.elastic_max_np, config.elastic_reset_limit, config.elastic_hosts_file,
+            config.elastic_join_timeout_seconds) == (2, 5, 7, "/tmp/x/elastic-hosts.json", 30)
 
 
 @pytest.mark.parametrize("values, np, says", [

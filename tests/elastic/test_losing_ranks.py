@@ -88,3 +88,6 @@ def test_on_gpus_a_survivor_keeps_its_gpu_when_its_local_rank_changes():
                      mpi_options=["--with-ft", "ulfm"])
     found = sorted(re.findall(r"^GPU rank (\d+) new (\d+) ordinal (\d+) device (\d+) ok$", proc.stdout, re.M))
     assert found == [("0", "0", "0", "0"), ("2", "1", "2", "2")], proc.stdout[-3000:] + proc.stderr[-3000:]
+    # The old job's device memory and IPC mappings are released at the reset, not kept until exit.
+    memory = re.findall(r"^GPU memory of the old job (\d+) allocations, (\d+) left after the reset$", proc.stdout, re.M)
+    assert len(memory) == 2 and all(int(n) > 0 and int(k) == 0 for n, k in memory), memory

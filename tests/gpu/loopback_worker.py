@@ -2,11 +2,12 @@
 against the host-driven runner, bitwise, on the planner's trees of an HGX H100 at the virtual
 rank counts given; then a table that waits forever, aborted by the deadline.
 
-Run as a plain process (no MPI): under the CPU suite's fake CuPy
-(tests/mpi/test_device_executor_fake_cupy.py), whose interpreter kernel runs blinkflow's numpy
-emulator per block, and on a GPU (tests/gpu/run_on_gpu_machine.sh), where the kernel runs.
+Run as a plain process (no MPI), a case script of tests/harness.py: under the CPU suite's fake
+CuPy (tests/mpi/test_device_executor_fake_cupy.py), whose interpreter kernel runs blinkflow's numpy
+emulator per block, and on a GPU (tests/gpu/run_on_gpu_machine.sh), where the kernel runs. Each
+case checks one collective, dtype and op at every virtual rank count given.
 
-argv: NRANKS [NRANKS ...]
+argv: [NRANKS ...] [CASE ...]
 
 The runner is the schedule's one issue loop over thread ranks (tests/unit/test_runner.py), its
 reductions folding an action's inputs as the cuda runner's fused kernel does
@@ -29,6 +30,7 @@ from blinkflow.planner import make_plan  # noqa: E402
 from blinkflow.schedule.device_tables import BlockTable, DeviceStep, RankTables  # noqa: E402
 from blinkflow.schedule.lower import lower  # noqa: E402
 from blinkflow.topology.presets import get_preset  # noqa: E402
+from harness import run_cases, skip  # noqa: E402
 from test_device_emulator import fused_reduction  # noqa: E402
 from test_runner import run_ranks  # noqa: E402
 
@@ -36,9 +38,12 @@ TOPOLOGY = get_preset("hgx-h100")
 OPS = {"sum": ReduceOp.SUM, "max": ReduceOp.MAX, None: None}
 try:
     from ml_dtypes import bfloat16
-except ImportError:  # bfloat16 arrays come from ml_dtypes (TensorFlow's); without it that case is left out
+except ImportError:  # bfloat16 arrays come from ml_dtypes (TensorFlow's)
     bfloat16 = None
-failures = []
+#: The virtual rank counts every case runs at (the leading numbers of the command line), and the
+#: cases to run (the names after them; none: every case).
+COUNTS = [int(a) for a in sys.argv[1:] if a.isdigit()] or [2, 4, 8]
+ONLY = [a for a in sys.argv[1:] if not a.isdigit()]
 
 
 def inputs_of(nranks, calls, nelems, dtype, seed):
@@ -69,42 +74,61 @@ def check(nranks, collective, dtype, op, nelems=1000, chunk=64):
             for r in range(nranks):
                 if got[r].tobytes() != want[(r, call)].view(got.dtype).tobytes():
                     bad = np.flatnonzero(got[r] != want[(r, call)].view(got.dtype))[:5]
-                    failures.append(f"{nranks} ranks {collective} {name} {op} call {call}: rank {r} differs from "
-                                    f"the runner at {bad.tolist()}")
+                    raise AssertionError(f"{nranks} ranks {collective} {name} {op} call {call}: rank {r} differs "
+                                         f"from the runner at {bad.tolist()}")
     finally:
         executor.close()
     print(f"{nranks} virtual ranks {collective} {name} {op}: {executor.nblocks} blocks, 2 calls", flush=True)
 
 
-def check_abort():
-    """Two blocks waiting on each other's progress: the watchdog aborts the launch."""
+def at_every_count(collective, dtype, op):
+    for nranks in COUNTS:
+        check(nranks, collective, dtype, op)
+
+
+def case_allreduce_float32_sum(rank, size):
+    at_every_count("allreduce", np.float32, "sum")
+
+
+def case_allreduce_float16_sum(rank, size):
+    at_every_count("allreduce", np.float16, "sum")
+
+
+def case_allreduce_float64_max(rank, size):
+    at_every_count("allreduce", np.float64, "max")
+
+
+def case_reducescatter_float16_sum(rank, size):
+    at_every_count("reducescatter", np.float16, "sum")
+
+
+def case_broadcast_float32(rank, size):
+    at_every_count("broadcast", np.float32, None)
+
+
+def case_allreduce_bfloat16_sum(rank, size):
+    if bfloat16 is None:
+        skip("no bfloat16 arrays: ml_dtypes (installed with TensorFlow) is missing")
+    at_every_count("allreduce", bfloat16, "sum")
+
+
+def case_a_table_that_waits_forever_is_aborted_by_the_deadline(rank, size):
+    """Two blocks waiting on each other's progress: the watchdog aborts the launch, and the
+    executor refuses every later call."""
     t = RankTables(0, 8, 1, 4, (BlockTable(0, (DeviceStep("copy", 0, 2, src_offset=4, waits=((1, 1),)),)),
                                 BlockTable(1, (DeviceStep("copy", 2, 2, src_offset=6, waits=((0, 1),)),))), (), ())
     executor = LoopbackExecutor(cupy, [t], "float32", ReduceOp.SUM, timeout=1.0)
     try:
-        executor.run(cupy.zeros((1, 8), dtype=cupy.float32))
-        failures.append("a table that waits forever returned")
-    except BackendError as e:
-        if "not done within 1 s" not in str(e):
-            failures.append(f"unexpected error {e}")
-    try:
-        executor.run(cupy.zeros((1, 8), dtype=cupy.float32))
-        failures.append("a call after an aborted launch ran")
-    except BackendError as e:
-        if "stopped after an earlier failure" not in str(e):
-            failures.append(f"unexpected error {e}")
+        for expected in ("not done within 1 s", "stopped after an earlier failure"):
+            try:
+                executor.run(cupy.zeros((1, 8), dtype=cupy.float32))
+            except BackendError as e:
+                assert expected in str(e), f"expected {expected!r}, got {e}"
+            else:
+                raise AssertionError(f"the launch returned; expected a BackendError saying {expected!r}")
     finally:
         executor.close()
 
 
-counts = [int(a) for a in sys.argv[1:]] or [2, 4, 8]
-for n in counts:
-    cases = [("allreduce", np.float32, "sum"), ("allreduce", np.float16, "sum"), ("allreduce", np.float64, "max"),
-             ("reducescatter", np.float16, "sum"), ("broadcast", np.float32, None)]
-    if bfloat16 is not None:
-        cases.append(("allreduce", bfloat16, "sum"))
-    for collective, dtype, op in cases:
-        check(n, collective, dtype, op)
-check_abort()
-print("\n".join(failures) if failures else f"LOOPBACK BITWISE OK {','.join(map(str, counts))} virtual ranks")
-sys.exit(1 if failures else 0)
+if __name__ == "__main__":
+    run_cases(globals(), 0, 1, only=ONLY)

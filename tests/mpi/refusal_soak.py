@@ -4,7 +4,7 @@ of bad argument the runtime refuses) or sends a different shape. Every result is
 numpy on every rank, every fault must raise the agreed error on every rank, and a step that
 does not finish within a minute counts as a hang (the process dumps its threads and exits 1).
 
-    blinkrun -np 3 python tests/mpi/refusal_soak.py --seconds 180          # by hand (docs/reliability.md)
+    PYTHONPATH=tests blinkrun -np 3 python tests/mpi/refusal_soak.py --seconds 180   # by hand (docs/reliability.md)
     mpirun -np 3 python tests/mpi/refusal_soak.py --seconds 20              # CI: test_refusals.py
 
 Every rank draws the same calls from one seed (rank 0's, broadcast); inputs are functions of

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from mpi_launch import run_mpi
+from harness import run_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -17,7 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
                          ids=["single_copy", "packed", "prescaled"])
 @pytest.mark.parametrize("n", [2, 3])
 def test_allreduce_peak_memory_is_at_most_three_tensors(n, single_copy, prescale):
-    out = run_mpi(n, ["python", os.path.join(HERE, "allreduce_peak_memory.py"), "96", prescale], timeout=180,
+    out = run_ranks(n, ["python", os.path.join(HERE, "allreduce_peak_memory.py"), "96", prescale], timeout=180,
                   env={"BLINKFLOW_CPU_SINGLE_COPY": single_copy}).stdout
     peaks = re.findall(r"^PEAK rank (\d+) tensor_mib=96 rss_x=([\d.]+) pss_x=([\d.]+) path=(\w+) prescale=\S+$",
                        out, re.M)

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from blinkrun_helpers import run_blinkrun
-from mpi_launch import fake_cupy_env
+from harness import fake_cupy_env
 
 # What a rank sees: its rank, what CUDA_VISIBLE_DEVICES it got, and the physical GPU (PCI bus)
 # of CUDA device <local rank>, the device local rank k drives.

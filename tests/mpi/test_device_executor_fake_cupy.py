@@ -6,12 +6,10 @@ ending in a BackendError on the others instead of a hang (one launch of
 tests/gpu/device_executor_worker.py per configuration, each case a test). Then the loopback
 mode, one process running 2, 4 and 8 virtual ranks' blocks in one launch, bitwise the runner's."""
 import os
-import subprocess
-import sys
 
 import pytest
 
-from harness import case_names, fake_cupy_env, launch
+from harness import case_names, fake_cupy_env, launch, launch_alone
 
 GPU_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu")
 WORKER = os.path.join(GPU_TESTS, "device_executor_worker.py")
@@ -28,9 +26,7 @@ def test_device_executor_bitwise_the_runner(n, hosts, case):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nranks", [2, 4, 8])
-def test_loopback_bitwise_the_runner(nranks):
+@pytest.mark.parametrize("case", case_names(LOOPBACK_WORKER))
+def test_loopback_bitwise_the_runner(nranks, case):
     """All virtual ranks' blocks in one launch (an H100's 132 SMs hold 8 ranks' 64-96 blocks)."""
-    env = {**os.environ, **fake_cupy_env(FAKE_CUPY_SMS="132")}
-    out = subprocess.run([sys.executable, LOOPBACK_WORKER, str(nranks)], env=env, capture_output=True, text=True,
-                         timeout=240)
-    assert f"LOOPBACK BITWISE OK {nranks} virtual ranks" in out.stdout, out.stdout + out.stderr
+    launch_alone(LOOPBACK_WORKER, args=[str(nranks)], env=fake_cupy_env(FAKE_CUPY_SMS="132"), timeout=240).expect(case)

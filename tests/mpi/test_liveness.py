@@ -52,7 +52,7 @@ def _next_calls_fail(proc, ranks):
                          ids=["sigstop", "gil"])
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_a_frozen_rank_is_reported_then_stops_the_job(n, mode, why, tmp_path):
-    check_s, shutdown_s = 5, 15
+    check_s, shutdown_s = 2, 6
     env = {"BLINKFLOW_STALL_CHECK_TIME_SECONDS": str(check_s), "BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS": str(shutdown_s)}
     proc, took = _launch(n, mode, env, tmp_path)
     victim, output = n - 1, proc.stdout + proc.stderr[-4000:]

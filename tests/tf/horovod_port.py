@@ -13,6 +13,7 @@ Horovod's 24 epochs.
 
 ``python horovod_port.py STEPS EPOCHS script.py [args...]`` (STEPS 0: no cap) runs it under mpirun.
 """
+import json
 import os
 import re
 import sys
@@ -63,6 +64,54 @@ def _line_changes(before: List[str], after: List[str]) -> List[Tuple[int, str, s
         if tag != "equal":
             out.append((i1 + 1, "\n".join(before[i1:i2]), "\n".join(after[j1:j2])))
     return out
+
+
+#: How examples/horovod marks what it changed in a Horovod example (see :func:`example_port`).
+WAS = "  # blinkflow port, was: "
+ADDED = "  # blinkflow port: added"
+_MNIST_DOWNLOAD = "tf.keras.datasets.mnist.load_data("
+
+
+def example_port(text: str) -> str:
+    """A Horovod example as examples/horovod holds it: :func:`port`'s changes, and MNIST made by
+    ``mnist_data.py`` where the example would download it, each changed line ending in a comment
+    that holds the original line(s) exactly (JSON), each added line marked; so that
+    :func:`example_original` gives Horovod's file back, byte for byte."""
+    out: List[str] = []
+    last_import = None
+    for line in text.split("\n"):
+        if re.match(r"\s*experimental_run_tf_function\s*=\s*\w+", line) and out and out[-1].rstrip().endswith(","):
+            # The compile keyword on a line of its own: it and the comma before it go.
+            before = _originals(out.pop())
+            rest = re.sub(r"^\s*experimental_run_tf_function\s*=\s*\w+", "", line)
+            new = before[-1].rstrip()[:-1] + rest
+            out.append(new + WAS + json.dumps(before + [line]))
+            continue
+        new = _port_line(_RUN_TF_FUNCTION.sub("", line)).replace(_MNIST_DOWNLOAD, "mnist_data.load_data(")
+        if _IMPORT.match(line) or _FROM.match(line):
+            last_import = len(out)
+        out.append(line if new == line else new + WAS + json.dumps([line]))
+    if any(_MNIST_DOWNLOAD in line for line in text.split("\n")):
+        at = last_import + 1 if last_import is not None else 0
+        out.insert(at, "import mnist_data" + ADDED)
+    return "\n".join(out)
+
+
+def _originals(line: str) -> List[str]:
+    """The original line(s) a marked line stands for (the line itself when unmarked)."""
+    if WAS in line:
+        return json.loads(line.split(WAS, 1)[1])
+    return [line]
+
+
+def example_original(text: str) -> str:
+    """Horovod's file that :func:`example_port` made ``text`` from."""
+    out: List[str] = []
+    for line in text.split("\n"):
+        if line.endswith(ADDED):
+            continue
+        out.extend(_originals(line))
+    return "\n".join(out)
 
 
 def generated_mnist(path=None):

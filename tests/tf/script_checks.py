@@ -2,15 +2,19 @@
 before any op runs (several scripts share one process: tests/harness.py ``run_scripts``); checks
 that raise; the one float rule with the job's size; running a function eagerly or as a
 ``tf.function``; and the route the TF tensors took into the runtime."""
+import os
+
 import numpy as np
 import tensorflow as tf
 
 import harness
 
+#: The environment variable by which a job asks for more inter-op threads (tests/tf/tf_jobs.py).
+INTER_OP_THREADS = "TESTS_TF_INTER_OP_THREADS"
 # One intra- and one inter-op thread: ranks share two cores, and the gradient buckets must not
-# deadlock with a single inter-op thread (buckets_script.py).
+# deadlock with a single inter-op thread (buckets_script.py). A job may ask for more.
 tf.config.threading.set_intra_op_parallelism_threads(1)
-tf.config.threading.set_inter_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(int(os.environ.get(INTER_OP_THREADS, "1")))
 
 MODES = ("eager", "function")
 RANK, SIZE = harness.job_rank_size()

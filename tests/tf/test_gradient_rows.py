@@ -1,18 +1,14 @@
-"""Horovod's TensorFlow semantics (gradient_rows_cases.py) at 2 and 3 ranks, one launch per size;
-a stalled collective ends its case within the job's stall shutdown time."""
-import os
-
+"""Horovod's TensorFlow semantics (gradient_rows_script.py) at 2 and 3 ranks, in the TF jobs that
+run it (tests/tf/tf_jobs.py); a stalled collective ends its job within the job's stall shutdown
+time."""
 import pytest
 
-from harness import case_names, launch
-
 pytest.importorskip("tensorflow")
-CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gradient_rows_cases.py")
-ENV = {"BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS": "30"}
+
+import tf_jobs  # noqa: E402
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("n", [2, 3])
-@pytest.mark.parametrize("case", case_names(CASES))
-def test_horovod_tensorflow_rows(case, n):
-    launch(n, CASES, env=ENV, timeout=600).expect(case)
+@pytest.mark.parametrize("job, case", tf_jobs.params("gradient_rows_script.py"))
+def test_horovod_tensorflow_rows(job, case):
+    tf_jobs.expect(job, "gradient_rows_script.py", case)

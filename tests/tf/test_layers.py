@@ -1,17 +1,13 @@
-"""SyncBatchNormalization, Adasum in TF and BestModelCheckpoint under mpirun (layers_cases.py)."""
-import os
-
+"""SyncBatchNormalization, Adasum in TF and BestModelCheckpoint under mpirun (layers_script.py)
+at 1, 2 and 3 ranks, in the TF jobs that run it (tests/tf/tf_jobs.py)."""
 import pytest
 
-from harness import case_names, launch
-
 pytest.importorskip("tensorflow")
-HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = os.path.join(HERE, "layers_cases.py")
+
+import tf_jobs  # noqa: E402
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("n", [1, 2, 3])
-@pytest.mark.parametrize("case", case_names(CASES))
-def test_layers(case, n):
-    launch(n, CASES, timeout=400).expect(case)
+@pytest.mark.parametrize("job, case", tf_jobs.params("layers_script.py"))
+def test_layers(job, case):
+    tf_jobs.expect(job, "layers_script.py", case)

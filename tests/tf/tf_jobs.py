@@ -16,6 +16,9 @@ from harness import case_names, fake_cupy_env, launch_scripts
 HERE = os.path.dirname(os.path.abspath(__file__))
 ONE_GRADIENT_PER_BUCKET = {"BLINKFLOW_BUCKET_BYTES": "1"}
 ONE_BUCKET = {"BLINKFLOW_BUCKET_BYTES": "0"}
+#: Inter-op threads of TensorFlow in a job's ranks (script_checks.py reads it; 1 unless set).
+INTER_OP_THREADS = "TESTS_TF_INTER_OP_THREADS"
+HOROVOD_ROWS = {INTER_OP_THREADS: "2", "BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS": "30"}
 
 
 def device_route(n: int, **settings: str) -> Dict[str, str]:
@@ -55,6 +58,12 @@ JOBS: Dict[str, Job] = {
                                "gradient_identity_script.py", "xla_script.py"], ONE_GRADIENT_PER_BUCKET),
     "host-4": _job(4, ["ops_script.py", FIT_CORE]),
     "host-4-buckets": _job(4, ["buckets_script.py"], ONE_GRADIENT_PER_BUCKET),
+    # Horovod's TF semantics and layers, at every size they are tested at. Two inter-op threads,
+    # so a TF1 graph step may run its grouped gradients' collectives side by side; a rank that
+    # skips a collective there ends the job at the stall shutdown time, not the launch's timeout.
+    "host-1-layers": _job(1, ["layers_script.py"]),
+    "host-2-rows": _job(2, ["gradient_rows_script.py", "layers_script.py"], HOROVOD_ROWS),
+    "host-3-rows": _job(3, ["gradient_rows_script.py", "layers_script.py"], HOROVOD_ROWS),
     # The device route: TF tensors by DLPack into the cuda backend (the fake CuPy).
     "device-2-buckets": _job(2, ["ops_script.py", "parity_script.py", "buckets_script.py", FIT_CORE],
                              device_route(2, **ONE_GRADIENT_PER_BUCKET)),

@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-from mpi_launch import fake_cupy_env, run_mpi
+from harness import fake_cupy_env, run_ranks
 
 FAKE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fake_cupy")
 
@@ -157,8 +157,8 @@ def test_fake_ipc_handles_open_only_between_peers():
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(IPC_PEERS)
     try:
-        out = run_mpi(3, ["python", f.name], timeout=120, env=fake_cupy_env(FAKE_CUPY_DEVICES="3",
-                                                                            FAKE_CUPY_NO_PEER="0-2"))
+        out = run_ranks(3, ["python", f.name], timeout=120, env=fake_cupy_env(FAKE_CUPY_DEVICES="3",
+                                                                              FAKE_CUPY_NO_PEER="0-2"))
     finally:
         os.unlink(f.name)
     lines = set(out.stdout.splitlines())

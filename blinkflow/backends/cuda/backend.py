@@ -202,7 +202,15 @@ class CudaBackend(Backend):
         with self._dev:
             scale_kernel(buf.reshape(-1), factor)
 
-    def close(self) -> None:
+    def quiesce(self) -> None:
+        with self._dev:
+            self._dev.synchronize()
+
+    def close_after_loss(self) -> None:
+        # The lost peers' copies died with their processes; the survivors synchronized first.
+        self.close(peers_quiet=True)
+
+    def close(self, peers_quiet: bool = False) -> None:
         if self._closed:
             return
         self._closed = True
@@ -213,7 +221,7 @@ class CudaBackend(Backend):
                 if self._arena is not None:
                     # Nobody may still copy into an arena we free. After a peer failed the
                     # barrier never completes: then leave the memory to process exit.
-                    if _barrier_within(self.local_comm, CLOSE_BARRIER_SECONDS):
+                    if peers_quiet or _barrier_within(self.local_comm, CLOSE_BARRIER_SECONDS):
                         self._arena.close()
                     self._arena = None
                 self._streams.close()

@@ -1,4 +1,6 @@
 """Horovod's layers and Keras pieces on blinkflow, under mpirun (``test_layers.py``: 1, 2, 3 ranks).
+Case script of the harness (tests/harness.py), run with other TF case scripts in one launch
+(tests/tf/tf_jobs.py).
 
 - ``SyncBatchNormalization`` equals ``keras.layers.BatchNormalization`` run on the whole global
   batch: outputs, moving statistics and gradients, eagerly, in ``tf.function`` and in
@@ -10,19 +12,19 @@
 Every rank computes every rank's input, so each checks the whole result.
 """
 import os
-import sys
 import tempfile
 
 import numpy as np
 import tensorflow as tf
 
-tf.config.threading.set_intra_op_parallelism_threads(1)
-tf.config.threading.set_inter_op_parallelism_threads(1)
+import script_checks  # noqa: F401, I100 (TF's threads set first)
 
 import keras  # noqa: E402
 
 import blinkflow.tensorflow.keras as hvd  # noqa: E402
-from harness import close, run_cases, skip  # noqa: E402
+from harness import close, skip  # noqa: E402
+
+hvd.init()
 
 CHANNELS = 3
 
@@ -310,9 +312,3 @@ def case_best_model_checkpoint_path_set_later(r, n):
         checkpoint.filepath = os.path.join(folder, "w.weights.h5")
         fit_with_checkpoint(checkpoint, [2.0, 1.0])
         assert sorted(os.listdir(folder)) == (["w.weights.h5"] if r == 0 else [])
-
-
-if __name__ == "__main__":
-    hvd.init()
-    run_cases(globals(), hvd.rank(), hvd.size(), sys.argv[1:])
-    hvd.shutdown()

@@ -1,4 +1,7 @@
-"""Horovod's TensorFlow semantics, case by case, at 2 and 3 ranks (test_gradient_rows.py).
+"""Horovod's TensorFlow semantics, case by case, at 2 and 3 ranks (test_gradient_rows.py). Case
+script of the harness (tests/harness.py), run with other TF case scripts in one launch
+(tests/tf/tf_jobs.py), under two inter-op threads, so the grouped gradients' collectives of one
+graph step may run side by side.
 
 Every gradient runs the same collectives on every rank, eagerly, in a tf.function and in a TF1
 graph run by a Session that fetches the gradient alone (a rank that skips its collective there
@@ -9,18 +12,17 @@ set passing its gradients through (DistributedGradientTape, the TF1 DistributedO
 ``allreduce(IndexedSlices)`` refusing scale factors; the process-set errors' classes in TF1
 graphs; ``BroadcastGlobalVariablesCallback(local_variables=)``; ``opt.variables()`` (Keras 2).
 """
-import sys
-
 import numpy as np
 import tensorflow as tf
 
-tf.config.threading.set_intra_op_parallelism_threads(1)
-tf.config.threading.set_inter_op_parallelism_threads(2)
+import script_checks  # noqa: F401, I100 (TF's threads set first: two inter-op threads in its jobs)
 
 import keras  # noqa: E402
 
 import blinkflow.tensorflow as hvd  # noqa: E402
-from harness import close, run_cases  # noqa: E402
+from harness import close  # noqa: E402
+
+hvd.init()
 
 MODES = ("eager", "function", "graph")
 
@@ -236,13 +238,3 @@ def case_optimizer_variables_callable_as_in_keras_2(rank, size):
     assert len(as_call) == len(as_property) > 0 and all(a is b for a, b in zip(as_call, as_property)), \
         (as_call, as_property)
     hvd.broadcast_variables(opt.variables(), root_rank=0)
-
-
-def main():
-    hvd.init()
-    run_cases(globals(), hvd.rank(), hvd.size(), sys.argv[1:])
-    hvd.shutdown()
-
-
-if __name__ == "__main__":
-    main()
