@@ -15,6 +15,9 @@ so a reader sees one version or the next. The lowest rank reads it at ``check_ho
 and every rank spawns the requests it has not acted on (:mod:`blinkflow.elastic.grow`). The ranks
 keep which request they acted on last, so the file is a log that only grows.
 
+The survivors of a reset also name the ranks they went on without (an ``events.LOST`` event from
+the new rank 0): a host that went silent sends nothing else, and its slots would stay running.
+
 A rank that fails blacklists its host (Horovod's rule; see :class:`.elastic_discovery.HostBook`),
 and so does a slot requested but not started within ``--elastic-timeout``. A rank that ended
 with status 0 frees nothing: the job is finishing, and a rank spawned now would join no one.
@@ -146,6 +149,9 @@ class ElasticDriver:
         ended before it began MPI's initialisation, and the ranks spawning it would wait for it
         forever inside ``MPI_Comm_spawn``."""
         kind, slot_id = event.get("event"), event.get("rank")
+        if kind == events.LOST:
+            self._lost_by_peers(event.get("ranks"))
+            return False
         if not isinstance(slot_id, int):
             return False
         with self._lock:
@@ -172,6 +178,22 @@ class ElasticDriver:
             if kind in (events.FAILED, events.EXITED):
                 return self._orphans_spawning()
         return False
+
+    def _lost_by_peers(self, ranks) -> None:
+        """The survivors went on without ``ranks``: the ones not already known lost (their
+        wrapper said so) went with their host, wrapper and all, and will never report."""
+        if not isinstance(ranks, list):
+            return
+        with self._lock:
+            now = self.clock()
+            for slot_id in ranks:
+                slot = self.slots.get(slot_id) if isinstance(slot_id, int) else None
+                if slot is None or slot.state not in (PENDING, RUNNING):
+                    continue
+                slot.state, slot.since = LOST, now
+                self.book.blacklist(slot.host, now)
+                self.say(f"rank {slot_id} (host {slot.host}) lost: the other ranks lost contact with it "
+                         "(its host or its network went away); host blacklisted")
 
     def _orphans_spawning(self) -> bool:
         """Whether new ranks that have not begun MPI are all that runs: the ranks starting them

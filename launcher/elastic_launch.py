@@ -2,9 +2,10 @@
 
 - :func:`with_elastic_start` / :func:`starting_hosts`: the first run of the discovery script
   decides where the job starts (it must succeed: Horovod's rule);
-- :func:`mpirun_args`: ``--with-ft ulfm`` (a lost rank must not end the job) and
+- :func:`mpirun_args`: ``--with-ft ulfm`` (a lost rank must not end the job),
   ``--oversubscribe`` (blinkrun's discovery, not Open MPI's slot count, bounds where new ranks
-  go, and ``MPI_Comm_spawn`` refuses ranks beyond the slots otherwise);
+  go, and ``MPI_Comm_spawn`` refuses ranks beyond the slots otherwise), and on more than one
+  host what lets a job outlive a host that goes silent (:data:`HOST_LOSS_ARGS`);
 - :func:`start_driver`: the :class:`.elastic_driver.ElasticDriver` that polls discovery and
   writes the job's hosts file, and the ``BLINKFLOW_ELASTIC_*`` settings the ranks get.
 """
@@ -28,6 +29,17 @@ from .mpirun_argv import LaunchSpec, rank_command
 
 HOSTS_FILE_NAME = "elastic-hosts.json"
 ULFM_ARGS = ("--with-ft", "ulfm")
+HOST_LOSS_ARGS = (
+    # ULFM's heartbeat detector: a rank whose host stops answering (powered off, network gone)
+    # sends no FIN, so without it the survivors wait inside their next collective forever; with
+    # it they get MPI_ERR_PROC_FAILED within about the timeout and re-form.
+    "--mca", "mpi_ft_detector", "true", "--mca", "mpi_ft_detector_thread", "true",
+    "--mca", "mpi_ft_detector_period", "1", "--mca", "mpi_ft_detector_timeout", "4",
+    # Open MPI 5's runtime ends the whole job when it notices that one of its daemons is gone;
+    # its TCP keepalive would notice a silent host after 480 s and end a job that went on.
+    # blinkrun stops mpirun itself once the ranks the survivors did not lose have ended.
+    "--prtemca", "oob_tcp_keepalive_time", "0",
+)
 
 
 def starting_hosts(spec: ElasticSpec, hosts: Optional[Sequence[Host]]) -> Optional[List[Host]]:
@@ -55,10 +67,14 @@ def with_elastic_start(options: Mapping[str, object], spec: ElasticSpec) -> dict
     return dict(options, np=options.get("np") or spec.min_np, hosts=starting_hosts(spec, hosts), hostfile=None)
 
 
-def mpirun_args(impl: MpiImpl) -> Tuple[str, ...]:
+def mpirun_args(impl: MpiImpl, hosts: Sequence[Host] = ()) -> Tuple[str, ...]:
+    """mpirun's options for an elastic job on ``hosts`` (none: this machine). The host-loss
+    options only where the job starts on more than one host: on one host a lost rank's
+    connections close (or its pid goes), and the detector costs a thread per rank."""
     if impl.family != OPEN_MPI:
         raise ConfigError(f"elastic jobs need Open MPI 5 with ULFM (mpirun --with-ft ulfm); this is {impl.describe()}")
-    return ULFM_ARGS + ("--oversubscribe",)
+    several_hosts = len({host.name for host in hosts}) > 1
+    return ULFM_ARGS + ("--oversubscribe",) + (HOST_LOSS_ARGS if several_hosts else ())
 
 
 def slot_argv(python: str, launch: LaunchSpec, slot: int, env: Mapping[str, str]) -> List[str]:
@@ -89,4 +105,4 @@ def start_driver(spec: ElasticSpec, launch: LaunchSpec, scratch: str, environ: M
     return driver, dataclasses.replace(launch, settings=settings)
 
 
-__all__ = ["HOSTS_FILE_NAME", "mpirun_args", "slot_argv", "start_driver", "starting_hosts", "with_elastic_start"]
+__all__ = ["HOST_LOSS_ARGS", "HOSTS_FILE_NAME", "mpirun_args", "slot_argv", "start_driver", "starting_hosts", "with_elastic_start"]

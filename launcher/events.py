@@ -17,6 +17,9 @@ FAILED = "failed"
 EXITED = "exited"
 MPI_STARTING = "mpi"
 """The rank's process begins MPI's initialisation (it imports ``mpi4py.MPI``)."""
+LOST = "lost"
+"""An elastic job's survivors went on without ``ranks`` (blinkrun's rank numbers): sent by the
+rank itself, not its wrapper, since a lost host takes the lost ranks' wrappers with it."""
 
 
 def encode(event: dict) -> str:

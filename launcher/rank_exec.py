@@ -46,6 +46,7 @@ SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 STOP_GRACE_SECONDS = 3.0
 TAIL_LINES = 40
 ELASTIC_EVENT_GRACE_S = 0.5
+_EVENT_MARK = events.MARK.encode()
 
 
 def env_int(environ: Mapping[str, str], names, default: int) -> int:
@@ -125,6 +126,9 @@ class _Pump(threading.Thread):
         return what waits for more."""
         while b"\n" in data:
             line, data = data.split(b"\n", 1)
+            if line.startswith(_EVENT_MARK):   # the rank's own event (events.LOST): blinkrun's, untagged
+                _write_all(self.out_fd, line + b"\n")
+                continue
             shown = _redrawn(line[:-1] if line.endswith(b"\r") else line)   # CRLF ends a line too
             start = b"\r" if self.redrawing else b""
             self.redrawing = False

@@ -162,7 +162,7 @@ def command(**options):
     try:
         impl = detect()
         if elastic:
-            spec = dataclasses.replace(spec, mpi_args=elastic_launch.mpirun_args(impl) + spec.mpi_args)
+            spec = dataclasses.replace(spec, mpi_args=elastic_launch.mpirun_args(impl, spec.hosts) + spec.mpi_args)
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
     from .reclaim import quietly_reclaim, scratch_prefix

@@ -15,7 +15,10 @@
   rank begins MPI's initialisation (its ``mpi`` event), every other rank must begin it within
   this many seconds too: MPI's start-up waits for every rank, so a rank that exited before it
   (even with status 0) or is stuck before it would leave the others waiting inside it forever.
-  blinkrun then stops the job and names those ranks.
+  blinkrun then stops the job and names those ranks;
+- an elastic job whose ranks have all ended or been lost (the driver's ``finished``) but whose
+  mpirun still runs a few seconds later is stopped: mpirun waits forever for a host that went
+  silent, and the job ended well (status 0).
 """
 from __future__ import annotations
 
@@ -53,6 +56,7 @@ class Job:
         self.mpi_start_timed_out = False
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._finishing = threading.Event()
         self.proc: Optional[subprocess.Popen] = None
 
     # -- running ---------------------------------------------------------------------------
@@ -95,6 +99,18 @@ class Job:
         timer = threading.Timer(STOP_GRACE_SECONDS, _signal, (self.proc.pid, signal.SIGKILL, True))
         timer.daemon = True
         timer.start()
+
+    def _stop_if_running(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.stop()
+            # mpirun's ssh to the silent host (its own process group, in mpirun's session)
+            # would wait on a dead connection for good: end what is left of mpirun's session.
+            try:
+                self.proc.wait(timeout=STOP_GRACE_SECONDS + 2.0)
+            except subprocess.TimeoutExpired:
+                pass
+            for pid in _session_members(self.proc.pid):
+                _signal(pid, signal.SIGKILL, group=False)
 
     def _on_signal(self, signum, _frame):
         if self.interrupted is None:
@@ -151,8 +167,16 @@ class Job:
 
     def _on_event(self, event: dict):
         kind, rank = event.get("event"), event.get("rank")
-        if self.elastic is not None and self.elastic.on_event(event):
-            self.stop()
+        if self.elastic is not None:
+            if self.elastic.on_event(event):
+                self.stop()
+            elif self.elastic.finished() and not self._finishing.is_set():
+                # Every rank not lost has ended: mpirun ends too, unless a host it had went
+                # silent (Open MPI 5 waits for that host's daemon forever): then stop it.
+                self._finishing.set()
+                timer = threading.Timer(FAILURE_GRACE_SECONDS, self._stop_if_running)
+                timer.daemon = True
+                timer.start()
         with self._lock:
             if kind == events.STARTED:
                 self.started[rank] = event.get("host", "?")
@@ -202,6 +226,15 @@ class Job:
             return 128 + self.interrupted
         if self.start_timed_out or self.mpi_start_timed_out:
             return 1
+        unended = sorted(r for r in self.started if (self.exits.get(r) or {}).get("status") != 0)
+        if returncode == 0 and unended:
+            # Open MPI 5's mpirun exits 0 after ending a job whose host's daemon it lost; the
+            # ranks it stopped then say nothing (stopped quietly) or end with a signal.
+            hosts = sorted({self.started[r] for r in unended})
+            self._say(f"mpirun exited with status 0, but rank(s) {_ranks(unended)} (host {', '.join(hosts)}) did "
+                      "not end on their own: mpirun stopped the job (it does when it loses a host's Open MPI "
+                      "daemon); the job did not complete")
+            return 1
         if returncode != 0:
             status = returncode if returncode > 0 else 128 - returncode
             ended = verdict.first_exit(self.exits)
@@ -245,6 +278,22 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
     except Exception:  # noqa: BLE001 - not Linux
         pass
+
+
+def _session_members(sid: int) -> List[int]:
+    """The processes of session ``sid`` (Linux /proc; elsewhere none are found)."""
+    members = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()   # after "(comm)": state ppid pgrp session
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 3 and fields[3] == str(sid):
+            members.append(int(entry))
+    return members
 
 
 def _signal(pid: int, sig: int, group: bool) -> None:

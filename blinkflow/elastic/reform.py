@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import sys
 import threading
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -125,9 +126,23 @@ def reform() -> Reset:
     old = _Old.of(engine)
     idle = _retire(engine)
     survivors = engine.job.comm.Shrink()
+    _tell_launcher_who_is_lost(engine.job.comm, survivors)
     _release(engine, idle)
     RUNTIME.ranks_lost = True
     return _start(old, survivors, started)
+
+
+def _tell_launcher_who_is_lost(old_comm, survivors) -> None:
+    """On the new rank 0, under blinkrun: the old job's ranks not among the survivors, as
+    MPI_COMM_WORLD ranks (blinkrun's numbers; ranks that joined later have none there and are
+    reported by their wrappers alone). A host that went silent cannot say its ranks are gone."""
+    report = getattr(sys.modules.get("sitecustomize"), "blinkrun_ranks_lost", None)
+    if report is None or survivors.Get_rank() != 0:
+        return
+    from mpi4py import MPI
+    lost = MPI.Group.Difference(old_comm.Get_group(), survivors.Get_group())
+    world = MPI.Group.Translate_ranks(lost, list(range(lost.Get_size())), MPI.COMM_WORLD.Get_group())
+    report([r for r in world if r != MPI.UNDEFINED])
 
 
 def reform_on(comm) -> Reset:

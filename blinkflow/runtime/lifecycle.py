@@ -145,11 +145,13 @@ def _exit_hook() -> None:
             RUNTIME.engine = None
         engine.stop(_exit_reason())
         RUNTIME.remember_if_broken(engine)
-    if RUNTIME.ranks_lost:
+    if RUNTIME.ranks_lost or get_config().elastic_min_np > 0:
+        # Also without a loss: an elastic job across hosts runs ULFM's failure detector, whose
+        # finalize can spin for good (for a peer that finalized first, or one spawned later).
         _finalize_or_leave(FINALIZE_AFTER_LOSS_S)
 
 
-#: How long MPI_Finalize may take in a job that lost ranks before the process leaves without it.
+#: How long MPI_Finalize may take in an elastic job before the process leaves without it.
 FINALIZE_AFTER_LOSS_S = 5.0
 
 
@@ -173,8 +175,25 @@ def _finalize_or_leave(seconds: float) -> None:
     timer.daemon = True
     timer.start()
     if not MPI.Is_finalized():
-        MPI.Finalize()
+        _finalize_without_gil(MPI)
     timer.cancel()
+
+
+def _finalize_without_gil(MPI) -> None:
+    """MPI_Finalize with the GIL released, so the timer that leaves without it can run: mpi4py's
+    ``Finalize`` keeps the GIL, and Open MPI's failure detector (on in elastic jobs, which must
+    notice a host that went silent) spins in its finalize for a peer that died. ctypes releases
+    the GIL around a foreign call; the library is the one mpi4py loaded."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as maps:
+            path = next(line.split()[-1] for line in maps if "/libmpi.so" in line)
+        finalize = ctypes.CDLL(path).MPI_Finalize
+    except (OSError, StopIteration, AttributeError):   # not Linux, or an MPI named otherwise
+        MPI.Finalize()
+        return
+    finalize()
 
 
 def _exit_reason() -> str:

@@ -94,6 +94,20 @@ def blinkrun_record_failure(exc, blames=None):
         _write_record(exc, [], 1, blames)
 
 
+def blinkrun_ranks_lost(ranks):
+    """Called by blinkflow's elastic reset on the new rank 0: tell blinkrun that the job went on
+    without ``ranks`` (MPI_COMM_WORLD ranks, blinkrun's numbers). A host that went silent takes
+    its ranks' wrappers with it, so no one else can say they are gone; blinkrun then knows the
+    job has ended once the others have, and stops mpirun, which would wait for that host."""
+    if os.environ.get(_WRAPPER_VAR):
+        import json
+        line = "@@blinkrun@@ " + json.dumps({"event": "lost", "ranks": sorted(int(r) for r in ranks)}) + "\n"
+        try:
+            os.write(2, line.encode())
+        except OSError:
+            pass
+
+
 def _exit_and_abort(status=None, _exit=sys.exit):
     """``sys.exit(non-zero)`` after MPI_Init: abort instead of MPI_Finalize, which would wait for
     peers that may be inside a collective (mpi4py's own ``python -m mpi4py`` does the same)."""

@@ -179,6 +179,22 @@ def test_a_new_rank_lost_after_it_began_mpi_is_an_ordinary_loss(tmp_path):
     assert said == ["rank 2 (host localhost) lost: killed by SIGKILL; host blacklisted"]
 
 
+def test_ranks_the_survivors_went_on_without_are_lost_once_and_the_job_can_finish(tmp_path):
+    # a host that goes silent takes its ranks' wrappers with it: only the survivors can tell
+    driver, said, clock = make(tmp_path, [], np=4, hosts=(("a", 2), ("b", 2)))
+    assert driver.on_event({"event": events.LOST, "ranks": [2, 3]}) is False
+    assert said == [f"rank {r} (host b) lost: the other ranks lost contact with it (its host or its network "
+                    "went away); host blacklisted" for r in (2, 3)]
+    driver.on_event({"event": events.FAILED, "rank": 3, "status": 137, "signal": "SIGKILL"})  # said already
+    driver.on_event({"event": events.LOST, "ranks": [3, 7, "x"]})   # known, unknown, malformed: nothing
+    assert len(said) == 2
+    assert not driver.finished()   # ranks 0 and 1 still run
+    for rank in (0, 1):
+        clock.now += 1
+        driver.on_event({"event": events.EXITED, "rank": rank, "status": 0})
+    assert driver.finished()
+
+
 def test_a_new_rank_still_before_mpi_when_the_ranks_starting_it_are_gone_stops_the_job(tmp_path):
     driver, said, _ = make(tmp_path, [{"localhost": 3}] * 2)
     driver.poll()

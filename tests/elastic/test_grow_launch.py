@@ -6,7 +6,7 @@ import pytest
 from blinkflow.config import Config
 from blinkflow.errors import ConfigError
 from blinkflow.launcher.elastic_flags import ElasticSpec
-from blinkflow.launcher.elastic_launch import mpirun_args, slot_argv, starting_hosts
+from blinkflow.launcher.elastic_launch import HOST_LOSS_ARGS, mpirun_args, slot_argv, starting_hosts
 from blinkflow.launcher.hosts import Host
 from blinkflow.launcher.mpi_impl import MPICH, OPEN_MPI, MpiImpl
 from blinkflow.launcher.mpirun_argv import LaunchSpec
@@ -17,6 +17,11 @@ HYDRA = MpiImpl(MPICH, "MPICH", "4.2.0", "/usr/bin/mpiexec.hydra")
 
 def test_an_elastic_job_runs_under_ulfm_and_may_place_ranks_beyond_open_mpis_slots():
     assert mpirun_args(OMPI) == ("--with-ft", "ulfm", "--oversubscribe")
+    assert mpirun_args(OMPI, [Host("a", 2), Host("a", 1)]) == ("--with-ft", "ulfm", "--oversubscribe")
+
+
+def test_an_elastic_job_on_several_hosts_also_outlives_a_silent_host():
+    assert mpirun_args(OMPI, [Host("a", 2), Host("b", 2)]) == ("--with-ft", "ulfm", "--oversubscribe") + HOST_LOSS_ARGS
 
 
 def test_an_mpi_without_ulfm_is_refused():

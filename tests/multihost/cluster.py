@@ -213,6 +213,33 @@ class Cluster:
                                  f"--- stdout ---\n{out[-4000:]}\n--- stderr ---\n{err[-4000:]}") from None
         return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
+    def take_away(self, host: str) -> None:
+        """``host`` disappears as a powered-off machine does: its network goes first (its veth
+        down, so no peer hears a connection close), then every process on it but its sshd."""
+        _sh([self.tools["ip"], "-n", self.namespaces[host], "link", "set", "veth0", "down"])
+        self.kill_processes(host)
+
+    def kill_processes(self, host: str) -> None:
+        """SIGKILL every process on ``host`` but its sshd (twice: a dying parent may still fork)."""
+        for _ in range(2):
+            for pid in self.processes(host):
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.3)
+
+    def bring_back(self, host: str) -> None:
+        """``host``'s network up again (an empty host: :meth:`take_away` left only its sshd)."""
+        _sh([self.tools["ip"], "-n", self.namespaces[host], "link", "set", "veth0", "up"])
+
+    def processes(self, host: str) -> List[int]:
+        """Every process in ``host``'s namespace but its sshd: what a test left running there."""
+        pids = subprocess.run([self.tools["ip"], "netns", "pids", self.namespaces[host]],
+                              capture_output=True, text=True).stdout.split()
+        sshd = self._sshd[host].pid   # ip netns exec, unshare and sh all exec: this is sshd itself
+        return [int(p) for p in pids if int(p) != sshd]
+
     def received_bytes(self, host: str) -> int:
         """Bytes ``host`` has received over the veth: proof that traffic crossed the "network"."""
         out = _sh([self.tools["ip"], "-n", self.namespaces[host], "-j", "-s", "link", "show", "veth0"]).stdout

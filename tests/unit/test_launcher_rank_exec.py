@@ -161,3 +161,9 @@ def test_timestamped_lines():
 
     out = _pumped([b"x\n"], timestamp=True).decode()
     assert _re.fullmatch(r"\w{3} \w{3} [ 0-9]\d \d\d:\d\d:\d\d \d{4} \[0\]<stdout>: x\n", out), out
+
+
+def test_a_ranks_own_event_line_passes_untagged():
+    # the survivors' events.LOST comes from the rank itself; blinkrun reads it as its wrapper's
+    line = events.encode({"event": events.LOST, "ranks": [2, 3]}).encode()
+    assert _pumped([b"before\n" + line + b"after\n"]) == b"[0]<stdout>: before\n" + line + b"[0]<stdout>: after\n"

@@ -103,3 +103,30 @@ def test_mpirun_failing_after_a_rank_ended_early_names_it():
     lines = [started(0), started(1), exited(1, 50.0, 0), exited(0, 52.0, 137)]
     status, _, err, _ = run_job(fake_mpirun(lines, exit_code=3))
     assert status == 3 and "no rank reported a failure, but rank 1 (host h) ended first, with status 0" in err, err
+
+
+def test_an_elastic_job_whose_mpirun_waits_for_a_silent_host_is_stopped_once_its_ranks_ended(tmp_path):
+    # Open MPI's mpirun waits forever for the daemon of a host that went silent; the survivors
+    # said which ranks they lost and ended well: blinkrun stops mpirun, and the job succeeded
+    from blinkflow.launcher.elastic_driver import ElasticDriver
+    from blinkflow.launcher.elastic_flags import ElasticSpec
+    said = []
+    driver = ElasticDriver(ElasticSpec(min_np=1), hosts_file=str(tmp_path / "hosts.json"), hosts=[("a", 1), ("b", 1)],
+                           np=2, slot_argv=lambda slot: [], wdir=str(tmp_path), say=said.append,
+                           discover=lambda: {}, clock=time.monotonic)
+    lines = [started(0), started(1), events.encode({"event": events.LOST, "ranks": [1]}), exited(0, 1.0, 0)]
+    out, err = io.BytesIO(), io.BytesIO()
+    began = time.time()
+    status = Job(fake_mpirun(lines, exit_code=0, sleep=120), {}, np=2, start_timeout=30.0, out=out, err=err,
+                 elastic=driver).run()
+    assert status == 0, err.getvalue()
+    assert time.time() - began < supervise.FAILURE_GRACE_SECONDS + supervise.STOP_GRACE_SECONDS + 10
+    assert said == ["rank 1 (host b) lost: the other ranks lost contact with it (its host or its network went away); "
+                    "host blacklisted"]
+
+
+def test_mpirun_exiting_0_after_stopping_ranks_is_not_a_success():
+    # Open MPI 5 ends a job whose host's daemon it lost, then exits 0; its ranks were stopped
+    status, _, err, _ = run_job(fake_mpirun([started(0), started(1), exited(0, 1.0, 0)], exit_code=0))
+    assert status == 1, err
+    assert "rank(s) 1 (host h) did not end on their own" in err, err

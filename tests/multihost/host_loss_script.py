@@ -1,0 +1,77 @@
+"""Horovod's elastic Keras recipe on 2 + 2 ranks (hosts ``bfa``, ``bfb``) whose second host goes
+away in the middle of ``model.fit``. Rank 2 (on ``bfb``) writes the file ``argv[1]`` at a batch
+of epoch 2 and waits there; the test then takes ``bfb`` away (its network, then every process on
+it). The survivors on ``bfa`` roll back to the last commit, re-form and finish the epochs.
+Prints per rank:
+
+- ``EPOCHLOSS rank <first rank> epoch <e> size <n> loss <x>``: the loss on the whole data set
+  after each epoch (the weights are equal on every rank, so it is too);
+- ``FINAL rank <first rank> resets <k> epoch <e> weights <sha256>``: the final weights' digest.
+"""
+import hashlib
+import os
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(1)
+
+import keras  # noqa: E402
+
+import blinkflow.tensorflow.keras as hvd  # noqa: E402
+
+EPOCHS, STEPS, BATCH = 6, 4, 8
+LOSS_EPOCH, LOSS_BATCH, SIGNAL_RANK = 2, 2, 2
+
+hvd.init()
+first = hvd.rank()
+rng = np.random.default_rng(7)
+X = rng.normal(size=(STEPS * BATCH * 4, 4)).astype("float32")
+Y = (X @ np.array([[1.0], [-2.0], [0.5], [3.0]], dtype="float32")).astype("float32")
+
+keras.utils.set_random_seed(1)
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)])
+model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05)), loss="mse")
+
+
+def whole_loss() -> float:
+    return float(np.mean((model(X, training=False).numpy() - Y) ** 2))
+
+
+class HostGoesAway(keras.callbacks.Callback):
+    def on_train_batch_begin(self, batch, logs=None):
+        if first == SIGNAL_RANK and state.epoch == LOSS_EPOCH and batch == LOSS_BATCH:
+            marker = sys.argv[1]
+            with open(marker + ".tmp", "w"):
+                pass
+            os.replace(marker + ".tmp", marker)
+            time.sleep(600)   # the test takes this host away meanwhile
+
+
+class EpochLoss(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        print(f"EPOCHLOSS rank {first} epoch {state.epoch} size {hvd.size()} loss {whole_loss():.8f}", flush=True)
+
+
+state = hvd.elastic.KerasState(model, batch=0, epoch=0)
+callbacks = [HostGoesAway(), hvd.elastic.UpdateEpochStateCallback(state), hvd.elastic.UpdateBatchStateCallback(state),
+             hvd.elastic.CommitStateCallback(state), EpochLoss()]
+
+
+@hvd.elastic.run
+def train(state):
+    rows = np.arange(len(X)) % hvd.size() == hvd.rank()  # this rank's shard of the job it is in now
+    state.model.fit(X[rows], Y[rows], batch_size=BATCH, steps_per_epoch=STEPS, epochs=EPOCHS - state.epoch,
+                    callbacks=callbacks, verbose=0, shuffle=False)
+
+
+print(f"EPOCHLOSS rank {first} epoch 0 size {hvd.size()} loss {whole_loss():.8f}", flush=True)
+train(state)
+weights = b"".join(np.ascontiguousarray(w).tobytes() for w in model.get_weights())
+print(f"FINAL rank {first} resets {hvd.elastic.resets()} epoch {state.epoch} "
+      f"weights {hashlib.sha256(weights).hexdigest()}", flush=True)
+hvd.shutdown()
+sys.exit(0)
