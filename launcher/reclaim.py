@@ -24,6 +24,8 @@ import tempfile
 import time
 from typing import Callable, Iterable, List, Optional, Set
 
+from blinkflow.processes import pid_alive
+
 SCRATCH = re.compile(r"^blinkrun-(?:rank\d+-)?(\d+)-")
 SESSION = re.compile(r"^ompi\.(\d+)$")
 SEGMENT = re.compile(r"^sm_segment\.")
@@ -36,17 +38,7 @@ def scratch_prefix(rank: Optional[int] = None) -> str:
     return f"blinkrun-{who}{os.getpid()}-"
 
 
-def pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def stale_folders(folder: str, pattern, alive: Callable[[int], bool] = pid_exists) -> List[str]:
+def stale_folders(folder: str, pattern, alive: Callable[[int], bool] = pid_alive) -> List[str]:
     """Folders in ``folder`` of this user whose name matches ``pattern`` (group 1: a pid) and
     whose pid is gone."""
     out = []

@@ -28,39 +28,18 @@ within their wait slice, and the background thread leaves a negotiation it waits
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import RanksLostError, ShutdownError
+from ..processes import pid_alive, process_state
 from .log import logger
 
 CHECK_INTERVAL_S = 0.5
 #: How long a relayed notice waits for the first-hand notice it may have overtaken.
 RELAY_GRACE_S = 1.0
 BEAT_INTERVAL_S = 1.0
-
-
-def pid_alive(pid: int) -> bool:
-    return process_state(pid) not in ("gone", "Z", "X")
-
-
-def process_state(pid: int) -> str:
-    """'gone', or the state letter of /proc/<pid>/stat ('R', 'S', 'T' stopped, 'Z' zombie,
-    ...), or '?' where /proc does not say (macOS: the process exists)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return "gone"
-    except PermissionError:
-        return "?"
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            # state is the field after the parenthesised command name
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "?"
 
 
 def dead_peer_error(ranks: Sequence[int], hosts: Sequence[str], how: str) -> RanksLostError:

@@ -21,6 +21,7 @@ import tempfile
 import time
 from typing import Mapping, Optional
 
+from ..processes import pid_alive
 from .ir import Schedule
 
 #: Most steps (all devices together) of a schedule whose postcondition is proven symbolically:
@@ -94,20 +95,10 @@ def _proven_elsewhere(folder: str, key: str) -> bool:
                 host, _, pid = f.read().partition(" ")
         except FileNotFoundError:
             return os.path.exists(proof)
-        if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+        if host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid)):
             return False
         time.sleep(0.01)
     return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _remember(folder: str, key: str) -> None:
