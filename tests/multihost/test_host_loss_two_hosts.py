@@ -4,50 +4,30 @@ included), as when a machine is powered off. The ranks on ``bfa`` notice (ULFM's
 detector), re-form, and finish training with equal weights and a falling loss; blinkrun names
 the lost ranks, stops the mpirun that would wait for ``bfb`` forever, and exits 0 with nothing
 left running on ``bfa``."""
-import os
 import re
-import sys
-import threading
-import time
 
 import pytest
 
-from blinkrun_helpers import blinkrun_argv
+import host_loss_job
 
 pytestmark = [pytest.mark.mpi, pytest.mark.multihost, pytest.mark.tf, pytest.mark.slow]
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "host_loss_script.py")
-RUN_TIMEOUT_S = 600   # four TensorFlow ranks start slowly on a shared two-core machine
-
-
-def take_away_when_told(cluster, marker, done, took):
-    while not done.is_set():
-        if os.path.exists(marker):
-            cluster.take_away("bfb")
-            took.append(time.monotonic())
-            return
-        time.sleep(0.1)
-
 
 def test_a_host_that_goes_away_mid_fit_leaves_the_other_hosts_ranks_training(cluster, tmp_path):
-    marker = str(tmp_path / "host-goes-away")
-    done, took = threading.Event(), []
-    watcher = threading.Thread(target=take_away_when_told, args=(cluster, marker, done, took), daemon=True)
-    watcher.start()
+    acted = []
+
+    def take_away(c):
+        c.take_away("bfb")
+        acted.append(True)
+
     try:
-        proc = cluster.run_on("bfa", blinkrun_argv() + ["-np", "4", "-H", "bfa:2,bfb:2", "--min-np", "2",
-                                                        sys.executable, SCRIPT, marker],
-                              env=cluster.env(), timeout=RUN_TIMEOUT_S)
-        ended = time.monotonic()
+        out = host_loss_job.run(cluster, tmp_path, take_away)
     finally:
-        done.set()
-        watcher.join()
-        left_on_bfa = cluster.processes("bfa")
-        if took:
+        if acted:
             cluster.bring_back("bfb")
+    proc = out.proc
     context = proc.stdout[-4000:] + proc.stderr[-6000:]
-    assert took, "rank 2 never reached the batch at which bfb goes away\n" + context
+    assert out.acted_at is not None, "rank 2 never reached the batch at which bfb goes away\n" + context
     final = re.findall(r"^\[\d+\]<stdout>: FINAL rank (\d+) resets (\d+) epoch (\d+) weights (\w+)$",
                        proc.stdout, re.M)
     assert sorted(int(r) for r, *_ in final) == [0, 1], context
@@ -66,6 +46,6 @@ def test_a_host_that_goes_away_mid_fit_leaves_the_other_hosts_ranks_training(clu
         assert f"blinkrun: rank {rank} (host bfb) lost: the other ranks lost contact with it" in proc.stderr, context
     assert "ranks 2, 3 left; 4 -> 2 ranks" in proc.stderr, context
     assert proc.returncode == 0, context
-    assert left_on_bfa == [], f"still running on bfa after blinkrun returned: {left_on_bfa}"
+    assert out.left_on_bfa == [], f"still running on bfa after blinkrun returned: {out.left_on_bfa}"
     # detection (4 s heartbeat timeout), the reset, four epochs and blinkrun's stop of mpirun
-    assert ended - took[0] < 120, ended - took[0]
+    assert out.ended - out.acted_at < 120, out.ended - out.acted_at

@@ -1,0 +1,50 @@
+"""The job of both host-loss tests: host_loss_script.py on 2 + 2 ranks (``bfa``, ``bfb``) under
+``blinkrun --min-np 2``; when rank 2 reaches the batch of epoch 2 at which it writes its marker
+file, ``act(cluster)`` takes ``bfb`` away (its processes killed, or its network and then its
+processes)."""
+import dataclasses
+import os
+import sys
+import threading
+import time
+from typing import Callable, List, Optional
+
+from blinkrun_helpers import blinkrun_argv
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "host_loss_script.py")
+RUN_TIMEOUT_S = 600   # four TensorFlow ranks start slowly on a shared two-core machine
+
+
+@dataclasses.dataclass
+class Outcome:
+    proc: object
+    acted_at: Optional[float]
+    """When ``act`` returned (monotonic seconds); None: rank 2 never reached the batch."""
+    ended: float
+    left_on_bfa: List[str]
+    """Processes still running on ``bfa`` when blinkrun returned."""
+
+
+def run(cluster, tmp_path, act: Callable[[object], None]) -> Outcome:
+    marker = str(tmp_path / "host-goes-away")
+    done, acted = threading.Event(), []
+
+    def act_when_told():
+        while not done.is_set():
+            if os.path.exists(marker):
+                act(cluster)
+                acted.append(time.monotonic())
+                return
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=act_when_told, daemon=True)
+    watcher.start()
+    try:
+        proc = cluster.run_on("bfa", blinkrun_argv() + ["-np", "4", "-H", "bfa:2,bfb:2", "--min-np", "2",
+                                                        sys.executable, SCRIPT, marker],
+                              env=cluster.env(), timeout=RUN_TIMEOUT_S)
+        ended = time.monotonic()
+    finally:
+        done.set()
+        watcher.join()
+    return Outcome(proc, acted[0] if acted else None, ended, cluster.processes("bfa"))
