@@ -188,7 +188,9 @@ class Cluster:
         """
         env = dict(os.environ)
         env.update({"PRTE_MCA_plm_ssh_agent": f"{self.tools['ssh']} -F {self.ssh_config}",
-                    "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+                    "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+                    # a rank that crashes prints every thread's Python stack (a CI failure's only trace)
+                    "PYTHONFAULTHANDLER": "1"})
         env.update(extra or {})
         return env
 

@@ -47,5 +47,5 @@ def test_a_host_that_goes_away_mid_fit_leaves_the_other_hosts_ranks_training(clu
     assert "ranks 2, 3 left; 4 -> 2 ranks" in proc.stderr, context
     assert proc.returncode == 0, context
     assert out.left_on_bfa == [], f"still running on bfa after blinkrun returned: {out.left_on_bfa}"
-    # detection (4 s heartbeat timeout), the reset, four epochs and blinkrun's stop of mpirun
+    # detection (Open MPI's 10 s heartbeat timeout), the reset, four epochs and blinkrun's stop of mpirun
     assert out.ended - out.acted_at < 120, out.ended - out.acted_at
