@@ -32,16 +32,23 @@ ULFM_ARGS = ("--with-ft", "ulfm")
 HOST_LOSS_ARGS = (
     # ULFM's heartbeat detector: a rank whose host stops answering (powered off, network gone)
     # sends no FIN, so without it the survivors wait inside their next collective forever; with
-    # it they get MPI_ERR_PROC_FAILED within about the timeout and re-form. Its period and
-    # timeout stay Open MPI's (3 s, 10 s; OMPI_MCA_mpi_ft_detector_timeout changes them): a live
-    # rank whose heartbeats arrive late, on a loaded host, is declared dead, and Open MPI 5.0
-    # then kills ranks with SIGSEGV (seen at a 4 s timeout with a CI suite running beside it).
+    # it they get MPI_ERR_PROC_FAILED within about the timeout and re-form. In its own thread,
+    # so heartbeats go out while Python computes.
     "--mca", "mpi_ft_detector", "true", "--mca", "mpi_ft_detector_thread", "true",
     # Open MPI 5's runtime ends the whole job when it notices that one of its daemons is gone;
     # its TCP keepalive would notice a silent host after 480 s and end a job that went on.
     # blinkrun stops mpirun itself once the ranks the survivors did not lose have ended.
     "--prtemca", "oob_tcp_keepalive_time", "0",
 )
+#: The detector's heartbeat period and timeout (seconds). With the thread, Open MPI's defaults
+#: are 0.3 s and 1 s, and an observer expects its peer's first heartbeat within the timeout (plus
+#: 1 + ln(ranks) s) of its own start: a rank whose MPI_Init ends later than that, on a loaded
+#: host, or a live rank whose heartbeats are that late, is declared dead, and Open MPI 5.0 then
+#: kills ranks with SIGSEGV instead of reporting it (seen with 4 s in CI). A silent host's ranks
+#: are noticed one after another, each about the timeout after the last: 8 ranks in about 2
+#: minutes. OMPI_MCA_mpi_ft_detector_{period,timeout} in the environment replace them (the
+#: timeout must exceed three periods).
+DETECTOR_SETTINGS = (("mpi_ft_detector_period", "3"), ("mpi_ft_detector_timeout", "15"))
 
 
 def starting_hosts(spec: ElasticSpec, hosts: Optional[Sequence[Host]]) -> Optional[List[Host]]:
@@ -69,14 +76,18 @@ def with_elastic_start(options: Mapping[str, object], spec: ElasticSpec) -> dict
     return dict(options, np=options.get("np") or spec.min_np, hosts=starting_hosts(spec, hosts), hostfile=None)
 
 
-def mpirun_args(impl: MpiImpl, hosts: Sequence[Host] = ()) -> Tuple[str, ...]:
+def mpirun_args(impl: MpiImpl, hosts: Sequence[Host] = (), environ: Optional[Mapping[str, str]] = None) -> Tuple[str, ...]:
     """mpirun's options for an elastic job on ``hosts`` (none: this machine). The host-loss
     options only where the job starts on more than one host: on one host a lost rank's
     connections close (or its pid goes), and the detector costs a thread per rank."""
     if impl.family != OPEN_MPI:
         raise ConfigError(f"elastic jobs need Open MPI 5 with ULFM (mpirun --with-ft ulfm); this is {impl.describe()}")
-    several_hosts = len({host.name for host in hosts}) > 1
-    return ULFM_ARGS + ("--oversubscribe",) + (HOST_LOSS_ARGS if several_hosts else ())
+    if len({host.name for host in hosts}) <= 1:
+        return ULFM_ARGS + ("--oversubscribe",)
+    environ = os.environ if environ is None else environ
+    detector = tuple(arg for name, value in DETECTOR_SETTINGS if "OMPI_MCA_" + name not in environ
+                     for arg in ("--mca", name, value))
+    return ULFM_ARGS + ("--oversubscribe",) + HOST_LOSS_ARGS + detector
 
 
 def slot_argv(python: str, launch: LaunchSpec, slot: int, env: Mapping[str, str]) -> List[str]:
@@ -107,4 +118,4 @@ def start_driver(spec: ElasticSpec, launch: LaunchSpec, scratch: str, environ: M
     return driver, dataclasses.replace(launch, settings=settings)
 
 
-__all__ = ["HOST_LOSS_ARGS", "HOSTS_FILE_NAME", "mpirun_args", "slot_argv", "start_driver", "starting_hosts", "with_elastic_start"]
+__all__ = ["DETECTOR_SETTINGS", "HOST_LOSS_ARGS", "HOSTS_FILE_NAME", "mpirun_args", "slot_argv", "start_driver", "starting_hosts", "with_elastic_start"]

@@ -4,6 +4,7 @@ file, ``act(cluster)`` takes ``bfb`` away (its processes killed, or its network 
 processes)."""
 import dataclasses
 import os
+import re
 import sys
 import threading
 import time
@@ -48,3 +49,10 @@ def run(cluster, tmp_path, act: Callable[[object], None]) -> Outcome:
         done.set()
         watcher.join()
     return Outcome(proc, acted[0] if acted else None, ended, cluster.processes("bfa"))
+
+
+def context(proc) -> str:
+    """The ends of the job's output for an assertion message, without the module lists that
+    faulthandler prints after a crashed rank's stacks (thousands of characters each)."""
+    err = re.sub(r"(?m)^.*Extension modules: .*$", "", proc.stderr)
+    return proc.stdout[-4000:] + err[-12000:]

@@ -19,7 +19,7 @@ PRRTE_ENDS_THE_JOB = ("PRTE has lost communication with a remote daemon",
 def test_killing_every_process_of_a_host_still_ends_the_job(cluster, tmp_path):
     out = host_loss_job.run(cluster, tmp_path, lambda c: c.kill_processes("bfb"))
     proc = out.proc
-    context = proc.stdout[-3000:] + proc.stderr[-5000:]
+    context = host_loss_job.context(proc)
     assert out.acted_at is not None, "rank 2 never reached the batch at which bfb's processes are killed\n" + context
     assert any(message in proc.stdout + proc.stderr for message in PRRTE_ENDS_THE_JOB), context
     assert not re.search(r"FINAL rank", proc.stdout), context
