@@ -23,12 +23,18 @@ demo: $(STAMP)
 # Two pytest workers: many multi-process tests mostly wait (fault deadlines, stalls, signals), so
 # a second worker fills the cores; the cases of one launch stay on one worker (tests/conftest.py).
 TEST_WORKERS ?= 2
+# Bytecode for the repository's own modules first: pip compiles what it installs, but not an
+# editable install's sources, and under PYTHONDONTWRITEBYTECODE (set on many CI images) every
+# rank of every multi-process test would compile blinkflow again (about 0.1 s of CPU each).
+COMPILE := $(BIN)/python -m compileall -q -j 0 blinkflow launcher tests examples > /dev/null
 test: $(STAMP)
+	$(COMPILE)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup tests
 
 # While editing: the unit tests and one multi-process smoke at 2 ranks (mpirun, init, a few
 # collectives through the test harness).
 test-fast: $(STAMP)
+	$(COMPILE)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup tests/unit "tests/mpi/test_mpi_smoke.py::test_mpi4py_allreduce[2]" \
 		tests/mpi/test_mpi_smoke.py::test_blinkflow_first_collectives_at_two_ranks
 
