@@ -32,22 +32,23 @@ ULFM_ARGS = ("--with-ft", "ulfm")
 HOST_LOSS_ARGS = (
     # ULFM's heartbeat detector: a rank whose host stops answering (powered off, network gone)
     # sends no FIN, so without it the survivors wait inside their next collective forever; with
-    # it they get MPI_ERR_PROC_FAILED within about the timeout and re-form. In its own thread,
-    # so heartbeats go out while Python computes.
-    "--mca", "mpi_ft_detector", "true", "--mca", "mpi_ft_detector_thread", "true",
+    # it they get MPI_ERR_PROC_FAILED within about the timeout and re-form. Not in its own
+    # thread: that thread starts its ring while MPI_Init still runs, and under load a rank then
+    # died with SIGSEGV inside MPI_Init (Open MPI 5.0.11; docs/elastic.md has the counts).
+    # Without it heartbeats go out whenever MPI progresses, which blinkflow's background
+    # thread makes it do every cycle, idle or not.
+    "--mca", "mpi_ft_detector", "true", "--mca", "mpi_ft_detector_thread", "false",
     # Open MPI 5's runtime ends the whole job when it notices that one of its daemons is gone;
     # its TCP keepalive would notice a silent host after 480 s and end a job that went on.
     # blinkrun stops mpirun itself once the ranks the survivors did not lose have ended.
     "--prtemca", "oob_tcp_keepalive_time", "0",
 )
-#: The detector's heartbeat period and timeout (seconds). With the thread, Open MPI's defaults
-#: are 0.3 s and 1 s, and an observer expects its peer's first heartbeat within the timeout (plus
-#: 1 + ln(ranks) s) of its own start: a rank whose MPI_Init ends later than that, on a loaded
-#: host, or a live rank whose heartbeats are that late, is declared dead, and Open MPI 5.0 then
-#: kills ranks with SIGSEGV instead of reporting it (seen with 4 s in CI). A silent host's ranks
-#: are noticed one after another, each about the timeout after the last: 8 ranks in about 2
-#: minutes. OMPI_MCA_mpi_ft_detector_{period,timeout} in the environment replace them (the
-#: timeout must exceed three periods).
+#: The detector's heartbeat period and timeout (seconds): a live rank whose heartbeats are later
+#: than the timeout (a process stopped, or a loaded host) is declared dead, and Open MPI 5.0 then
+#: kills ranks with SIGSEGV instead of reporting it; a silent host's ranks are noticed one after
+#: another, each about the timeout after the last (8 ranks in about 2 minutes).
+#: OMPI_MCA_mpi_ft_detector_{period,timeout} in the environment replace them (the timeout must
+#: exceed three periods).
 DETECTOR_SETTINGS = (("mpi_ft_detector_period", "3"), ("mpi_ft_detector_timeout", "15"))
 
 

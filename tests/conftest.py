@@ -17,6 +17,13 @@ if _OWN_PROOFS:
     os.environ["BLINKFLOW_CHECK_CACHE"] = tempfile.mkdtemp(prefix="blinkflow-proofs-")
 
 
+# The suite runs several jobs at once (up to 8 ranks on a 2-core machine) while each job alone
+# fits its slots, so Open MPI does not know the machine is oversubscribed, and its blocking calls
+# spin at full speed, taking the CPU the other jobs' ranks need: an elastic soak took twice the
+# CPU and wall time beside other jobs. Waiting ranks yield the CPU instead, as Open MPI makes them
+# do itself in a job it knows is oversubscribed. (Inherited by every launch, as are the above.)
+os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+
 # The session's groups of tests (below): a file the first worker writes and the scheduler reads.
 _OWN_GROUPS = "TESTS_XDIST_GROUPS" not in os.environ
 if _OWN_GROUPS:
