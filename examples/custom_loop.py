@@ -1,5 +1,5 @@
 """A custom TF2 training loop with DistributedGradientTape (Horovod's tensorflow2 recipe), on
-scikit-learn's digits.
+handwritten digits (data/digits.csv.gz).
 
     blinkrun -np 2 python examples/custom_loop.py        # or: mpirun -np 2 python examples/custom_loop.py
 """
@@ -7,10 +7,10 @@ import argparse
 
 import numpy as np
 import tensorflow as tf
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 import keras
+from digits import load_digits, split
+
 import blinkflow.tensorflow as hvd  # blinkflow: Horovod's TF2 API
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -23,9 +23,8 @@ tf.config.threading.set_inter_op_parallelism_threads(args.num_threads)
 
 hvd.init()  # blinkflow: start the runtime
 
-digits = load_digits()
-x_train, x_test, y_train, y_test = train_test_split((digits.data / 16.0).astype("float32"), digits.target,
-                                                    test_size=0.2, random_state=0, stratify=digits.target)
+images, labels = load_digits()
+x_train, x_test, y_train, y_test = split((images.reshape(-1, 64) / 16.0).astype("float32"), labels, test_fraction=0.2)
 dataset = (tf.data.Dataset.from_tensor_slices((x_train, y_train))
            .shard(hvd.size(), hvd.rank())  # blinkflow: each rank reads its own shard
            .repeat().shuffle(512, seed=hvd.rank()).batch(args.batch_size))

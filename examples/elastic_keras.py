@@ -1,5 +1,5 @@
 """Horovod's elastic Keras recipe (``tensorflow2_keras_mnist_elastic.py``) with the import changed,
-on scikit-learn's digits (8x8 images; no download).
+on handwritten digits (8x8 images; data/digits.csv.gz, no download).
 
     mpirun --with-ft ulfm -np 4 python examples/elastic_keras.py
     BLINKFLOW_ELASTIC_MIN_NP=2 mpirun --with-ft ulfm -x BLINKFLOW_ELASTIC_MIN_NP -np 4 python examples/elastic_keras.py
@@ -15,9 +15,10 @@ import signal
 
 import numpy as np
 import tensorflow as tf
-from sklearn.datasets import load_digits
 
 import keras
+from digits import load_digits
+
 import blinkflow.tensorflow.keras as hvd  # blinkflow: Horovod's API, Keras 3 inside
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -35,9 +36,8 @@ tf.config.threading.set_inter_op_parallelism_threads(1)
 hvd.init()  # blinkflow
 first_rank = hvd.rank()
 
-digits = load_digits()
-images = (digits.images[..., None] / 16.0).astype("float32")
-labels = digits.target.astype("int64")
+images, labels = load_digits()
+images = (images[..., None] / 16.0).astype("float32")
 
 model = keras.Sequential([
     keras.Input((8, 8, 1)),

@@ -1,4 +1,4 @@
-"""Horovod's canonical Keras recipe, on scikit-learn's digits (8x8 images; no download).
+"""Horovod's canonical Keras recipe, on handwritten digits (8x8 images; data/digits.csv.gz, no download).
 
     blinkrun -np 2 python examples/keras_mnist.py        # or: mpirun -np 2 python examples/keras_mnist.py
 
@@ -11,10 +11,10 @@ import tempfile
 
 import numpy as np
 import tensorflow as tf
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 import keras
+from digits import load_digits, split
+
 import blinkflow.tensorflow.keras as hvd  # blinkflow: Horovod's API, Keras 3 inside
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -30,10 +30,9 @@ tf.config.threading.set_inter_op_parallelism_threads(args.num_threads)
 
 hvd.init()  # blinkflow: start the runtime (one process per device or core)
 
-digits = load_digits()
-x = (digits.images / 16.0).astype("float32")[..., np.newaxis]
-x_train, x_test, y_train, y_test = train_test_split(x, digits.target, test_size=0.2, random_state=0,
-                                                    stratify=digits.target)
+images, labels = load_digits()
+x = (images / 16.0).astype("float32")[..., np.newaxis]
+x_train, x_test, y_train, y_test = split(x, labels, test_fraction=0.2)
 # blinkflow: each rank trains on its own shard; equal shards, so every rank takes the same number
 # of steps (a rank that stepped once more would wait forever for the others' gradients)
 shard = len(x_train) // hvd.size()

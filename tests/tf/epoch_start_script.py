@@ -11,6 +11,7 @@ tears down nothing, like every other step.
 Usage: python epoch_start_script.py EXAMPLE [its arguments]. Prints
 ``EPOCH STARTS <rank> teardowns=<n> first_steps=<k>``.
 """
+import os
 import runpy
 import sys
 import weakref
@@ -61,6 +62,7 @@ def _fit_with_window(self, *args, callbacks=None, **kwargs):
 keras.Model.fit = _fit_with_window
 example = sys.argv[1]
 sys.argv = [example] + sys.argv[2:]
+sys.path.insert(0, os.path.dirname(os.path.abspath(example)))   # as `python example.py` has it
 runpy.run_path(example, run_name="__main__")
 import blinkflow  # noqa: E402  (the example started it)
 

@@ -115,7 +115,7 @@ def example_original(text: str) -> str:
 
 
 def generated_mnist(path=None):
-    """``keras.datasets.mnist.load_data``'s shapes and types, made from scikit-learn's digits."""
+    """``keras.datasets.mnist.load_data``'s shapes and types, made from examples/data/digits.csv.gz."""
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, os.path.join(here, "..", "..", "examples", "horovod"))
     import mnist_data

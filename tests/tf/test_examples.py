@@ -8,7 +8,6 @@ import pytest
 import demo_run
 
 pytest.importorskip("tensorflow")
-pytest.importorskip("sklearn")
 
 
 @pytest.mark.mpi

@@ -23,7 +23,6 @@ from harness import assert_done, run_ranks
 from horovod_port import port
 
 pytest.importorskip("tensorflow")
-pytest.importorskip("sklearn")
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples", "horovod")
 CAPPED = os.path.join(HERE, "run_capped.py")
