@@ -46,14 +46,30 @@ def fixtures_dir():
     return FIXTURES
 
 
+#: The folders whose tests run first, in this order: they hold the longest groups (the two-host
+#: tests share one cluster and run one after another, about 2.5 minutes; the elastic soak alone
+#: takes about 2), and pytest-xdist hands out groups in collection order, so started last they
+#: would leave one worker running them alone at the end. The unit tests, many and short, come last
+#: and fill the end.
+FIRST_FOLDERS = ("multihost", "elastic", "tf", "mpi")
+
+
+def _folder_order(item) -> int:
+    folder = item.path.parent.name
+    if folder in FIRST_FOLDERS:
+        return FIRST_FOLDERS.index(folder)
+    return len(FIRST_FOLDERS) + (folder == "unit")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Tests parametrized by ``case`` read one launch per set of their other parameters
-    (tests/harness.py runs it once per process): under pytest-xdist's ``--dist loadgroup`` those
-    tests form one group, so the launch runs once, on one worker. A test may name its group
-    itself (``@pytest.mark.xdist_group``) when several test functions share a launch. The
+    """The longest groups first (:data:`FIRST_FOLDERS`), and the groups. Tests parametrized by
+    ``case`` read one launch per set of their other parameters (tests/harness.py runs it once
+    per process): under pytest-xdist's ``--dist loadgroup`` those tests form one group, so the
+    launch runs once, on one worker. A test may name its group itself (``@pytest.mark.xdist_group``) when several test functions share a launch. The
     two-host tests share one session-wide cluster of network namespaces, which two workers would
     each build under the same names: they form one group too."""
+    items.sort(key=_folder_order)   # stable: within a folder, the order pytest found them in
     for item in items:
         if item.path.parent.name == "multihost" and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("multihost"))

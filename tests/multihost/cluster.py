@@ -232,8 +232,14 @@ class Cluster:
             time.sleep(0.3)
 
     def bring_back(self, host: str) -> None:
-        """``host``'s network up again (an empty host: :meth:`take_away` left only its sshd)."""
+        """``host``'s network up again (an empty host: :meth:`take_away` left only its sshd), and
+        reachable before this returns: while it was away, the other host's kernel marked its
+        address unreachable, and until that entry expires a connection to it fails at once with
+        "No route to host" (the next test's ssh did)."""
         _sh([self.tools["ip"], "-n", self.namespaces[host], "link", "set", "veth0", "up"])
+        for ns in self.namespaces.values():
+            _sh([self.tools["ip"], "-n", ns, "neigh", "flush", "dev", "veth0"])
+        self._wait_for_ssh(host)
 
     def processes(self, host: str) -> List[int]:
         """Every process in ``host``'s namespace but its sshd: what a test left running there."""
