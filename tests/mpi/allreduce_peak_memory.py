@@ -41,6 +41,9 @@ def main():
     size = int(sys.argv[1]) * MIB
     prescale = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
     bf.allreduce(np.ones(1024, np.float32), name="warm")
+    # Held from now: once the measured call is done a faster peer may shut the job down, and
+    # this rank's engine then lets go of its backends before the path is read below.
+    backend = RUNTIME.engine._backends["cpu"]
     base = _status("VmRSS")
     x = np.full(size // 4, bf.rank() + 1.0, np.float32)
     with open("/proc/self/clear_refs", "w") as f:
@@ -59,7 +62,6 @@ def main():
     sampler.join()
     peak = _status("VmHWM")
     n = bf.size()
-    backend = RUNTIME.engine._backends["cpu"]
     path = backend.last_choice.algorithm if n > 1 else "none"
     path = "packed" if path == "runner" else path
     want = prescale * n * (n + 1) / 2
