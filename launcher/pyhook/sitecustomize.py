@@ -104,7 +104,7 @@ def blinkrun_ranks_lost(ranks):
         line = "@@blinkrun@@ " + json.dumps({"event": "lost", "ranks": sorted(int(r) for r in ranks)}) + "\n"
         try:
             os.write(2, line.encode())
-        except OSError:
+        except OSError:   # stderr closed: blinkrun is gone, and no one is left to tell
             pass
 
 

@@ -1,6 +1,12 @@
-"""Horovod's elastic Keras recipe on 3 ranks under ``mpirun --with-ft ulfm``: rank 2 is SIGKILLed
-at a batch in the middle of ``model.fit``; the survivors roll back to the last commit, re-form,
-sync and finish the epochs. Prints per rank:
+"""Horovod's elastic Keras recipe under ULFM that loses rank 2 at a batch in the middle of
+``model.fit``; the survivors roll back to the last commit, re-form, sync and finish the epochs.
+
+- ``python fit_script.py`` (test_elastic_fit.py, 3 ranks): rank 2 SIGKILLs itself there;
+- ``python fit_script.py MARKER`` (tests/multihost, 2 + 2 ranks on hosts ``bfa``, ``bfb``): rank 2
+  writes the file MARKER there and waits, while the test takes its host away (its network, then
+  every process on it).
+
+Prints per rank:
 
 - ``EPOCHLOSS rank <first rank> epoch <e> size <n> loss <x>``: the loss on the whole data set
   after each epoch (the weights are equal on every rank, so it is too);
@@ -10,6 +16,7 @@ import hashlib
 import os
 import signal
 import sys
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -22,12 +29,13 @@ import keras  # noqa: E402
 import blinkflow.tensorflow.keras as hvd  # noqa: E402
 
 EPOCHS, STEPS, BATCH = 6, 4, 8
-KILL_EPOCH, KILL_BATCH, VICTIM = 2, 2, 2
+LOSS_EPOCH, LOSS_BATCH, VICTIM = 2, 2, 2
+MARKER = sys.argv[1] if len(sys.argv) > 1 else None
 
 hvd.init()
 first = hvd.rank()
 rng = np.random.default_rng(7)
-X = rng.normal(size=(STEPS * BATCH * 3, 4)).astype("float32")
+X = rng.normal(size=(STEPS * BATCH * hvd.size(), 4)).astype("float32")
 Y = (X @ np.array([[1.0], [-2.0], [0.5], [3.0]], dtype="float32")).astype("float32")
 
 keras.utils.set_random_seed(1)
@@ -39,10 +47,16 @@ def whole_loss() -> float:
     return float(np.mean((model(X, training=False).numpy() - Y) ** 2))
 
 
-class Killer(keras.callbacks.Callback):
+class Loss(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
-        if first == VICTIM and state.epoch == KILL_EPOCH and batch == KILL_BATCH:
+        if first != VICTIM or state.epoch != LOSS_EPOCH or batch != LOSS_BATCH:
+            return
+        if MARKER is None:
             os.kill(os.getpid(), signal.SIGKILL)
+        with open(MARKER + ".tmp", "w"):
+            pass
+        os.replace(MARKER + ".tmp", MARKER)
+        time.sleep(600)   # the test takes this host away meanwhile
 
 
 class EpochLoss(keras.callbacks.Callback):
@@ -51,7 +65,7 @@ class EpochLoss(keras.callbacks.Callback):
 
 
 state = hvd.elastic.KerasState(model, batch=0, epoch=0)
-callbacks = [Killer(), hvd.elastic.UpdateEpochStateCallback(state), hvd.elastic.UpdateBatchStateCallback(state),
+callbacks = [Loss(), hvd.elastic.UpdateEpochStateCallback(state), hvd.elastic.UpdateBatchStateCallback(state),
              hvd.elastic.CommitStateCallback(state), EpochLoss()]
 
 

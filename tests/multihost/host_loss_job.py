@@ -1,6 +1,6 @@
-"""The job of both host-loss tests: host_loss_script.py on 2 + 2 ranks (``bfa``, ``bfb``) under
-``blinkrun --min-np 2``; when rank 2 reaches the batch of epoch 2 at which it writes its marker
-file, ``act(cluster)`` takes ``bfb`` away (its processes killed, or its network and then its
+"""The job of both host-loss tests: tests/elastic/fit_script.py on 2 + 2 ranks (``bfa``,
+``bfb``) under ``blinkrun --min-np 2``; when rank 2 reaches the batch of epoch 2 at which it
+writes its marker file, ``act(cluster)`` takes ``bfb`` away (its processes killed, or its network and then its
 processes)."""
 import dataclasses
 import os
@@ -12,7 +12,7 @@ from typing import Callable, List, Optional
 
 from blinkrun_helpers import blinkrun_argv
 
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "host_loss_script.py")
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "elastic", "fit_script.py")
 RUN_TIMEOUT_S = 600   # four TensorFlow ranks start slowly on a shared two-core machine
 
 
