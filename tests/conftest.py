@@ -47,8 +47,8 @@ def fixtures_dir():
 
 
 #: The folders whose tests run first, in this order: they hold the longest groups (the two-host
-#: tests share one cluster and run one after another, about 2.5 minutes; the elastic soak alone
-#: takes about 2), and pytest-xdist hands out groups in collection order, so started last they
+#: tests share one cluster and run one after another, 1.5 minutes; the elastic soak about 1),
+#: and pytest-xdist hands out groups in collection order, so started last they
 #: would leave one worker running them alone at the end. The unit tests, many and short, come last
 #: and fill the end.
 FIRST_FOLDERS = ("multihost", "elastic", "tf", "mpi")
