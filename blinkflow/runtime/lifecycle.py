@@ -13,7 +13,7 @@ import sys
 from typing import Optional
 
 from ..config import apply_mpi_defaults, get_config
-from ..errors import BlinkflowError, ShutdownError
+from ..errors import BlinkflowError, ConfigError, ShutdownError
 from . import startup
 from .background import SHUTDOWN_CALLED, Engine
 from .global_state import RUNTIME
@@ -145,10 +145,21 @@ def _exit_hook() -> None:
             RUNTIME.engine = None
         engine.stop(_exit_reason())
         RUNTIME.remember_if_broken(engine)
-    if RUNTIME.ranks_lost or get_config().elastic_min_np > 0:
+    if RUNTIME.ranks_lost or _elastic_job():
         # Also without a loss: an elastic job across hosts runs ULFM's failure detector, whose
         # finalize can spin for good (for a peer that finalized first, or one spawned later).
         _finalize_or_leave(FINALIZE_AFTER_LOSS_S)
+
+
+def _elastic_job() -> bool:
+    """Whether this process runs an elastic job (``BLINKFLOW_ELASTIC_MIN_NP`` > 0). A setting
+    that cannot be read is not: its ConfigError reached the script already (from ``init()``, or
+    from the first ``get_config()``), and raising it again here would print a second traceback
+    for one error, under "Exception ignored in atexit callback"."""
+    try:
+        return get_config().elastic_min_np > 0
+    except ConfigError:
+        return False
 
 
 #: How long MPI_Finalize may take in an elastic job before the process leaves without it.
