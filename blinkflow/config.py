@@ -18,6 +18,7 @@ import os
 from typing import List, Mapping, Optional
 
 from .errors import ConfigError
+from .setting_text import parse_bytes, parse_count, parse_number, parse_switch
 
 ENV_PREFIX = "BLINKFLOW_"
 #: Settings that must be equal on every rank (checked at init): ranks that disagree would fuse,
@@ -300,7 +301,7 @@ def horovod_settings(environ: Mapping[str, str]) -> dict:
         raw = environ.get(name, "").strip()
         if not raw:
             continue
-        if name == "HOROVOD_STALL_CHECK_DISABLE" and raw.lower() in ("0", "false", "no", "off"):
+        if name == "HOROVOD_STALL_CHECK_DISABLE" and not parse_switch(raw, name):
             continue
         if name == "HOROVOD_TIMELINE" and raw.upper() == "DYNAMIC":
             continue   # Horovod's "start it later with start_timeline()": no file until then
@@ -350,37 +351,24 @@ def _finite(value) -> bool:
     return isinstance(value, int) or math.isfinite(value)
 
 
-#: Characters of a numeric setting: every bound fits in far fewer, and Python's int() of a
-#: longer text costs quadratic time (or refuses beyond 4300 digits with another message).
-MAX_NUMBER_CHARS = 64
+#: Fields holding bytes: their text may carry a unit (``64MiB``); see :mod:`.setting_text`.
+SIZE_FIELDS = ("fusion_threshold", "chunk_bytes", "bucket_bytes")
+#: Fields that are switches (0 or 1): their text is a switch word (``1``, ``true``, ``off``...).
+SWITCH_FIELDS = ("cpu_single_copy", "pin_gpus", "tf_memory_growth", "check_schedules", "autotune", "elastic_joining")
 
 
 def _parse(field: dataclasses.Field, raw: str, name: str):
+    """The value of ``field`` that ``raw`` says exactly, read by :mod:`.setting_text` (the one
+    reader of switches, counts, sizes and numbers); ConfigError naming ``name`` otherwise."""
     kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
-    if kind in ("int", "float") and len(raw) > MAX_NUMBER_CHARS:
-        raise ConfigError(f"{name} is a {len(raw)}-character value ({raw[:20]}...); a number of at most "
-                          f"{MAX_NUMBER_CHARS} characters is expected (see its bounds in blinkflow.config.BOUNDS)")
-    if kind in ("int", "float"):
-        try:
-            value = int(raw) if kind == "int" else float(raw)
-        except ValueError:
-            value = None
-        if value is None and kind == "int":  # 1e9, 64.0: a whole number written as a float
-            try:
-                as_float = float(raw)
-            except ValueError:
-                as_float = None
-            if as_float is not None and math.isfinite(as_float) and as_float.is_integer():
-                value = int(as_float)
-            elif as_float is not None and math.isfinite(as_float):
-                raise ConfigError(f"{name}={raw!r} is not a whole number")
-            elif as_float is not None:
-                raise ConfigError(f"{name}={raw!r} is not a finite number")
-        if value is None:
-            raise ConfigError(f"{name}={raw!r} is not a number")
-        if not _finite(value):  # nan slips through every "< 0" check
-            raise ConfigError(f"{name}={raw!r} is not a finite number")
-        return value
+    if field.name in SWITCH_FIELDS:
+        return int(parse_switch(raw, name))
+    if field.name in SIZE_FIELDS:
+        return parse_bytes(raw, name)
+    if kind == "int":
+        return parse_count(raw, name)
+    if kind == "float":
+        return parse_number(raw, name)
     if field.name in ("backend", "log_level", "algorithm"):
         return raw.lower()
     return raw

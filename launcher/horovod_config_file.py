@@ -14,17 +14,22 @@ Horovod's file is two levels of ``key: value`` (a section, then its settings), e
 Each setting is turned into the horovodrun flag it stands for (:data:`KEYS`), so the file goes
 through the same table as the command line (horovod_flags.py) and a refused setting is refused
 with the same hint. blinkflow depends on no YAML library; :func:`parse` reads this block-mapping
-subset of YAML (scalars: numbers, ``true``/``false``, plain or quoted strings) and names the line
-of anything else.
+subset of YAML (plain or quoted scalars) and names the line of anything else.
+
+A value is kept as the text written and read by the flag's own parser
+(:mod:`blinkflow.setting_text`), as on the command line: ``cache_capacity: 2.9`` is refused as
+``--cache-capacity 2.9`` is, and ``fusion_threshold_mb: false`` is no number. A switch
+(``enabled``) is a switch word (``true``/``false``, ``yes``/``no``, ``on``/``off``, ``1``/``0``).
 """
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 from blinkflow.errors import ConfigError
+from blinkflow.setting_text import parse_switch
 
-Scalar = Union[str, int, float, bool, None]
+Scalar = Optional[str]
 
 #: (section, key) -> flag for a value, or (flag if true, flag if false) for a boolean.
 KEYS: Dict[Tuple[str, str], Union[str, Tuple[str, str]]] = {
@@ -77,18 +82,8 @@ def _scalar(text: str, where: str) -> Scalar:
     if text[:1] in "[{|>&*!":
         raise ConfigError(f"{where}: {text!r} is YAML blinkrun does not read here; Horovod's config file "
                           "holds plain values (numbers, true/false, strings)")
-    lowered = text.lower()
-    if lowered in ("true", "yes", "on"):
-        return True
-    if lowered in ("false", "no", "off"):
-        return False
-    if lowered in ("null", "~", ""):
+    if text.lower() in ("null", "~", ""):
         return None
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
     return text
 
 
@@ -120,7 +115,7 @@ def parse(text: str, filename: str) -> Dict[str, Dict[str, Scalar]]:
 
 
 def flags_from_config(sections: Dict[str, Dict[str, Scalar]], filename: str) -> List[Tuple[str, Scalar, str]]:
-    """``(flag, value, where)`` per setting: value None for a switch; ``where`` names the setting."""
+    """``(flag, text, where)`` per setting: text None for a switch; ``where`` names the setting."""
     out = []
     for key, value in sections.get("", {}).items():
         if key != "controller":
@@ -141,9 +136,7 @@ def flags_from_config(sections: Dict[str, Dict[str, Scalar]], filename: str) -> 
             if value is None:
                 continue
             if isinstance(flag, tuple):
-                if not isinstance(value, bool):
-                    raise ConfigError(f"{where}: expected true or false, got {value!r}")
-                out.append((flag[0] if value else flag[1], None, where))
+                out.append((flag[0] if parse_switch(value, where) else flag[1], None, where))
             else:
                 out.append((flag, value, where))
     return out

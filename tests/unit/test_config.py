@@ -29,7 +29,7 @@ def test_reads_every_field_from_env():
     ({"BLINKFLOW_CYCLE_TIME": "nan"}, "BLINKFLOW_CYCLE_TIME='nan' is not a finite number"),
     ({"BLINKFLOW_STALL_CHECK_TIME_SECONDS": "inf"}, "not a finite number"),
     ({"BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS": "-nan"}, "not a finite number"),
-    ({"BLINKFLOW_CPU_SINGLE_COPY": "2"}, "CPU_SINGLE_COPY must be 0 or 1"),
+    ({"BLINKFLOW_CPU_SINGLE_COPY": "2"}, "BLINKFLOW_CPU_SINGLE_COPY='2' is not a switch"),
     ({"BLINKFLOW_CPU_CONTROL": "doorbell"}, "CPU_CONTROL must be one of auto, shm, mpi"),
     ({"BLINKFLOW_BUCKET_BYTES": "-1"}, "BUCKET_BYTES must be >= 0"),
 ])
@@ -42,11 +42,11 @@ def test_bad_values_raise_config_error(env, msg):
     # Issue 18: these passed validation, then failed far from their cause.
     ({"BLINKFLOW_CYCLE_TIME": "1e300"}, "BLINKFLOW_CYCLE_TIME must be > 0 and <= 10000 ms, got 1e"),
     ({"BLINKFLOW_STALL_CHECK_TIME_SECONDS": "1e300"}, "STALL_CHECK_TIME_SECONDS must be >= 0 and <= 2.592e"),
-    ({"BLINKFLOW_FUSION_THRESHOLD": "1e300"}, "FUSION_THRESHOLD must be >= 0 and <= "),
+    ({"BLINKFLOW_FUSION_THRESHOLD": "2TiB"}, "FUSION_THRESHOLD must be >= 0 and <= "),
     ({"BLINKFLOW_CACHE_CAPACITY": "100000000"}, "CACHE_CAPACITY must be >= 0 and <= 65536"),
     ({"BLINKFLOW_CHUNK_BYTES": "-1"}, "CHUNK_BYTES must be >= 0"),
     ({"BLINKFLOW_START_TIMEOUT": "0"}, "START_TIMEOUT must be > 0"),
-    ({"BLINKFLOW_SPLIT_HOSTS": "1e9"}, "SPLIT_HOSTS must be >= 0 and <= 65536"),
+    ({"BLINKFLOW_SPLIT_HOSTS": "1000000000"}, "SPLIT_HOSTS must be >= 0 and <= 65536"),
     ({"BLINKFLOW_FUSION_THRESHOLD": "2.5"}, "FUSION_THRESHOLD='2.5' is not a whole number"),
     ({"BLINKFLOW_CACHE_CAPACITY": "inf"}, "not a finite number"),
 ])
@@ -55,12 +55,16 @@ def test_every_number_has_bounds(env, msg):
         Config.from_env(env)
 
 
-def test_whole_numbers_may_be_written_as_floats():
-    """FUSION_THRESHOLD=1e9 was 'not a number'."""
-    c = Config.from_env({"BLINKFLOW_FUSION_THRESHOLD": "1e9", "BLINKFLOW_CACHE_CAPACITY": "64.0",
-                         "BLINKFLOW_START_TIMEOUT": "5"})
-    assert (c.fusion_threshold, c.cache_capacity, c.start_timeout) == (10 ** 9, 64, 5.0)
+def test_sizes_take_units_and_counts_are_digits():
+    """A byte size reads as blinkflow.sizes reads it; a count is digits only: 1e3 or 64.0 say a
+    count only by rounding a float, which the one parser never does."""
+    c = Config.from_env({"BLINKFLOW_FUSION_THRESHOLD": "1GB", "BLINKFLOW_BUCKET_BYTES": "1.5KiB",
+                         "BLINKFLOW_CACHE_CAPACITY": "64", "BLINKFLOW_START_TIMEOUT": "5"})
+    assert (c.fusion_threshold, c.bucket_bytes, c.cache_capacity, c.start_timeout) == (10 ** 9, 1536, 64, 5.0)
     assert isinstance(c.fusion_threshold, int)
+    for name, text in (("BLINKFLOW_CACHE_CAPACITY", "64.0"), ("BLINKFLOW_FUSION_THRESHOLD", "1e9")):
+        with pytest.raises(ConfigError, match=f"{name}='{text}' is not a"):
+            Config.from_env({name: text})
 
 
 def test_unknown_variables_name_the_closest_setting():
@@ -120,3 +124,25 @@ def test_a_bad_horovod_value_names_the_horovod_variable():
         Config.from_env({"HOROVOD_CYCLE_TIME": "fast"})
     with pytest.raises(ConfigError, match=r"CYCLE_TIME must be > 0.*read from Horovod's HOROVOD_CYCLE_TIME=0"):
         Config.from_env({"HOROVOD_CYCLE_TIME": "0"})
+
+
+@pytest.mark.parametrize("env, msg", [
+    # a switch is a switch word: "maybe" turned the stall check off without a word
+    ({"HOROVOD_STALL_CHECK_DISABLE": "maybe"}, "HOROVOD_STALL_CHECK_DISABLE='maybe' is not a switch: write 1, true"),
+    ({"BLINKFLOW_AUTOTUNE": "2"}, "BLINKFLOW_AUTOTUNE='2' is not a switch"),
+    # a count is written in digits: 1e3 was taken as 1000 while FUSION_THRESHOLD=1.5 was refused
+    ({"HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "1e3"}, "HOROVOD_AUTOTUNE_WARMUP_SAMPLES='1e3' is not a whole number"),
+    ({"HOROVOD_CACHE_CAPACITY": "2.9"}, "HOROVOD_CACHE_CAPACITY='2.9' is not a whole number"),
+    ({"HOROVOD_FUSION_THRESHOLD": "1.5"}, "HOROVOD_FUSION_THRESHOLD='1.5' is not a whole number of bytes"),
+    ({"BLINKFLOW_CYCLE_TIME": "true"}, "BLINKFLOW_CYCLE_TIME='true' is not a number"),
+])
+def test_one_parser_refuses_what_it_cannot_read_exactly(env, msg):
+    with pytest.raises(ConfigError, match=msg):
+        Config.from_env(env)
+
+
+def test_switch_words():
+    for text, value in (("1", 1), ("TRUE", 1), ("on", 1), ("yes", 1), ("0", 0), ("False", 0), ("off", 0)):
+        assert Config.from_env({"BLINKFLOW_AUTOTUNE": text}).autotune == value
+    off = Config.from_env({"HOROVOD_STALL_CHECK_DISABLE": "true"})
+    assert (off.stall_check_time_seconds, off.stall_shutdown_time_seconds) == (0.0, 0.0)

@@ -152,13 +152,32 @@ def test_config_file_reads_horovods_yaml_and_the_command_line_wins(tmp_path):
     ("params:\n  - 3\n", ":2: expected 'key: value'"),
     ("params:\n  cycle_time_ms: [1, 2]\n", ":2: '[1, 2]' is YAML blinkrun does not read here"),
     ("params:\n  cache_capacity: many\n", "params.cache_capacity: Invalid value for '--cache-capacity'"),
-    ("stall_check:\n  enabled: 3\n", "stall_check.enabled: expected true or false"),
+    ("stall_check:\n  enabled: 3\n", "stall_check.enabled='3' is not a switch: write 1, true, yes or on"),
+    # read by the flag's own parser, never coerced: false was fusion off, true a 1 ms cycle, 2.9 two entries
+    ("params:\n  fusion_threshold_mb: false\n", "params.fusion_threshold_mb: Invalid value for '--fusion-threshold-mb'"),
+    ("params:\n  cycle_time_ms: true\n", "params.cycle_time_ms: Invalid value for '--cycle-time-ms': 'true' is not a number"),
+    ("params:\n  cache_capacity: 2.9\n", "params.cache_capacity: Invalid value for '--cache-capacity': '2.9' is not a whole"),
+    ("autotune:\n  warmup_samples: 1e3\n", "autotune.warmup_samples: Invalid value for '--autotune-warmup-samples'"),
 ])
 def test_config_file_errors_are_one_line_naming_the_setting(tmp_path, text, message):
     path = tmp_path / "horovod.yaml"
     path.write_text(text)
     result = CliRunner().invoke(command, ["-np", "2", "--config-file", str(path), "python", "x.py"],
                                 prog_name="blinkrun")
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--cache-capacity", "2.9"], "Invalid value for '--cache-capacity': '2.9' is not a whole number"),
+    (["--autotune-warmup-samples", "1e3"], "Invalid value for '--autotune-warmup-samples': '1e3' is not a whole"),
+    (["--fusion-threshold-mb", "0.0000001"], "Invalid value for '--fusion-threshold-mb': '0.0000001' is not a whole "
+                                            "number of bytes"),
+    (["--cycle-time-ms", "nan"], "Invalid value for '--cycle-time-ms': 'nan' is not a finite number"),
+])
+def test_flags_read_their_values_as_the_environment_does(argv, message):
+    result = CliRunner().invoke(command, ["-np", "2", *argv, "python", "x.py"], prog_name="blinkrun")
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines

@@ -8,7 +8,8 @@ from blinkflow.errors import ConfigError
 from blinkflow.launcher.flags import SETTING_FLAGS, settings_env
 
 EXPECTED = {  # flag param -> (given value, variable, variable text, parsed Config attribute value)
-    "fusion_threshold_mb": (32, "BLINKFLOW_FUSION_THRESHOLD", "33554432", 33554432),
+    # the flag's click type (blinkflow.setting_text.MEBIBYTES) reads "32" as 32 MiB, in bytes
+    "fusion_threshold_mb": (32 * 2**20, "BLINKFLOW_FUSION_THRESHOLD", "33554432", 33554432),
     "cycle_time_ms": (2.5, "BLINKFLOW_CYCLE_TIME", "2.5", 2.5),
     "cache_capacity": (0, "BLINKFLOW_CACHE_CAPACITY", "0", 0),
     "timeline_filename": ("/tmp/tl.json", "BLINKFLOW_TIMELINE", "/tmp/tl.json", "/tmp/tl.json"),
