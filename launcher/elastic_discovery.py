@@ -2,7 +2,8 @@
 blacklist with cooldown.
 
 The script prints one available host per line, ``host`` or ``host:slots`` (a line without slots
-gets ``--slots-per-host``). It is run again every second; a run that fails (non-zero exit, a
+gets ``--slots-per-host``), read by the one reader of ``-H`` entries (``hosts.parse_host_entry``):
+a host name is checked as a host name, so a line such as ``-oProxyCommand=...`` is refused. It is run again every second; a run that fails (non-zero exit, a
 timeout, a line that is not ``host[:slots]``) is one line on blinkrun's stderr and changes
 nothing: the hosts of the last good run stay. Only the first run must succeed (Horovod's rule),
 because the job starts on what it finds.
@@ -16,14 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import re
 import subprocess
 from typing import Callable, Dict, List, Optional, Tuple
 
 from blinkflow.errors import ConfigError
 
+from .hosts import HostSpecError, parse_host_entry
+
 SCRIPT_TIMEOUT_S = 30.0
-_LINE = re.compile(r"^(?P<host>[A-Za-z0-9_.\-\[\]]+)(?::(?P<slots>[0-9]+))?$")
 
 
 class DiscoveryError(ConfigError):
@@ -38,21 +39,13 @@ def parse_discovery_output(text: str, default_slots: Optional[int], script: str 
         line = raw.strip()
         if not line:
             continue
-        match = _LINE.match(line)
-        if match is None:
-            raise DiscoveryError(f"{script} line {number}: {line[:80]!r} is not 'host' or 'host:slots'")
-        slots = match.group("slots")
-        if slots is None:
-            if default_slots is None:
-                raise DiscoveryError(f"{script} line {number}: {line[:80]!r} gives no slots; print "
-                                     "'host:slots' or pass --slots-per-host N")
-            count = default_slots
-        else:
-            count = int(slots)
-        if count < 1:
-            raise DiscoveryError(f"{script} line {number}: {line[:80]!r}: slots must be >= 1")
-        hosts.pop(match.group("host"), None)
-        hosts[match.group("host")] = count
+        try:
+            host = parse_host_entry(line, f"{script} line {number}: {line[:80]!r}", default_slots)
+        except HostSpecError as e:
+            hint = " or pass --slots-per-host N" if default_slots is None and "gives no slots" in str(e) else ""
+            raise DiscoveryError(f"{e}{hint}") from None
+        hosts.pop(host.name, None)
+        hosts[host.name] = host.slots
     return hosts
 
 

@@ -1,4 +1,12 @@
-"""Hosts of a job: ``-H host1:4,host2:4`` or a hostfile of ``host slots=N`` lines.
+"""Hosts of a job: ``-H host1:4,host2:4``, a hostfile of ``host slots=N`` lines, or the lines
+``host[:slots]`` an elastic job's host discovery script prints.
+
+Every host name, wherever it comes from, passes :func:`check_host_name`: a DNS host name
+(RFC 1123 labels of letters, digits, ``-`` and ``_``, none starting or ending with ``-``), an
+IPv4 address, or an IPv6 address (in brackets where slots may follow it: ``[fe80::1]:2``). A
+name that starts with ``-`` would reach ``ssh`` (which Open MPI runs with the host name as an
+argument) as an option such as ``-oProxyCommand=...``, so it is never a host name.
+:func:`parse_host_entry` is the one reader of ``host[:slots]`` (``-H`` entries and discovery lines).
 
 Parsing is pure and raises :class:`HostSpecError` naming the entry (or file and line) at fault,
 so ``blinkrun`` can print one line and exit 2.
@@ -6,8 +14,9 @@ so ``blinkrun`` can print one line and exit 2.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 from blinkflow.errors import ConfigError
 
@@ -22,15 +31,63 @@ class Host:
     slots: int
 
 
-_NAME = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+$")   # host names, IPv4, bracketed IPv6
+_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+MAX_NAME = 253   # RFC 1035: the longest name DNS carries
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def check_host_name(name: str, where: str) -> str:
+    """``name`` when it is a host name, an IPv4 address or an IPv6 address (bare or in
+    brackets); HostSpecError naming ``where`` and what a host name is otherwise."""
+    if name.startswith("[") and name.endswith("]") and _is_ipv6(name[1:-1]):
+        return name
+    if ":" in name and _is_ipv6(name):
+        return name
+    if name and len(name) <= MAX_NAME and all(_LABEL.fullmatch(label) for label in name.split(".")):
+        return name
+    lead = " (a name starting with '-' would reach ssh as an option)" if name.startswith("-") else ""
+    raise HostSpecError(f"{where}: {name[:80]!r} is not a host name{lead}; a host is a DNS name (letters, digits, "
+                        "'-', '_' and dots; no label starts or ends with '-'), an IPv4 address or an IPv6 address "
+                        "in brackets")
 
 
 def _check(name: str, slots: int, where: str) -> Host:
-    if not name or not _NAME.match(name):
-        raise HostSpecError(f"{where}: {name!r} is not a host name")
+    check_host_name(name, where)
     if slots < 1:
         raise HostSpecError(f"{where}: slots must be >= 1, got {slots}")
     return Host(name, slots)
+
+
+def parse_host_entry(entry: str, where: str, default_slots: Optional[int] = 1) -> Host:
+    """``host``, ``host:slots`` or ``[ipv6]:slots`` -> Host; a host without slots gets
+    ``default_slots`` (None: it must give them). A bare IPv6 address cannot take slots (its
+    last group would read as them): it must be in brackets."""
+    if entry.startswith("["):
+        name, close, rest = entry.partition("]")
+        name += close
+        if rest and not rest.startswith(":"):
+            raise HostSpecError(f"{where}: expected [ipv6-address]:slots")
+        slots = rest[1:] if rest else None
+    elif entry.count(":") > 1:
+        raise HostSpecError(f"{where}: write an IPv6 address in brackets, e.g. [fe80::1]:2")
+    else:
+        name, sep, slots = entry.partition(":")
+        slots = slots if sep else None
+    check_host_name(name, where)
+    if slots is None:
+        if default_slots is None:
+            raise HostSpecError(f"{where}: gives no slots; write 'host:slots'")
+        return _check(name, default_slots, where)
+    if not re.fullmatch(r"[0-9]+", slots):
+        raise HostSpecError(f"{where}: slots must be a positive integer (expected host:slots)")
+    return _check(name, int(slots), where)
 
 
 def parse_hosts_arg(text: str) -> List[Host]:
@@ -40,12 +97,7 @@ def parse_hosts_arg(text: str) -> List[Host]:
         entry = entry.strip()
         if not entry:
             raise HostSpecError(f"-H {text!r}: empty host entry (expected host1:slots,host2:slots)")
-        name, sep, slots = entry.rpartition(":") if ":" in entry and not entry.endswith("]") else (entry, "", "")
-        if not sep:
-            name, slots = entry, "1"
-        if not re.fullmatch(r"[0-9]+", slots):
-            raise HostSpecError(f"-H entry {entry!r}: slots must be a positive integer (expected host:slots)")
-        hosts.append(_check(name, int(slots), f"-H entry {entry!r}"))
+        hosts.append(parse_host_entry(entry, f"-H entry {entry!r}"))
     return _no_duplicates(hosts, "-H")
 
 

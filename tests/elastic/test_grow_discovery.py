@@ -25,10 +25,14 @@ def test_a_repeated_host_keeps_its_last_line_in_its_last_place():
 
 
 @pytest.mark.parametrize("text, says", [
-    ("a:4\nb c\n", "line 2: 'b c' is not 'host' or 'host:slots'"),
+    ("a:4\nb c\n", "line 2: 'b c': 'b c' is not a host name"),
+    # would reach ssh as an option
+    ("a:4\n-oProxyCommand=touch /tmp/x:2\n", "line 2: '-oProxyCommand=touch /tmp/x:2': '-oProxyCommand=touch /tmp/x' "
+                                             "is not a host name (a name starting with '-' would reach ssh"),
+    ("-H:2\n", "is not a host name (a name starting with '-'"),
     ("a:x\n", "line 1: 'a:x'"),
     ("a:0\n", "slots must be >= 1"),
-    ("a\n", "gives no slots; print 'host:slots' or pass --slots-per-host N"),
+    ("a\n", "gives no slots; write 'host:slots' or pass --slots-per-host N"),
 ])
 def test_garbage_names_its_line(text, says):
     with pytest.raises(DiscoveryError) as caught:
@@ -82,4 +86,4 @@ def test_blinkrun_refuses_to_start_when_the_first_discovery_fails(tmp_path):
     done = run_blinkrun(["-np", "2", "--host-discovery-script", path, "python", "-c", "pass"], timeout=60)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "line 2: '!!' is not 'host' or 'host:slots'" in lines[0], done.stderr
+    assert len(lines) == 1 and "line 2: '!!': '!!' is not a host name" in lines[0], done.stderr
