@@ -374,6 +374,17 @@ def _parse(field: dataclasses.Field, raw: str, name: str):
     return raw
 
 
+def cache_dir(environ: Optional[Mapping[str, str]] = None) -> str:
+    """blinkflow's folder of built libraries: ``$XDG_CACHE_HOME/blinkflow``, or
+    ``~/.cache/blinkflow`` where ``XDG_CACHE_HOME`` is unset or not an absolute path (the XDG
+    Base Directory Specification ignores a relative one)."""
+    environ = os.environ if environ is None else environ
+    base = environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "blinkflow")
+
+
 _CONFIG: Optional[Config] = None
 
 

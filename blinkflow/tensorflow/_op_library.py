@@ -1,5 +1,6 @@
 """The bindings' C++ ops, compiled on first use with ``g++`` against the installed TensorFlow's
-headers into ``~/.cache/blinkflow``, once per TensorFlow version and source text:
+headers into blinkflow's cache folder (``$XDG_CACHE_HOME/blinkflow``, else ``~/.cache/blinkflow``:
+:func:`blinkflow.config.cache_dir`), once per TensorFlow version and source text:
 
 * the graph ops (:func:`load`): ``BlinkflowRaiseOnError`` (``raise_on_error_op.cc``), a runtime
   error keeps its ``tf.errors`` code inside a graph (:mod:`._errors`); ``BlinkflowAwait``
@@ -9,6 +10,13 @@ headers into ``~/.cache/blinkflow``, once per TensorFlow version and source text
   an XLA cluster, lowered to a custom call (:mod:`._xla`). It links ``libtensorflow_cc`` (where
   TensorFlow keeps its XLA bridge), so it is a library of its own: a TensorFlow whose XLA headers
   do not compile still gets the graph ops.
+
+What is loaded is trusted code, so the cache is guarded (:mod:`._library_cache`): the folder is
+made 0700, and a library that is not a regular file owned by this user, or that its group or
+others may write, is removed and built again, never loaded. The compiler runs tied to its
+process (:func:`blinkflow.child_process.run_tied`): killed with it, children included. It
+writes to a temporary file named after its host and process, renamed into place when done; the
+next build removes those whose process is gone.
 
 Without a compiler the graph ops degrade (logged once): errors surface as ``UnknownError``, and
 TF1 graphs wait for collectives on TensorFlow's threads. Without the XLA op a collective inside
@@ -22,11 +30,14 @@ import hashlib
 import logging
 import os
 import subprocess
-import tempfile
 import threading
 from typing import List, NamedTuple, Optional
 
 import tensorflow as tf
+
+from ..child_process import run_tied
+from ..config import cache_dir
+from . import _library_cache
 
 log = logging.getLogger(__name__)
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -52,8 +63,7 @@ def library_path(sources: List[str], stem: str) -> str:
     for source in sources:
         with open(source, "rb") as f:
             digest.update(f.read())
-    cache = os.path.join(os.path.expanduser("~"), ".cache", "blinkflow")
-    return os.path.join(cache, f"{stem}-tf{tf.__version__}-{digest.hexdigest()[:12]}.so")
+    return os.path.join(cache_dir(), f"{stem}-tf{tf.__version__}-{digest.hexdigest()[:12]}.so")
 
 
 def _xla_flags() -> List[str]:
@@ -64,31 +74,35 @@ def _xla_flags() -> List[str]:
 
 
 def _compile(sources: List[str], extra: List[str], target: str) -> None:
-    os.makedirs(os.path.dirname(target), exist_ok=True)
     # Compile to a private file and rename: ranks that compile at once never load a half-written
     # library (rename is atomic on one file system).
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(target))
-    os.close(fd)
+    tmp = _library_cache.temporary_path(target)
     cmd = (["g++", "-shared", "-fPIC", "-O1", "-w"] + sources + ["-o", tmp] + tf.sysconfig.get_compile_flags()
            + tf.sysconfig.get_link_flags() + extra)
     try:
-        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=900)
+        run_tied(cmd, timeout=900)
+        os.chmod(tmp, 0o700)   # whatever the umask: a library others may write is never loaded
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
 
 
-def _build_once(sources: List[str], extra: List[str], target: str) -> None:
-    """Build ``target`` unless it exists; the ranks of a host take turns on a lock file, so one
-    compiles and the others load its result (a compile takes tens of seconds of a core)."""
-    if os.path.exists(target):
-        return
-    os.makedirs(os.path.dirname(target), exist_ok=True)
+def _build_once(sources: List[str], extra: List[str], target: str) -> str:
+    """``target``, built unless a trusted build exists; the ranks of a host take turns on a lock
+    file, so one compiles and the others load its result (a compile takes tens of seconds of a
+    core)."""
+    folder = _library_cache.private_folder(os.path.dirname(target))
+    target = os.path.join(folder, os.path.basename(target))
+    if _library_cache.trusted(target):
+        return target
     with open(target + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not os.path.exists(target):
+        _library_cache.remove_leftovers(folder)
+        if not _library_cache.trusted(target):
+            _library_cache.remove_untrusted(target)
             _compile(sources, extra, target)
+    return target
 
 
 def _load(key: str, sources: List[str], extra: List[str], consequence: str, signatures) -> Optional[Loaded]:
@@ -100,7 +114,7 @@ def _load(key: str, sources: List[str], extra: List[str], consequence: str, sign
         target = library_path(sources, f"blinkflow_{key}")
         loaded = None
         try:
-            _build_once(sources, extra, target)
+            target = _build_once(sources, extra, target)
             loaded = Loaded(tf.load_op_library(target), ctypes.CDLL(target))
             for function, argtypes in signatures.items():
                 getattr(loaded.native, function).argtypes = argtypes

@@ -19,6 +19,10 @@ Rules that follow from XLA:
   two collectives and every rank runs them in the same order.
 * A submission (:func:`._bridge.submit`) copies its inputs before returning its handle: XLA may
   reuse an input buffer as soon as the custom call returns, while the runtime reduces later.
+* The callback table (:data:`_calls`) holds an entry per traced collective for as long as the
+  graph it was traced into lives: a ``tf.function``'s graphs (control-flow bodies included) live
+  as long as something can still run them, and when the last goes, :func:`_release` drops their
+  entries, so retracing or dropping functions does not grow the table for the life of the process.
 * Errors keep their ``tf.errors`` code: the callback returns the code of the blinkflow error and
   XLA fails the step with it (a cross-rank mismatch is a FailedPreconditionError).
 """
@@ -51,9 +55,14 @@ class _Call(NamedTuple):
 
 
 _calls: Dict[int, _Call] = {}
+"""call id -> the collective's callback, while the graph that holds its op lives."""
 _ids = itertools.count(1)
 _lock = threading.Lock()
-_chains: "weakref.WeakKeyDictionary[tf.Graph, tf.Tensor]" = weakref.WeakKeyDictionary()
+#: The attribute of a graph holding its last collective's ``done`` token. On the graph, not in a
+#: WeakKeyDictionary: the token refers to its graph, so a dictionary's value would keep its own
+#: key (the graph, and every callback it owns) alive for good.
+_CHAIN = "_blinkflow_xla_done"
+_owned: "weakref.WeakKeyDictionary[tf.Graph, List[int]]" = weakref.WeakKeyDictionary()
 _installed = []
 calls_run = 0
 """How many collectives ran through the custom call in this process."""
@@ -83,23 +92,37 @@ def call(fn: Callable[[List], Sequence], tensors: Sequence[tf.Tensor], out_dtype
                 f"{shape}, which is only known when it runs; XLA needs static shapes. Use allreduce or broadcast "
                 "there, or compile without XLA (tf.function(jit_compile=False), model.compile(jit_compile=False))")
     module = _library().module
-    call_id = _register(_Call(fn, [t.dtype.as_numpy_dtype for t in tensors], [d.as_numpy_dtype for d in out_dtypes],
-                              copy_inputs))
     graph = tf.compat.v1.get_default_graph()
-    after = _chains.get(graph)
+    call_id = _register(_Call(fn, [t.dtype.as_numpy_dtype for t in tensors], [d.as_numpy_dtype for d in out_dtypes],
+                              copy_inputs), graph)
+    after = getattr(graph, _CHAIN, None)
     if after is None:
         after = tf.constant(0, tf.int64)
     outs, done = module.blinkflow_xla_call(after, tensors, Tout=out_dtypes, out_shapes=out_shapes,
                                             call_id=call_id)
-    _chains[graph] = done
+    setattr(graph, _CHAIN, done)
     return list(outs)
 
 
-def _register(entry: _Call) -> int:
+def _register(entry: _Call, graph) -> int:
+    """A new call id for ``entry``, released with ``graph`` (the graph its op is built in)."""
     with _lock:
         call_id = next(_ids)
         _calls[call_id] = entry
+        owned = _owned.get(graph)
+        if owned is None:
+            owned = _owned[graph] = []
+            weakref.finalize(graph, _release, owned)
+        owned.append(call_id)
     return call_id
+
+
+def _release(call_ids: List[int]) -> None:
+    """Drop the entries of a graph that is gone (no compiled program can reach them any more).
+    A finalizer, so it may run in the middle of :func:`_register` on the same thread: it takes
+    no lock (``dict.pop`` is atomic under the GIL)."""
+    for call_id in call_ids:
+        _calls.pop(call_id, None)
 
 
 def _library():
@@ -120,7 +143,10 @@ def _run(call_id, n_in, in_desc, in_ptrs, n_out, out_desc, out_ptrs, stream, err
     """The custom call's body (XLA's thread, the GIL taken by ctypes): never raises."""
     global calls_run
     try:
-        entry = _calls[call_id]
+        entry = _calls.get(call_id)
+        if entry is None:
+            raise BlinkflowError(f"XLA ran blinkflow collective call {call_id}, whose graph is gone (its callback was "
+                                 "released with the tf.function or graph that traced it); trace the function again")
         ins = _shapes(in_desc, n_in)
         outs = _shapes(out_desc, n_out)
         if stream:
