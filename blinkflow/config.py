@@ -396,6 +396,13 @@ def get_config() -> Config:
     return _CONFIG
 
 
+def forget_config() -> None:
+    """Read the environment again at the next :func:`get_config`: a rank an elastic job started
+    receives the job's settings from its rank 0 after it began (``blinkflow.elastic.grow``)."""
+    global _CONFIG
+    _CONFIG = None
+
+
 #: Open MPI settings blinkflow needs before MPI starts; a value the user set wins.
 #: ``osc=^ucx``: blinkflow's one-sided windows are shared memory only, and Open MPI 5's UCX
 #: one-sided component prints a spurious error for them on machines without RDMA hardware.

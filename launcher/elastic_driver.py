@@ -65,8 +65,10 @@ def initial_slots(np: int, hosts: Sequence[Tuple[str, int]], now: float) -> Dict
 class ElasticDriver:
     """Publishes spawn requests for free slots and books the ranks' starts and ends.
 
-    ``slot_argv(slot)`` is the argv of a new rank's wrapper (with its environment); ``wdir`` its
-    working folder; ``say`` prints one line
+    ``slot_argv(slot)`` is the argv of a new rank's wrapper (no variable's value: those travel
+    from the job's rank 0 to the new ranks over MPI, see ``blinkflow/elastic/grow.py``);
+    ``forward`` the names of the variables a new rank gets so, written in the hosts file for
+    rank 0 (names only, as ``mpirun -x NAME`` takes them); ``wdir`` its working folder; ``say`` prints one line
     on blinkrun's stderr; ``discover`` returns the hosts of one discovery run (raising
     DiscoveryError), None for a job without a discovery script.
     """
@@ -74,8 +76,9 @@ class ElasticDriver:
     def __init__(self, spec: ElasticSpec, hosts_file: str, hosts: Sequence[Tuple[str, int]], np: int,
                  slot_argv: Callable[[int], List[str]], wdir: str,
                  say: Callable[[str], None], discover: Optional[Callable[[], Dict[str, int]]] = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, forward: Sequence[str] = ()):
         self.spec, self.hosts_file, self.slot_argv = spec, hosts_file, slot_argv
+        self.forward = sorted(forward)
         self.wdir, self.say, self.clock = wdir, say, clock
         self.discover = discover
         self.book = HostBook(spec.blacklist_cooldown_range)
@@ -256,7 +259,7 @@ class ElasticDriver:
 
     def write(self) -> None:
         """The hosts file, replaced whole."""
-        body = {"schema": HOSTS_FILE_SCHEMA, "wdir": self.wdir, "requests": self.requests}
+        body = {"schema": HOSTS_FILE_SCHEMA, "wdir": self.wdir, "forward": self.forward, "requests": self.requests}
         temporary = f"{self.hosts_file}.{os.getpid()}.tmp"
         with open(temporary, "w") as f:
             json.dump(body, f)

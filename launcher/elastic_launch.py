@@ -7,7 +7,8 @@
   go, and ``MPI_Comm_spawn`` refuses ranks beyond the slots otherwise), and on more than one
   host what lets a job outlive a host that goes silent (:data:`HOST_LOSS_ARGS`);
 - :func:`start_driver`: the :class:`.elastic_driver.ElasticDriver` that polls discovery and
-  writes the job's hosts file, and the ``BLINKFLOW_ELASTIC_*`` settings the ranks get.
+  writes the job's hosts file (the argv of each new rank, and the names, never the values, of
+  the variables it gets from the job), and the ``BLINKFLOW_ELASTIC_*`` settings the ranks get.
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ import os
 import sys
 from typing import List, Mapping, Optional, Sequence, Tuple
 
-from blinkflow.config import Config
 from blinkflow.errors import ConfigError
 
 from .elastic_discovery import run_discovery_script
@@ -91,14 +91,20 @@ def mpirun_args(impl: MpiImpl, hosts: Sequence[Host] = (), environ: Optional[Map
     return ULFM_ARGS + ("--oversubscribe",) + HOST_LOSS_ARGS + detector
 
 
-def slot_argv(python: str, launch: LaunchSpec, slot: int, env: Mapping[str, str]) -> List[str]:
-    """A new rank's wrapper, as mpirun starts the others, with its slot as its rank tag; run
-    through ``env`` with the variables mpirun's ``-x`` gives the others (a spawned process does
-    not inherit them), and ``BLINKFLOW_ELASTIC_JOINING=1``, which makes its ``init()`` join."""
-    variables = dict(env, **{Config.env_name("elastic_joining"): "1"})
+def slot_argv(python: str, launch: LaunchSpec, slot: int) -> List[str]:
+    """A new rank's wrapper, as mpirun starts the others, with its slot as its rank tag. It holds
+    no variable's value: a command line is readable by every user of the host (``ps``,
+    ``/proc/PID/cmdline``), and this one is also written to the hosts file and handed to
+    ``MPI_Comm_spawn``. The job's rank 0 gives the new rank the variables of :func:`forwarded_names`
+    over MPI (``blinkflow/elastic/grow.py``)."""
     wrapper = rank_command(python, dataclasses.replace(launch, wrapped=True))   # [python, -m, module, ...]
-    return ["env", *(f"{k}={v}" for k, v in sorted(variables.items())), *wrapper[:3], "--rank", str(slot),
-            *wrapper[3:]]
+    return [*wrapper[:3], "--rank", str(slot), *wrapper[3:]]
+
+
+def forwarded_names(environ: Mapping[str, str], settings: Mapping[str, str]) -> List[str]:
+    """The variables a new rank gets from the job, as mpirun's ``-x`` gives them to the others:
+    blinkrun's forwarded ones (:mod:`.env_forwarding`) and the ranks' ``BLINKFLOW_*`` settings."""
+    return sorted(set(forwarded_variables(environ)) | set(settings))
 
 
 def start_driver(spec: ElasticSpec, launch: LaunchSpec, scratch: str, environ: Mapping[str, str],
@@ -109,14 +115,12 @@ def start_driver(spec: ElasticSpec, launch: LaunchSpec, scratch: str, environ: M
     hosts_file = os.path.join(scratch, HOSTS_FILE_NAME)
     settings = dict(launch.settings)
     settings.update(spec.settings_env(hosts_file))
-    spawn_env = {name: environ[name] for name in forwarded_variables(environ)}   # as mpirun's -x
-    spawn_env.update(settings)
     hosts = [(h.name, h.slots) for h in launch.hosts] or [("localhost", launch.np)]
     driver = ElasticDriver.for_script(spec, hosts_file=hosts_file, hosts=hosts, np=launch.np,
-                                      slot_argv=lambda slot: slot_argv(sys.executable, launch, slot, spawn_env),
-                                      wdir=os.getcwd(), say=say)
+                                      slot_argv=lambda slot: slot_argv(sys.executable, launch, slot),
+                                      forward=forwarded_names(environ, settings), wdir=os.getcwd(), say=say)
     driver.start()
     return driver, dataclasses.replace(launch, settings=settings)
 
 
-__all__ = ["DETECTOR_SETTINGS", "HOST_LOSS_ARGS", "HOSTS_FILE_NAME", "mpirun_args", "slot_argv", "start_driver", "starting_hosts", "with_elastic_start"]
+__all__ = ["DETECTOR_SETTINGS", "HOST_LOSS_ARGS", "HOSTS_FILE_NAME", "forwarded_names", "mpirun_args", "slot_argv", "start_driver", "starting_hosts", "with_elastic_start"]

@@ -25,9 +25,16 @@ process that the job's ``mpirun`` did not start cannot connect to it (``MPI_ERR_
 two are not in one PMIx universe without a separate PRRTE DVM), while ``Comm_spawn`` under
 ``mpirun --with-ft ulfm`` starts the ranks through the job's own launcher, also after ranks were
 lost and the job shrank, and places them with the ``host``/``add-host`` info keys. Spawned ranks
-do not inherit ``mpirun -x`` variables: blinkrun's argv for them sets their environment
-(``env NAME=VALUE ... python -m blinkflow.launcher.rank_exec ...``; an info value holds only
-``MPI_MAX_INFO_VAL`` characters).
+do not inherit ``mpirun -x`` variables, and their values must not travel on a command line
+(readable by every user of the host) nor in the hosts file: the spawn's info sets
+``BLINKFLOW_ELASTIC_JOINING=1`` in their environment (Open MPI's ``PMIX_ENVAR`` key: one value
+of at most ``MPI_MAX_INFO_VAL``, 256 characters, too few for a whole environment), and the job's
+rank 0 sends each new rank the variables blinkrun forwards (the hosts file names them, as
+``mpirun -x NAME`` does) over the spawn's intercommunicator, before the merge. A new rank
+(:func:`join_running_job`) sets those its own environment lacks (its host's Open MPI daemon
+gave it the others: on blinkrun's host, all of them) and reads its settings again. Variables a
+process reads only when it starts (``LD_LIBRARY_PATH``, ``PYTHONPATH``) therefore come from
+the new rank's host.
 """
 from __future__ import annotations
 
@@ -47,6 +54,9 @@ from ..runtime.log import logger
 WATCH_INTERVAL_S = 0.05
 #: How often rank 0 tells the states of a request again while the job has not acted on it.
 RETELL_INTERVAL_S = 0.25
+#: The tag of rank 0's message of forwarded variables to each new rank (on the spawn's
+#: intercommunicator, where no other point-to-point message travels).
+ENVIRONMENT_TAG = 38
 
 _applied = 0
 """The id of the last request this job acted on (the same on every rank; newcomers receive it)."""
@@ -63,7 +73,7 @@ def read_requests(path: Optional[str], after: int) -> List[dict]:
     try:
         with open(path) as f:
             body = json.load(f)
-        return [dict(r, wdir=body.get("wdir")) for r in body.get("requests", ())
+        return [dict(r, wdir=body.get("wdir"), forward=list(body.get("forward", ()))) for r in body.get("requests", ())
                 if int(r["id"]) > after]
     except FileNotFoundError:
         return []
@@ -147,7 +157,9 @@ def reset():
     finally:
         for info in infos:
             info.Free()
+    sends = _send_environment(inter, requests) if comm.Get_rank() == 0 else []
     merged = inter.Merge(high=False)
+    MPI.Request.Waitall(sends)
     inter.Free()
     merged.bcast(_applied, root=0)   # the newcomers learn which requests the job acted on
     return reform_on(merged)
@@ -191,6 +203,23 @@ def _spawn_within(comm, commands, argvs, counts, infos, requests):
     return done["inter"]
 
 
+def _send_environment(inter, requests: List[dict]) -> list:
+    """Rank 0: the forwarded variables (names from blinkrun's hosts file, values from this
+    process's environment, which ``mpirun -x`` gave it) to every new rank, without waiting."""
+    names = sorted({name for request in requests for name in request.get("forward", ())})
+    environment = {name: os.environ[name] for name in names if name in os.environ}
+    return [inter.isend(environment, dest=rank, tag=ENVIRONMENT_TAG) for rank in range(inter.Get_remote_size())]
+
+
+def _adopt_environment(environment: dict) -> None:
+    """A new rank: set the forwarded variables its environment lacks, then read the settings again."""
+    from ..config import forget_config
+
+    for name, value in environment.items():
+        os.environ.setdefault(name, value)
+    forget_config()
+
+
 def join_running_job():
     """In a rank an elastic job spawned (``BLINKFLOW_ELASTIC_JOINING=1``): merge with the job and
     start the runtime with it; collective with the job's :func:`reset`."""
@@ -206,6 +235,7 @@ def join_running_job():
     if parent == MPI.COMM_NULL:
         raise ConfigError(f"{Config.env_name('elastic_joining')}=1, but no running job started this process "
                           "(MPI_Comm_get_parent is null); unset it: only ranks an elastic job spawns join one")
+    _adopt_environment(parent.recv(source=0, tag=ENVIRONMENT_TAG))
     merged = parent.Merge(high=True)
     parent.Free()
     _applied = merged.bcast(None, root=0)
@@ -242,6 +272,7 @@ def _spawn_arguments(requests: List[dict], root: bool):
             info = MPI.Info.Create()
             if root:
                 info.Set(request.get("info_key") or "host", str(request["host"]))
+                info.Set("PMIX_ENVAR", f"{Config.env_name('elastic_joining')}=1")
                 if request.get("wdir"):
                     info.Set("wdir", str(request["wdir"]))
             infos.append(info)

@@ -1,4 +1,6 @@
 """What an elastic job changes in blinkrun's launch: ULFM, where it starts, a new rank's argv."""
+import json
+import os
 import stat
 
 import pytest
@@ -6,7 +8,8 @@ import pytest
 from blinkflow.config import Config
 from blinkflow.errors import ConfigError
 from blinkflow.launcher.elastic_flags import ElasticSpec
-from blinkflow.launcher.elastic_launch import DETECTOR_SETTINGS, HOST_LOSS_ARGS, mpirun_args, slot_argv, starting_hosts
+from blinkflow.launcher.elastic_launch import (DETECTOR_SETTINGS, HOST_LOSS_ARGS, HOSTS_FILE_NAME, forwarded_names,
+                                              mpirun_args, slot_argv, start_driver, starting_hosts)
 from blinkflow.launcher.hosts import Host
 from blinkflow.launcher.mpi_impl import MPICH, OPEN_MPI, MpiImpl
 from blinkflow.launcher.mpirun_argv import LaunchSpec
@@ -40,13 +43,50 @@ def test_an_mpi_without_ulfm_is_refused():
         mpirun_args(HYDRA)
 
 
-def test_a_new_rank_is_the_wrapper_with_its_slot_and_the_jobs_environment():
+def test_a_new_rank_is_the_wrapper_with_its_slot_and_no_variables_value():
+    """A command line is readable by every user of the host: the new rank's variables travel
+    from the job's rank 0 over MPI, and the hosts file names them only."""
     launch = LaunchSpec(np=2, command=("python", "train.py"), output_dir="/logs")
-    argv = slot_argv("/venv/bin/python", launch, 5, {"PATH": "/venv/bin:/usr/bin", "BLINKFLOW_ELASTIC_MIN_NP": "1"})
-    assert argv == ["env", "BLINKFLOW_ELASTIC_JOINING=1", "BLINKFLOW_ELASTIC_MIN_NP=1", "PATH=/venv/bin:/usr/bin",
-                    "/venv/bin/python", "-m", "blinkflow.launcher.rank_exec", "--rank", "5", "--output-dir", "/logs",
+    argv = slot_argv("/venv/bin/python", launch, 5)
+    assert argv == ["/venv/bin/python", "-m", "blinkflow.launcher.rank_exec", "--rank", "5", "--output-dir", "/logs",
                     "--", "python", "train.py"]
     assert Config.from_env({"BLINKFLOW_ELASTIC_JOINING": "1"}).elastic_joining == 1
+    environ = {"PATH": "/venv/bin:/usr/bin", "CLOUD_TOKEN": "s3cr3t-value", "SSH_AUTH_SOCK": "/tmp/agent",
+               "BLINKFLOW_CYCLE_TIME": "5"}
+    assert forwarded_names(environ, {"BLINKFLOW_ELASTIC_MIN_NP": "1"}) == [
+        "BLINKFLOW_CYCLE_TIME", "BLINKFLOW_ELASTIC_MIN_NP", "CLOUD_TOKEN", "PATH"]
+
+
+def test_the_hosts_file_names_the_forwarded_variables_without_their_values(tmp_path):
+    spec = ElasticSpec(min_np=1)
+    launch = LaunchSpec(np=2, command=("python", "train.py"))
+    environ = {"PATH": "/usr/bin", "CLOUD_TOKEN": "s3cr3t-value"}
+    driver, launch = start_driver(spec, launch, str(tmp_path), environ, say=lambda line: None)
+    try:
+        driver.requests.append({"id": 1, "host": "localhost", "info_key": "host",
+                                "procs": [{"slot": 2, "argv": driver.slot_argv(2)}]})
+        driver.write()
+    finally:
+        driver.stop()
+    text = (tmp_path / HOSTS_FILE_NAME).read_text()
+    assert "s3cr3t-value" not in text
+    body = json.loads(text)
+    assert "CLOUD_TOKEN" in body["forward"] and "BLINKFLOW_ELASTIC_HOSTS_FILE" in body["forward"]
+    assert not any("=" in arg for request in body["requests"] for proc in request["procs"] for arg in proc["argv"])
+
+
+def test_a_new_rank_takes_the_variables_it_lacks_and_reads_its_settings_again(monkeypatch):
+    from blinkflow import config
+    from blinkflow.elastic import grow
+
+    monkeypatch.setenv("PATH", "/this/hosts/bin")
+    monkeypatch.delenv("CLOUD_TOKEN", raising=False)
+    monkeypatch.delenv("BLINKFLOW_CYCLE_TIME", raising=False)
+    monkeypatch.setattr(config, "_CONFIG", config.Config())
+    grow._adopt_environment({"PATH": "/blinkruns/bin", "CLOUD_TOKEN": "s3cr3t-value", "BLINKFLOW_CYCLE_TIME": "5"})
+    assert os.environ["PATH"] == "/this/hosts/bin" and os.environ["CLOUD_TOKEN"] == "s3cr3t-value"
+    assert config.get_config().cycle_time == 5.0
+    monkeypatch.setattr(config, "_CONFIG", None)
 
 
 def test_the_job_starts_on_what_discovery_finds(tmp_path):

@@ -10,15 +10,15 @@ def write(tmp_path, body) -> str:
     return str(path)
 
 
-BODY = {"schema": 1, "wdir": "/work", "requests": [
-    {"id": 1, "host": "a", "info_key": "host", "procs": [{"slot": 2, "argv": ["env", "python"]}]},
-    {"id": 2, "host": "b", "info_key": "add-host", "procs": [{"slot": 3, "argv": ["env", "python"]}]}]}
+BODY = {"schema": 1, "wdir": "/work", "forward": ["PATH", "TOKEN"], "requests": [
+    {"id": 1, "host": "a", "info_key": "host", "procs": [{"slot": 2, "argv": ["python", "-m", "wrapper"]}]},
+    {"id": 2, "host": "b", "info_key": "add-host", "procs": [{"slot": 3, "argv": ["python", "-m", "wrapper"]}]}]}
 
 
 def test_only_requests_not_acted_on_with_the_working_folder(tmp_path):
     path = write(tmp_path, BODY)
     assert [r["id"] for r in read_requests(path, after=0)] == [1, 2]
-    assert read_requests(path, after=1) == [dict(BODY["requests"][1], wdir="/work")]
+    assert read_requests(path, after=1) == [dict(BODY["requests"][1], wdir="/work", forward=["PATH", "TOKEN"])]
     assert read_requests(path, after=2) == []
 
 
