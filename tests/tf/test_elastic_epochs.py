@@ -29,16 +29,17 @@ def _model():
 class _Recorder(keras.callbacks.Callback):
     """Every trained batch as (state.epoch, batch index in its fit); every epoch end as the epoch
     that ended (it runs before UpdateEpochStateCallback);
-    a HostsUpdatedInterrupt at the start of batch ``at[1]`` of epoch ``at[0]``, once."""
+    a HostsUpdatedInterrupt at the start of the fit's batch ``b`` of epoch ``e`` for each ``(e, b)``
+    of ``at``, in turn."""
 
-    def __init__(self, state, at=None):
+    def __init__(self, state, at=()):
         super().__init__()
-        self.state, self.at = state, at
+        self.state, self.at = state, list(at)
         self.batches, self.epoch_ends = [], []
 
     def on_train_batch_begin(self, batch, logs=None):
-        if self.at == (self.state.epoch, batch):
-            self.at = None
+        if self.at and self.at[0] == (self.state.epoch, batch):
+            self.at.pop(0)
             raise HostsUpdatedInterrupt()
 
     def on_train_batch_end(self, batch, logs=None):
@@ -48,7 +49,7 @@ class _Recorder(keras.callbacks.Callback):
         self.epoch_ends.append(self.state.epoch)
 
 
-def _train(at=None, state_batch=0, state_epoch=0, steps=STEPS, extra=()):
+def _train(at=(), state_batch=0, state_epoch=0, steps=STEPS, extra=()):
     """Run the recipe; returns (model, state, recorder, how many times the function ran)."""
     model = _model()
     state = ObjectState(bcast_object=lambda obj: obj, get_rank=lambda: 0, batch=state_batch, epoch=state_epoch)
@@ -69,7 +70,7 @@ def _train(at=None, state_batch=0, state_epoch=0, steps=STEPS, extra=()):
 
 
 def test_a_reset_mid_epoch_runs_the_batches_left_then_whole_epochs():
-    model, state, recorder, calls = _train(at=(1, 3))
+    model, state, recorder, calls = _train(at=[(1, 3)])
     assert int(model.optimizer.iterations.numpy()) == EPOCHS * STEPS   # 20, not 23
     # 3 batches of epoch 1 before the reset, its other 2 after it, then epochs 2 and 3 whole.
     per_epoch = [sum(1 for e, _ in recorder.batches if e == epoch) for epoch in range(EPOCHS)]
@@ -79,8 +80,16 @@ def test_a_reset_mid_epoch_runs_the_batches_left_then_whole_epochs():
     assert (state.epoch, state.batch) == (EPOCHS, 0)
 
 
+def test_a_second_reset_in_the_resumed_epoch_resumes_it_again():
+    # 3 batches of epoch 1, a reset; 1 of the 2 left, a reset; the last one; epochs 2 and 3.
+    model, state, recorder, calls = _train(at=[(1, 3), (1, 1)])
+    assert calls == [(0, 0), (1, 3), (1, 4), (2, 0)], calls
+    assert int(model.optimizer.iterations.numpy()) == EPOCHS * STEPS
+    assert recorder.epoch_ends == [0, 1, 2, 3] and (state.epoch, state.batch) == (EPOCHS, 0)
+
+
 def test_state_batch_counts_the_batches_done_in_the_running_epoch():
-    _, state, _, _ = _train(at=(2, 1))
+    _, state, _, _ = _train(at=[(2, 1)])
     assert (state.epoch, state.batch) == (EPOCHS, 0)
     state = ObjectState(bcast_object=lambda obj: obj, get_rank=lambda: 0, batch=0, epoch=0)
     seen = []
@@ -97,7 +106,7 @@ def test_state_batch_counts_the_batches_done_in_the_running_epoch():
 
 
 def test_a_reset_in_the_last_epoch_ends_the_training_without_another_fit():
-    model, state, recorder, calls = _train(at=(EPOCHS - 1, 2))
+    model, state, recorder, calls = _train(at=[(EPOCHS - 1, 2)])
     assert int(model.optimizer.iterations.numpy()) == EPOCHS * STEPS
     assert calls == [(0, 0), (EPOCHS - 1, 2)] and state.epoch == EPOCHS, calls
 
@@ -114,7 +123,7 @@ def test_a_callback_that_stops_in_the_resumed_epoch_ends_the_training():
         def on_train_begin(self, logs=None):
             calls_seen[0] += 1
 
-    model, state, _, calls = _train(at=(1, 3), extra=(Count(), StopAtEpochEnd()))
+    model, state, _, calls = _train(at=[(1, 3)], extra=(Count(), StopAtEpochEnd()))
     assert calls == [(0, 0), (1, 3)], calls   # no third fit: the training stopped as asked
     assert int(model.optimizer.iterations.numpy()) == 2 * STEPS and state.epoch == 2
 
