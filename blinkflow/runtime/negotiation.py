@@ -112,11 +112,15 @@ class Negotiator:
             del self.owed[name]
 
     def _keep_owed(self, responses: List[Response]) -> None:
-        """Keep the errors of ``responses`` owed to this rank for calls it has not submitted."""
-        for response in responses:
-            if response.owed_to and self.rank in response.owed_to and response.name not in self.pending:
-                self.owed[response.name] = (response, self.stats["slow_paths"])
-                self.owed.move_to_end(response.name)
+        """Keep the errors of ``responses`` (one slow path: at most one verdict) owed to this
+        rank. None if this rank has one of the verdict's names pending: a cache hit it had not
+        reported yet is a call it made, which the error completes like the others' calls."""
+        owed = [r for r in responses if r.owed_to and self.rank in r.owed_to]
+        if not owed or any(r.name in self.pending for r in owed):
+            return
+        for response in owed:
+            self.owed[response.name] = (response, self.stats["slow_paths"])
+            self.owed.move_to_end(response.name)
         while len(self.owed) > OWED_KEPT:
             self.owed.popitem(last=False)
 

@@ -4,8 +4,8 @@ hard to hit through timing under mpirun."""
 import threading
 
 from blinkflow.runtime.handles import Slot
-from blinkflow.runtime.messages import Kind, Request
-from blinkflow.runtime.negotiation import Negotiator
+from blinkflow.runtime.messages import Kind, Request, Response
+from blinkflow.runtime.negotiation import OWED_KEPT, Negotiator
 from blinkflow.runtime.response_cache import ResponseCache
 from blinkflow.runtime.state import Entry
 from fake_comm import FakeComm, ThreadWorld
@@ -150,3 +150,16 @@ def test_an_error_decided_before_a_rank_made_its_call_answers_that_call_when_it_
     both = sorted([("ERROR", barrier.name), ("ERROR", add.name)])
     assert run_ranks(3, script) == {0: (both, sorted([barrier.name, add.name]), [("ERROR", barrier.name)], {}),
                                     1: (both, [], [], {}), 2: (both, [], [], {})}
+
+
+def test_a_rank_that_made_one_of_the_verdicts_calls_is_owed_none_and_what_it_keeps_is_bounded():
+    def error(name):
+        return Response(Kind.ERROR, name, error="out of order", error_type="ProcessSetError", owed_to=(0, 1))
+
+    negotiator = Negotiator(None, 1, 3, ResponseCache(4, 1), None, band="BAND")
+    negotiator.pending["a"] = entry("a")  # a cache hit it had not reported: its call of the verdict
+    negotiator._keep_owed([error("a"), error("b")])
+    assert dict(negotiator.owed) == {}
+    negotiator.pending.clear()
+    negotiator._keep_owed([error(f"n{i}") for i in range(OWED_KEPT + 10)])
+    assert list(negotiator.owed) == [f"n{i}" for i in range(10, OWED_KEPT + 10)]
