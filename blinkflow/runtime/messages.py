@@ -147,8 +147,9 @@ class Response:
     last_joined: int = -1
     owed_to: Tuple[int, ...] = ()
     """An error decided before every rank submitted the name (:mod:`.fences`): the ranks (set
-    indices) that had not submitted it and may still do so. Each keeps the error and gives it to
-    its own call under the name when that call comes (:class:`~.negotiation.Negotiator`)."""
+    indices) that had made none of the verdict's calls and so may still make this one. Each keeps
+    the error and gives it to its own call under the name when that call comes
+    (:class:`~.negotiation.Negotiator`)."""
 
     def first(self) -> Request:
         return next(r for r in self.requests if r is not None)
