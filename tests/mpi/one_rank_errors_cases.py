@@ -2,9 +2,10 @@
 the call, within the stall bound: a name submitted again while in flight, join() while a peer
 waits in a process set's collective, remove_process_set or add_process_set on one rank (also with
 a rank that comes to its call only after the others' calls were decided), a rank that leaves its
-loop early, a rank whose script ends while the others go on in a process set. Run by ``test_one_rank_errors.py`` under mpirun at 2 and 3 ranks, with a stall
-shutdown of a few seconds; each launch runs the case named on the command line (a stall shutdown
-ends the runtime, so every case has a launch of its own) and reports through tests/harness.py.
+loop early, a rank whose script ends while the others go on in a process set. Run by
+``test_one_rank_errors.py`` under mpirun at 2 and 3 ranks, with a stall shutdown of a few
+seconds; each launch runs the case named on the command line (a stall shutdown ends the runtime,
+so every case has a launch of its own) and reports through tests/harness.py.
 """
 import sys
 import time
