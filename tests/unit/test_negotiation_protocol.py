@@ -3,9 +3,10 @@ corner cases of the response cache, and of errors decided before a rank made its
 hard to hit through timing under mpirun."""
 import threading
 
+from blinkflow.runtime import negotiation
 from blinkflow.runtime.handles import Slot
 from blinkflow.runtime.messages import Kind, Request, Response
-from blinkflow.runtime.negotiation import OWED_KEPT, Negotiator
+from blinkflow.runtime.negotiation import Negotiator
 from blinkflow.runtime.response_cache import ResponseCache
 from blinkflow.runtime.state import Entry
 from fake_comm import FakeComm, ThreadWorld
@@ -161,5 +162,5 @@ def test_a_rank_that_made_one_of_the_verdicts_calls_is_owed_none_and_what_it_kee
     negotiator._keep_owed([error("a"), error("b")])
     assert dict(negotiator.owed) == {}
     negotiator.pending.clear()
-    negotiator._keep_owed([error(f"n{i}") for i in range(OWED_KEPT + 10)])
-    assert list(negotiator.owed) == [f"n{i}" for i in range(10, OWED_KEPT + 10)]
+    negotiator._keep_owed([error(f"n{i}") for i in range(negotiation.OWED_KEPT + 10)])
+    assert list(negotiator.owed) == [f"n{i}" for i in range(10, negotiation.OWED_KEPT + 10)]
