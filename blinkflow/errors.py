@@ -82,6 +82,20 @@ class HostsUpdatedInterrupt(BlinkflowError):
         self.skip_sync = skip_sync
 
 
+class EpochResumedInterrupt(BlinkflowError):
+    """The first epoch of a ``fit`` after a reset ran only the batches the interrupted epoch had
+    left, and that ``fit`` stopped after it: raised by ``UpdateBatchStateCallback`` at the end of
+    that ``fit`` on every rank, so ``blinkflow.elastic.run`` runs the training function again (no
+    reset, no sync: the ranks committed the same state at the epoch's end), whose ``fit`` starts
+    at the next epoch with every batch of it. Keras 3's ``fit`` reads its number of batches per
+    epoch once, so a shorter first epoch takes a ``fit`` of its own."""
+
+    def __init__(self):
+        super().__init__("the interrupted epoch's remaining batches ran; blinkflow.elastic.run starts the "
+                         "training function again at the next epoch (call model.fit inside a function "
+                         "decorated with hvd.elastic.run)")
+
+
 class TensorMismatchError(BlinkflowError):
     """Ranks submitted the same tensor name with different shape, dtype, op, root or scale."""
 

@@ -1,4 +1,4 @@
-"""The one table of ``blinkrun`` flags that set runtime settings (README.md, "Configuration").
+"""The one table of ``blinkrun`` flags that set runtime settings (docs/configuration.md).
 
 Each flag names the :class:`blinkflow.config.Config` field it sets; the variable name derives
 from the field (``Config.env_name``), so nothing here spells a ``BLINKFLOW_*`` name by hand.

@@ -1,5 +1,5 @@
 """Every ``horovodrun`` flag (Horovod 0.28's ``horovod/runner/launch.py``) and what ``blinkrun``
-does with it — the one table ``run_cmd`` turns into options and README.md's flag table mirrors.
+does with it — the one table ``run_cmd`` turns into options and docs/launching.md's flag table mirrors.
 
 A row is handled one of three ways:
 

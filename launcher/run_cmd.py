@@ -146,7 +146,7 @@ def command(**options):
     blinkrun --check-build
 
     horovodrun's flags are taken as horovodrun means them, or refused with what to use instead
-    (README.md, "From horovodrun"). Tools that launch nothing: blinkrun topo | plan | simulate --help.
+    (docs/launching.md, "From horovodrun"). Tools that launch nothing: blinkrun topo | plan | simulate --help.
     """
     try:
         elastic = elastic_spec(options, options["np"])   # None: a fixed-size job

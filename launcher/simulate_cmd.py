@@ -5,7 +5,7 @@
     blinkrun simulate --topology dgx1-p100 --collective allreduce --size 1GB --sweep --png t.png
     blinkrun simulate --topology 64xdgx1-v100 --collective allreduce --size 1GB --sweep --step-budget 1000000
 
-``--json`` prints the object README.md's "Command line" section describes, with ``policy``: the
+``--json`` prints the object docs/topology.md describes, with ``policy``: the
 algorithm and chunk the call-shape policy picks for a job on that topology and its predicted
 seconds (null, "simulated": false, for an algorithm the simulator cannot model); ``--sweep`` a table
 over sizes from 1 KiB up to ``--size`` with the latency / bandwidth crossover; ``--png`` plots time
@@ -41,7 +41,7 @@ from .topo_cmd import parse_gpus
 @click.option("--step-budget", type=click.IntRange(1000), default=STEP_BUDGET, show_default=True,
               help="Most steps one simulated call may have: MIAD starts from fewer, larger chunks when a "
                    "plan has many trees. Raise it for finer chunks on big clusters (slower).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (README.md, \"Command line\").")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (docs/topology.md).")
 @click.option("--sweep", is_flag=True, help="Print a table over sizes from 1KiB up to --size.")
 @click.option("--png", metavar="FILE", default=None, help="Plot time against size (needs matplotlib).")
 def command(topology_spec, gpus, collective, root, size_text, elem_bytes, chunk_text, step_budget, as_json, sweep, png):

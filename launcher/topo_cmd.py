@@ -1,4 +1,4 @@
-"""``blinkrun topo``: show a topology — this machine's, a preset's or a file's (README.md, "Topology").
+"""``blinkrun topo``: show a topology — this machine's, a preset's or a file's (docs/topology.md).
 
     blinkrun topo                               # probe this machine (honours CUDA_VISIBLE_DEVICES);
                                                 # without GPUs, its CPU ranks (one per core)

@@ -4,11 +4,14 @@ The loop of :func:`run_fn`, on every rank:
 
 1. ``state.sync()`` (unless the last reset only lost ranks after a commit every rank made:
    ``HostsUpdatedInterrupt(skip_sync=True)``), then the training function;
-2. a collective raised because the job lost ranks (the runtime failed with
+2. the training function raised :class:`~blinkflow.errors.EpochResumedInterrupt` (its ``fit``
+   ran the batches an interrupted epoch had left, then stopped): back to 1 without a reset, a
+   sync or a count against ``reset_limit``;
+3. a collective raised because the job lost ranks (the runtime failed with
    :class:`~blinkflow.errors.ShutdownError`, Horovod's ``HorovodInternalError``, whatever class
    the framework wrapped it in): ``state.restore()`` rolls back to the last commit;
    :class:`~blinkflow.errors.HostsUpdatedInterrupt`: the state is current;
-3. the reset (:func:`blinkflow.elastic.grow.reset`: new ranks in, or
+4. the reset (:func:`blinkflow.elastic.grow.reset`: new ranks in, or
    :func:`blinkflow.elastic.reform` on the ranks left), ``state.on_reset()`` (the reset callbacks), back
    to 1.
 
@@ -21,7 +24,7 @@ import functools
 from typing import Callable, Optional
 
 from ..config import get_config
-from ..errors import HostsUpdatedInterrupt, ShutdownError
+from ..errors import EpochResumedInterrupt, HostsUpdatedInterrupt, ShutdownError
 from ..runtime.global_state import RUNTIME
 from . import grow, hosts
 
@@ -58,6 +61,9 @@ def run_fn(func: Callable, reset: Callable[[], object] = grow.reset, reset_limit
                     if not skip_sync:
                         state.sync()
                     return func(state, *args, **kwargs)
+                except EpochResumedInterrupt:
+                    skip_sync = True   # every rank committed the same state at the epoch's end
+                    continue
                 except HostsUpdatedInterrupt as interrupt:
                     skip_sync = interrupt.skip_sync
                 except Exception as error:  # noqa: BLE001 - sorted below: only a broken job is retried

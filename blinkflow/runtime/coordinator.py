@@ -78,13 +78,16 @@ class MessageTable:
             out.append(self._respond(name, entry))
         self._ready = []
         if self.fenced_at and not self.joined:
-            # add/remove_process_set called in another order on some ranks: every rank's call fails now.
-            for name, error in fences.out_of_order(self.table, self.fenced_at, self.ranks, time.monotonic(),
-                                                   self.report_after_s).items():
+            # add/remove_process_set called in another order on some ranks: every rank's call fails now,
+            # also the call of a rank that has not made it yet (it is owed the error).
+            errors = fences.out_of_order(self.table, self.fenced_at, self.ranks, time.monotonic(),
+                                         self.report_after_s)
+            owed_to = fences.owed_to([self.table[name] for name in errors], self.fenced_at, self.size)
+            for name, error in errors.items():
                 entry = self.table.pop(name)
                 self.first_seen.pop(name, None)
                 out.append(Response(Kind.ERROR, name, tuple(entry.get(r) for r in range(self.size)), error=error,
-                                    error_type="ProcessSetError"))
+                                    error_type="ProcessSetError", owed_to=owed_to))
             self.fenced_at = {key: t for key, t in self.fenced_at.items() if key[0] in self.table}
         if len(self.joined) == self.size:
             out.append(Response(Kind.JOIN, JOIN_NAME, last_joined=self.joined[-1]))

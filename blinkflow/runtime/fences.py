@@ -14,6 +14,12 @@ a request is sent at once unless it hit the response cache, which is the same on
 a waiting hit is reported once it waited ``report_after_s``. So a name some rank sent fresh (it
 waited less than that) would be on the table from the fenced rank too, had that rank submitted it
 before its fence; a name only reported late is judged once the fence itself waited twice that.
+
+Such an error is decided before every rank made its call: a rank that had neither submitted the
+name nor fenced (it was slower: computing, or asleep) makes its call later, when the others have
+had the error and gone on, so nobody would ever pair with it. The error is therefore *owed* to
+those ranks (:func:`owed_to`): each keeps it, and its call under the name gets it the moment it is
+submitted, without negotiating (:class:`~.negotiation.Negotiator`).
 """
 from __future__ import annotations
 
@@ -52,6 +58,18 @@ def out_of_order(table: Dict[str, Dict[int, Request]], fenced_at: Dict[Tuple[str
             errors.setdefault(fence, f"{called}, while {_ranks(submitted, ranks)} submitted {request.kind.label} "
                                      f"{shown(name)} instead: {_RULE}")
     return errors
+
+
+def owed_to(entries: List[Dict[int, Request]], fenced_at: Dict[Tuple[str, int], float], size: int
+            ) -> Tuple[int, ...]:
+    """The ranks (indices) the errors of one :func:`out_of_order` verdict are owed to: those that
+    made none of its calls (``entries``: each name's {index: request}) and are in no fence
+    (``fenced_at``), so that their next call may be any of them. A rank that made one of the calls
+    has its error; its later calls under the other names are new calls."""
+    involved = {r for _, r in fenced_at}
+    for entry in entries:
+        involved.update(entry)
+    return tuple(r for r in range(size) if r not in involved)
 
 
 def _calls(table, fences: Dict[int, str], lacking: List[int], ranks) -> str:

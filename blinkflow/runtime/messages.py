@@ -135,7 +135,8 @@ class Response:
 
     ``requests[r]`` is rank r's request (first dims and splits differ per rank for all-gather
     and all-to-all, and a joined rank needs the shape it did not submit). ``error`` is set for
-    :data:`Kind.ERROR`; ``error_type`` names the exception class the handle raises.
+    :data:`Kind.ERROR`; ``error_type`` names the exception class the handle raises; ``owed_to``
+    the ranks an error still has to reach (below).
     """
 
     kind: Kind
@@ -144,6 +145,11 @@ class Response:
     error: str = ""
     error_type: str = ""
     last_joined: int = -1
+    owed_to: Tuple[int, ...] = ()
+    """An error decided before every rank submitted the name (:mod:`.fences`): the ranks (set
+    indices) that had made none of the verdict's calls and so may still make this one. Each keeps
+    the error and gives it to its own call under the name when that call comes
+    (:class:`~.negotiation.Negotiator`)."""
 
     def first(self) -> Request:
         return next(r for r in self.requests if r is not None)

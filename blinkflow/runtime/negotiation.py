@@ -20,9 +20,18 @@ ranks gather their requests to rank 0, whose :class:`MessageTable` decides what 
 validates it, and broadcasts the responses with the settings. Every rank then runs the cache hits
 (in bit order) followed by the broadcast responses: the same list, in the same order,
 everywhere, and puts the settings in force after them (:attr:`Negotiator.agreed_settings`).
+
+An error the coordinator decides before some rank submitted the name (``add_process_set`` or
+``remove_process_set`` out of order, :mod:`.fences`) is broadcast with the ranks it is still
+*owed* to (``Response.owed_to``). Such a rank keeps it (:attr:`Negotiator.owed`) and, when its
+call under the name comes, answers that call itself with the error, in the cycle it is submitted:
+the others have had the error and gone on, so the call must not wait for them (it would pair
+with nothing). Answering it is local and collective-free, so it runs after the cycle's agreed
+responses without changing what the ranks run together.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import time
 from typing import Dict, List, Optional, Tuple
@@ -35,6 +44,9 @@ from .state import Entry
 
 #: Flag bits of byte 0 (set = "no", so that AND across ranks answers "nobody").
 _NO_REQUESTS, _NO_SHUTDOWN, _NO_JOIN, _NO_SETTINGS = 1, 2, 4, 8
+#: Owed errors a rank keeps: a verdict owes a rank a few names, and a program that never makes
+#: those calls must not grow the table for good.
+OWED_KEPT = 256
 
 
 class Negotiator:
@@ -64,6 +76,11 @@ class Negotiator:
         """Rank 0: settings to send every rank in the next cycle (the autotuner's), or None."""
         self.agreed_settings = None
         """What the last cycle's broadcast carried for every rank to apply after its responses."""
+        self.owed: "collections.OrderedDict[str, Tuple[Response, int]]" = collections.OrderedDict()
+        """Errors owed to this rank (module docstring): name -> (the error, the slow path that
+        brought it: one verdict). Oldest first, at most :data:`OWED_KEPT`."""
+        self._answered: List[Response] = []
+        """Owed errors of calls submitted this cycle, run after the agreed responses."""
         self.stats = {"cycles": 0, "slow_paths": 0, "cache_hits": 0}
         """Counters for tests and debugging: the fast path shows as cycles without slow paths."""
 
@@ -72,6 +89,9 @@ class Negotiator:
         invalid = []
         for entry in entries:
             self.pending[entry.name] = entry
+            if self.owed and entry.name in self.owed:
+                self._answer(entry)
+                continue
             if entry.request.kind in (Kind.JOIN, Kind.BARRIER):
                 continue
             status, bit = self.cache.lookup(entry.request)
@@ -80,6 +100,29 @@ class Negotiator:
             elif status == INVALID:
                 invalid.append(bit)
         return invalid
+
+    def _answer(self, entry: Entry) -> None:
+        """``entry`` is a call whose error this rank is owed: it is answered here, never sent. The
+        other names of the same verdict are dropped: this rank has now made its call of them,
+        and a later call under another of those names is a new one."""
+        response, verdict = self.owed.pop(entry.name)
+        entry.sent = True
+        self._answered.append(response)
+        for name in [n for n, (_, v) in self.owed.items() if v == verdict]:
+            del self.owed[name]
+
+    def _keep_owed(self, responses: List[Response]) -> None:
+        """Keep the errors of ``responses`` (one slow path: at most one verdict) owed to this
+        rank. None if this rank has one of the verdict's names pending: a cache hit it had not
+        reported yet is a call it made, which the error completes like the others' calls."""
+        owed = [r for r in responses if r.owed_to and self.rank in r.owed_to]
+        if not owed or any(r.name in self.pending for r in owed):
+            return
+        for response in owed:
+            self.owed[response.name] = (response, self.stats["slow_paths"])
+            self.owed.move_to_end(response.name)
+        while len(self.owed) > OWED_KEPT:
+            self.owed.popitem(last=False)
 
     def on_evict(self, bit: int) -> None:
         """A cache entry was dropped on every rank: its waiting hits must negotiate in full."""
@@ -140,6 +183,9 @@ class Negotiator:
             # coordinator, where a later report of the same name would pair with the stale one.
             for name in hit_names:
                 self.table.forget(name)
+        if self._answered:
+            responses += self._answered
+            self._answered = []
         return responses, reasons
 
     def _must_send(self, entry: Entry, now: float) -> bool:
@@ -163,6 +209,7 @@ class Negotiator:
             ready = self.table.pop_ready()
         ready, self.agreed_settings = self.comm.bcast((ready, self.proposed_settings), root=0)
         self.proposed_settings = None
+        self._keep_owed(ready)
         return ready
 
 

@@ -184,13 +184,20 @@ def register_entries(engine, entries: List[Any]) -> None:
 def loop_of(engine, process_set, what: str):
     """The loop of the process set a call names (None: the global set). Raised here, on this
     rank alone (nobody else expects the call): a set that is not registered (ProcessSetError, a
-    ValueError as in Horovod) and a set this rank is not in (InvalidArgumentError)."""
+    ValueError as in Horovod) and a set this rank is not in (InvalidArgumentError). Once the
+    job has stopped (a peer left or failed, or shut down), every set's loop has stopped with it
+    and a call on any set raises the job's ShutdownError, naming that peer, as a global call
+    does: a stop is one event for the whole job, whatever sets the peer was in (Horovod's
+    rule: any rank's shutdown finalizes every process set with its shut-down error), since
+    every set's communicator is split from the job's and goes with it."""
     if process_set is None or process_set is global_process_set:
         return engine.loop
     set_id = set_id_of(process_set)
     loop = engine.loop_for(set_id)
     if loop is not None:
         return loop
+    if engine.state.failure is not None:
+        raise engine.state.failure
     ranks = engine.sets.ranks_of.get(set_id)
     if ranks is None:
         raise ProcessSetError(f"{what}: {process_set} is not registered (it was removed, or never passed to "

@@ -1,4 +1,4 @@
-"""blinkflow's own topology JSON (README.md, "Topology"): load and save with a schema version.
+"""blinkflow's own topology JSON (docs/topology.md): load and save with a schema version.
 
 Errors name the file and the field at fault, so ``blinkrun`` can print one line and exit 2.
 """

@@ -246,7 +246,7 @@ class Topology:
 
     # ---- serialisation ----------------------------------------------------------------------
     def to_dict(self) -> dict:
-        """The JSON shape of ``blinkrun topo --json`` (README.md, "Topology"; plus optional
+        """The JSON shape of ``blinkrun topo --json`` (docs/topology.md; plus optional
         ``detail`` and ``latency_us``)."""
         nodes = []
         for n in self.nodes:

@@ -10,7 +10,8 @@ Prints per rank:
 
 - ``EPOCHLOSS rank <first rank> epoch <e> size <n> loss <x>``: the loss on the whole data set
   after each epoch (the weights are equal on every rank, so it is too);
-- ``FINAL rank <first rank> resets <k> epoch <e> weights <sha256>``: the final weights' digest.
+- ``FINAL rank <first rank> resets <k> epoch <e> weights <sha256>``: the final weights' digest;
+- ``ITERATIONS rank <first rank> <n>``: the optimizer's steps (``optimizer.iterations``) at the end.
 """
 import hashlib
 import os
@@ -71,7 +72,9 @@ callbacks = [Loss(), hvd.elastic.UpdateEpochStateCallback(state), hvd.elastic.Up
 
 @hvd.elastic.run
 def train(state):
-    rows = np.arange(len(X)) % hvd.size() == hvd.rank()  # this rank's shard of the job it is in now
+    # This rank's block of STEPS batches, whatever the job's size now: each epoch is the whole block
+    # (where a shard held fewer batches than the epochs ask for, Keras would end epochs early).
+    rows = np.arange(len(X)) // (STEPS * BATCH) == hvd.rank()
     state.model.fit(X[rows], Y[rows], batch_size=BATCH, steps_per_epoch=STEPS, epochs=EPOCHS - state.epoch,
                     callbacks=callbacks, verbose=0, shuffle=False)
 
@@ -81,5 +84,6 @@ train(state)
 weights = b"".join(np.ascontiguousarray(w).tobytes() for w in model.get_weights())
 print(f"FINAL rank {first} resets {hvd.elastic.resets()} epoch {state.epoch} "
       f"weights {hashlib.sha256(weights).hexdigest()}", flush=True)
+print(f"ITERATIONS rank {first} {int(model.optimizer.iterations.numpy())}", flush=True)
 hvd.shutdown()
 sys.exit(0)

@@ -9,7 +9,7 @@ receives the state and trains the rest of the epochs with the others.
 - ``BEFORE rank <r> weights <sha256>``: a new rank's own initial weights, before it receives any;
 - ``TRAIN rank <r> size <n> epoch <e> batch <b> weights <sha256>``: at each (re)start of the
   training function, after the state was synced;
-- ``FINAL rank <r> size <n> resets <k> epoch <e> weights <sha256>``.
+- ``FINAL rank <r> size <n> resets <k> epoch <e> iterations <optimizer steps> weights <sha256>``.
 """
 import hashlib
 import sys
@@ -74,4 +74,4 @@ def train(state):
 
 train(state)
 print(f"FINAL rank {hvd.rank()} size {hvd.size()} resets {hvd.elastic.resets()} epoch {state.epoch} "
-      f"weights {digest()}", flush=True)
+      f"iterations {int(model.optimizer.iterations.numpy())} weights {digest()}", flush=True)

@@ -2,7 +2,8 @@
 executor against its host-driven runner, bitwise, on the planner's trees of an HGX H100 (and of
 two pretend hosts: the three-phase all-reduce, network edges through the proxy thread).
 
-argv: HOSTS
+argv: HOSTS [CASE ...]; the environment's WATCHDOG_S (60 by default) is the device executor's
+deadline per launch, which the prepared GPU run sets inside its step's time limit.
 
 Two backends on the same ranks: one with BLINKFLOW_ALGORITHM=runner, one with
 BLINKFLOW_ALGORITHM=device. Every collective runs on both with random floats (sums in
@@ -13,6 +14,7 @@ call: the others' launches must end with a BackendError within the deadline, nev
 script of the harness (tests/harness.py).
 """
 import functools
+import os
 import sys
 
 import cupy
@@ -52,7 +54,10 @@ class Timeline:
         pass
 
 
-def make_backend(algorithm, timeout=60.0):
+WATCHDOG_S = float(os.environ.get("WATCHDOG_S", "60"))
+
+
+def make_backend(algorithm, timeout=WATCHDOG_S):
     config = Config(chunk_bytes=2048, algorithm=algorithm)
     ctx = BackendContext(comm=comm, local_comm=local, cross_comm=cross, layout=Layout(me, HOST_OF, DEVICES),
                          topology=TOPOLOGY, config=config,

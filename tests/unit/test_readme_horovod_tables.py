@@ -1,13 +1,16 @@
-"""README.md's tables name every horovodrun flag and every HOROVOD_* variable blinkflow knows, so
-the tables and launcher/horovod_flags.py / blinkflow/config.py cannot drift apart silently."""
+"""docs/launching.md's table names every horovodrun flag and docs/configuration.md every HOROVOD_*
+variable blinkflow knows, so the tables and launcher/horovod_flags.py / blinkflow/config.py cannot
+drift apart silently."""
 import pathlib
 import re
 
 from blinkflow.config import HOROVOD_TWINS, HOROVOD_WITHOUT_TWIN
 from blinkflow.launcher.horovod_flags import HOROVOD_FLAGS, NATIVE, REFUSED
 
-README = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
-SECTION = README[README.index("### From horovodrun"):README.index("--config-file` reads Horovod's YAML")]
+DOCS = pathlib.Path(__file__).parents[2] / "docs"
+LAUNCHING = (DOCS / "launching.md").read_text()
+CONFIGURATION = (DOCS / "configuration.md").read_text()
+SECTION = LAUNCHING[LAUNCHING.index("## From horovodrun"):LAUNCHING.index("--config-file` reads Horovod's YAML")]
 
 
 def _row_of(name):
@@ -25,6 +28,6 @@ def test_every_horovodrun_flag_has_one_row_that_says_how_it_is_handled():
             assert handled == expected, (name, handled)
 
 
-def test_every_horovod_variable_is_in_the_readme():
+def test_every_horovod_variable_is_in_the_configuration_page():
     for name in list(HOROVOD_TWINS) + list(HOROVOD_WITHOUT_TWIN):
-        assert re.search(rf"`{name}[`= ]", README), name
+        assert re.search(rf"`{name}[`= ]", CONFIGURATION), name

@@ -9,7 +9,9 @@ MPI is involved. Virtual rank ``r``'s buffer is row ``r`` of one ``[nranks, nele
 
 The host does per call what the multi-process executor does: one launch and one event; a
 watchdog thread raises the abort flag (pinned, mapped host memory) if the launch is not done
-by its deadline, every block returns, and the call raises a :class:`BackendError`.
+by its deadline, every block returns, and the call raises a :class:`BackendError` that names
+the blocks left waiting and the counter each waited for (:mod:`..stuck_blocks`, read from the
+counters the aborted launch left in device memory).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from ...schedule.device_tables import RankTables, all_tables
 from ...schedule.ir import Schedule
 from .. import device_abi as abi
 from ..device_emulator import view
+from ..stuck_blocks import conn_counters, describe, stuck_blocks
 from ..teardown import quietly
 from . import kernels
 from .device_executor import CALL_TIMEOUT_S, LaunchArrays, check_co_residency, interpreter_name
@@ -111,6 +114,7 @@ class LoopbackExecutor:
         self.arrays = LaunchArrays(cupy, layout.encoded, layout.conns(self.base), layout.block_offsets)
         self.watchdog = Watchdog()
         self.calls = 0
+        self._waited = 0  # calls issued before the last wait began
         self._broken: Optional[str] = None
 
     @property
@@ -131,6 +135,7 @@ class LoopbackExecutor:
 
     def wait(self) -> None:
         """Wait for the calls issued so far, aborting them past the deadline."""
+        first, self._waited = self._waited, self.calls
         self.watchdog.arm(self.abort, self.timeout)
         try:
             self.cupy.cuda.get_current_stream().record().synchronize()
@@ -138,8 +143,25 @@ class LoopbackExecutor:
             fired = self.watchdog.disarm()
         if fired:
             self._broken = f"a launch was not done within {self.timeout:g} s"
-            raise BackendError(f"the loopback executor's launch was not done within {self.timeout:g} s; its blocks "
-                               "were aborted (a table that waits forever)")
+            raise BackendError(f"the loopback executor's launch was not done within {self.timeout:g} s and was "
+                               f"aborted: {self.stuck(first)}")
+
+    def stuck(self, first_call: int = 0) -> str:
+        """What the counters in device memory say about the calls from ``first_call`` on: the
+        blocks of the first call that left any waiting, and what each waited for."""
+        memory = np.empty(self.layout.nbytes, np.uint8)
+        stream = self.cupy.cuda.get_current_stream()
+        self.rt.memcpyAsync(memory.ctypes.data, self.base, self.layout.nbytes, 2, stream.ptr)  # device to host
+        stream.synchronize()
+        lay, enc = self.layout, self.layout.encoded
+        progress = memory[lay.progress_offset:lay.progress_offset + 8 * enc.nblocks].view(np.int64)
+        tails, heads = conn_counters(memory, lay.conn_offsets, 1), conn_counters(memory, lay.conn_offsets, 2)
+        ranks = (lay.block_offsets // max(1, lay.nelems)).tolist()
+        for call in range(first_call, max(first_call + 1, self.calls)):
+            stuck = stuck_blocks(enc, call, progress, tails, heads, ranks)
+            if stuck:
+                return f"call {call}: {describe(stuck)}"
+        return describe([])
 
     def run(self, bufs) -> None:
         """One call: launch and wait."""
