@@ -34,7 +34,9 @@ signatures pair by name and a real difference is a TensorMismatchError), or on X
 ``jit_compile=True`` function is traced like any other). What no naming can make agree is an
 order of calls that differs by rank: Python in a traced function that branches on the rank,
 iterates over a ``set`` or unordered keys (string hashes differ per process), or unnamed eager
-calls issued from several threads at once; such calls need names (``name=``).
+calls issued from several threads at once; such calls need names (``name=``). One case a rank
+can see on its own is refused on every rank (:func:`refuse_while_tracing`): a call on numpy
+arrays (or an object, a barrier) made while a ``tf.function`` is traced.
 """
 from __future__ import annotations
 
@@ -43,6 +45,9 @@ import weakref
 from typing import Dict, List, Tuple
 
 import tensorflow as tf
+
+from ..errors import NotSupportedError
+from ..runtime.global_state import RUNTIME
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/]")
 #: Function graphs TensorFlow generates around a traced function: ``__backward_<function>_<uid>``.
@@ -135,3 +140,21 @@ def scope_name(name: str) -> str:
     """The last part of ``name`` made safe for a TF name scope (the collective keeps the original)."""
     last = _UNSAFE.sub("_", name.rstrip("/").rsplit("/", 1)[-1]).lstrip("_-/")
     return last or "blinkflow"
+
+
+def refuse_while_tracing(kind: str) -> None:
+    """Refuse an automatic runtime name (``<kind>.noname.<n>``) drawn while a ``tf.function`` is
+    traced: a call on numpy arrays there runs once per trace, when the function is traced, not
+    at each call, and when a rank traces is its own history (its first call, a retrace for a new
+    input shape, a function the other ranks never traced), so the counter's position, and with it
+    the name, cannot be the same on every rank. Every rank traces the function, so every rank
+    raises, before anything is submitted."""
+    if tf.inside_function():
+        raise NotSupportedError(
+            f"an unnamed blinkflow {kind} on numpy arrays (or objects) was called while a tf.function was being "
+            "traced: it would run once, when this rank traces the function (a first call, a retrace for a new "
+            "input shape), not at each call, so no name for it can agree across ranks. Pass TensorFlow tensors "
+            "(tf.constant(array)) to make it part of the function, or call it outside the tf.function")
+
+
+RUNTIME.name_guards.append(refuse_while_tracing)

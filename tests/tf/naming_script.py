@@ -9,6 +9,8 @@ branches of a ``tf.cond``, a dataset loop, the gradient of a loop, a nested ``tf
 rank 0 alone traced on its own first, and an XLA-compiled function (``jit_compile=True``) with a
 loop and a cond: every value is right on every rank and nothing stalls (the job's stall shutdown is
 short, so a name that differs by rank fails the case with a ShutdownError instead of hanging).
+An unnamed collective on numpy arrays inside a function being traced, whose name no rank can
+derive alike (it runs when a rank traces), is refused on every rank.
 
 Case script of the harness (tests/harness.py), run with other TF case scripts in one launch.
 """
@@ -17,6 +19,7 @@ import tensorflow as tf
 
 from script_checks import check, close  # noqa: I100 (TF's threads set first)
 
+import blinkflow as bf  # noqa: E402
 import blinkflow.tensorflow as hvd  # noqa: E402
 from harness import run_cases, job_rank_size  # noqa: E402
 
@@ -151,6 +154,25 @@ def case_unnamed_allreduce_in_control_flow_under_xla(rank, size):
     close("XLA: a loop, then a cond", compiled(x, tf.constant(STEPS)), n * averaged_then_counted_up(STEPS))
     check("XLA: the collectives ran through the custom call", _xla.calls_run - before == STEPS + 1,
           f"{_xla.calls_run - before} calls")
+
+
+def case_an_unnamed_numpy_collective_while_tracing_is_refused_on_every_rank(rank, size):
+    start()
+
+    @tf.function
+    def traced(x):
+        bf.allreduce(np.ones(2))   # would run once, when this rank traces
+        return x
+
+    try:
+        traced(tf.constant(1.0))
+    except bf.NotSupportedError as e:
+        check("the error says why and what to do", "while a tf.function was being traced" in str(e)
+              and "outside the tf.function" in str(e), str(e))
+    else:
+        raise AssertionError("an unnamed numpy all-reduce ran while a tf.function was traced")
+    # The refused call drew no name on any rank: the next unnamed call pairs.
+    close("the next unnamed call", bf.allreduce(np.full(2, float(r)), op=bf.Sum), np.full(2, float(sum(range(n)))))
 
 
 if __name__ == "__main__":
