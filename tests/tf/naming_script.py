@@ -9,6 +9,8 @@ branches of a ``tf.cond``, a dataset loop, the gradient of a loop, a nested ``tf
 rank 0 alone traced on its own first, and an XLA-compiled function (``jit_compile=True``) with a
 loop and a cond: every value is right on every rank and nothing stalls (the job's stall shutdown is
 short, so a name that differs by rank fails the case with a ShutdownError instead of hanging).
+A SyncBatchNormalization layer (unnamed all-reduces in a Keras layer's name scope, which Keras
+numbers per process) normalizes with the global batch after rank 0 built one layer more.
 An unnamed collective on numpy arrays inside a function being traced, whose name no rank can
 derive alike (it runs when a rank traces), is refused on every rank.
 
@@ -18,6 +20,8 @@ import numpy as np
 import tensorflow as tf
 
 from script_checks import check, close  # noqa: I100 (TF's threads set first)
+
+import keras  # noqa: E402
 
 import blinkflow as bf  # noqa: E402
 import blinkflow.tensorflow as hvd  # noqa: E402
@@ -154,6 +158,27 @@ def case_unnamed_allreduce_in_control_flow_under_xla(rank, size):
     close("XLA: a loop, then a cond", compiled(x, tf.constant(STEPS)), n * averaged_then_counted_up(STEPS))
     check("XLA: the collectives ran through the custom call", _xla.calls_run - before == STEPS + 1,
           f"{_xla.calls_run - before} calls")
+
+
+def case_sync_batch_norm_after_one_rank_built_one_layer_more(rank, size):
+    start()
+    if r == 0:
+        hvd.SyncBatchNormalization()   # Keras names the next layer sync_batch_normalization_<k + 1> here
+    layer = hvd.SyncBatchNormalization()
+    names = hvd.allgather_object(layer.name)
+    check("the layers' names (and name scopes) differ by rank", len(set(names)) == n, names)
+    batches = [np.array([[q, 2.0 * q + 1.0], [q + 1.0, -q]], np.float32) for q in range(n)]
+
+    @tf.function
+    def normalize(x):
+        return layer(x, training=True)
+
+    got = normalize(tf.constant(batches[r]))
+    whole = np.concatenate(batches).astype(np.float64)
+    want = (whole - whole.mean(axis=0)) / np.sqrt(whole.var(axis=0) + layer.epsilon)
+    # The variance's reduction is the largest: squares summed over the global batch.
+    close("normalized with the global batch's statistics", got, want[2 * r:2 * r + 2], np.square(whole).sum(),
+          rounding="float32")
 
 
 def case_an_unnamed_numpy_collective_while_tracing_is_refused_on_every_rank(rank, size):
