@@ -28,6 +28,11 @@ names only the function's own is used:
 - TensorFlow's generated function names (``__backward_f_123``, the gradient of a nested
   function) keep the function's name and lose the counter (``f.backward``).
 
+Horovod names a graph's collective after its input tensor (``HorovodAllreduce_<tensor name>``,
+``mpi_ops._normalize_name``), which is local to the function's graph as well but carries the
+name scopes; the position in the trace keeps what holds of that (one name per op of the
+traced function, the same on every rank that traced the same code) without the scopes.
+
 So the name does not depend on how many functions, loops or layers a rank built before, on
 retracing (a retrace names its calls as the first trace did, so ranks that traced different
 signatures pair by name and a real difference is a TensorMismatchError), or on XLA (a
