@@ -35,6 +35,7 @@ from typing import Optional, Tuple
 from ..errors import ConfigError
 
 from ..config import ALGORITHMS as ALGORITHM_SETTINGS
+from .lower import SPAN_ALIGN_ELEMS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +127,10 @@ class Choice:
     """Slots per connection (device executor)."""
 
     def chunk_elems(self, itemsize: int) -> int:
-        return max(1, self.chunk_bytes // itemsize)
+        """The chunk in elements of ``itemsize`` bytes: whole units of
+        :data:`~blinkflow.schedule.lower.SPAN_ALIGN_ELEMS` (at least one), so every chunk of a
+        16-byte aligned tree range starts 16-byte aligned too."""
+        return max(1, self.chunk_bytes // itemsize // SPAN_ALIGN_ELEMS) * SPAN_ALIGN_ELEMS
 
     @property
     def phase(self) -> str:
