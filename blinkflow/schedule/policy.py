@@ -162,6 +162,14 @@ class PlanRates:
         return self.plan_gbps > self.nccl_gbps * (1 + 1e-9)
 
 
+def plan_rates(plan, topology) -> PlanRates:
+    """The plan's rate against NCCL's modelled ring rate on its devices (``plan.ring_gbps`` when
+    the planner filled it)."""
+    from ..planner.ring import ring_gbps  # OR-Tools: loaded only when NCCL is an option
+
+    return PlanRates(plan.rate_gbps, plan.ring_gbps or ring_gbps(topology, plan.devices, plan.collective))
+
+
 @dataclasses.dataclass(frozen=True)
 class Choice:
     """The policy's answer for one call."""

@@ -26,7 +26,7 @@ from ..config import Config
 from ..planner.plan import Plan
 from ..schedule import step_costs
 from ..schedule.lower import lower
-from ..schedule.policy import ALGORITHMS, Capabilities, Choice, PlanRates, choose
+from ..schedule.policy import ALGORITHMS, Capabilities, Choice, choose, plan_rates
 from ..schedule.program import compile_program
 from ..topology.model import Topology
 from .api import simulate, simulate_plan
@@ -94,14 +94,6 @@ def _layout(plan: Plan, topology: Topology):
     host_index: Dict[str, int] = {}
     hosts = tuple(host_index.setdefault(topology.node(d).host, len(host_index)) for d in plan.devices)
     return Layout(0, hosts, tuple(plan.devices))
-
-
-def plan_rates(plan: Plan, topology: Topology) -> PlanRates:
-    """The plan's rate against NCCL's modelled ring rate on the same devices."""
-    from ..planner.ring import ring_gbps  # OR-Tools: loaded only when asked
-
-    nccl = plan.ring_gbps or ring_gbps(topology, plan.devices, plan.collective)
-    return PlanRates(plan.rate_gbps, nccl)
 
 
 def predict(plan: Plan, topology: Topology, size_bytes: int, elem_bytes: int = 4,

@@ -8,8 +8,7 @@ import pytest
 from blinkflow.backends.base import Layout
 from blinkflow.config import Config
 from blinkflow.planner import make_plan
-from blinkflow.schedule.policy import Capabilities, choose
-from blinkflow.sim.policy_prediction import plan_rates
+from blinkflow.schedule.policy import Capabilities, choose, plan_rates
 from blinkflow.sim.rings import nvlink_rings, nvlink_units
 from blinkflow.topology.presets import get_preset
 
