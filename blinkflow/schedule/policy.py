@@ -202,9 +202,10 @@ def choose(collective: str, nbytes: int, itemsize: int, layout, config, caps: Ca
     (``npieces`` tensors of an all-reduce that were not packed; ``ntrees`` of the call's plan,
     which the device executor cuts its chunks by and the cuda runner's arena shares its slots
     among; ``op`` its reduce op, None for an elementwise one; ``rates`` the plan's and NCCL's,
-    None when unknown: NCCL is then not chosen). Raises ConfigError when ``BLINKFLOW_ALGORITHM``
-    names an algorithm that cannot run this call. An Adasum all-reduce always takes ``adasum``: it is not elementwise, so no tree runs it,
-    and ``BLINKFLOW_ALGORITHM`` (a choice among the trees' algorithms) does not apply to it."""
+    None when unknown: ``auto`` then keeps the trees). Raises ConfigError when
+    ``BLINKFLOW_ALGORITHM`` names an algorithm that cannot run this call. An Adasum all-reduce
+    always takes ``adasum``: it is not elementwise, so no tree runs it, and
+    ``BLINKFLOW_ALGORITHM`` (a choice among the trees' algorithms) does not apply to it."""
     fixed = config.chunk_bytes if config is not None else 0
     wanted = getattr(config, "algorithm", "auto") if config is not None else "auto"
     if collective == "alltoall":
@@ -231,7 +232,7 @@ def choose(collective: str, nbytes: int, itemsize: int, layout, config, caps: Ca
     if wanted == "nccl" and nccl is None:
         wanted = "auto"  # NCCL runs all-reduces only: the job's other collectives keep the policy's choice
     if wanted == "nccl":
-        if nccl.startswith("no NCCL"):
+        if not caps.nccl:
             raise ConfigError(f"BLINKFLOW_ALGORITHM=nccl: {nccl}; set BLINKFLOW_ALGORITHM=auto")
         return Choice("nccl", 0, why="BLINKFLOW_ALGORITHM=nccl")
     if wanted == "auto" and nccl is not None and not nccl.startswith("no NCCL") and not rates.trees_win:

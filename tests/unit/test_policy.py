@@ -142,6 +142,7 @@ def test_nccl_where_the_plans_trees_do_not_beat_its_rings():
     assert choose("allreduce", 256 * MIB, 4, ONE_HOST, Config(), CPU, rates=equal).algorithm == "single_copy"
     # Asked for: where NCCL cannot run, a typed error; other collectives keep the policy's choice.
     assert choose("allreduce", MIB, 4, ONE_HOST, Config(algorithm="nccl"), nccl, rates=better).algorithm == "nccl"
+    assert choose("allreduce", MIB, 4, ONE_HOST, Config(algorithm="nccl"), nccl).algorithm == "nccl"  # rates unknown
     assert choose("broadcast", MIB, 4, ONE_HOST, Config(algorithm="nccl"), nccl, rates=better).algorithm == "runner"
     with pytest.raises(ConfigError, match="no NCCL here"):
         choose("allreduce", MIB, 4, ONE_HOST, Config(algorithm="nccl"), Capabilities("cuda"), rates=equal)
