@@ -37,7 +37,7 @@ from .. import teardown
 from ..base import Backend, BackendContext
 from ..policy_agreement import agree_policy
 from ..wire import MpiWire
-from . import kernels
+from . import kernels, nccl
 from .device import cuda_aware_mpi, rank_device, require_cupy
 from .device_executor import CALL_TIMEOUT_S, DeviceExecutor
 from .ipc import IpcArena, local_links
@@ -45,11 +45,10 @@ from .launch import dtype_name, scale as scale_kernel
 from .peers import PeerRoutes
 from .transport import CudaTransport, StreamSet
 
-DEFAULT_SLOTS = 4
+DEFAULT_SLOTS = policy.CUDA_RUNNER_SLOTS
 """Receive slots per (peer, tree): chunks a sender may run ahead of its receiver."""
-DEFAULT_ARENA_BYTES = 256 << 20
-"""Receive-slot memory per rank. Slots exist for every (local sender, tree, slot), so plans with
-many trees (28 on a full DGX-1) get smaller chunks rather than more memory."""
+DEFAULT_ARENA_BYTES = policy.CUDA_ARENA_BYTES
+"""Receive-slot memory per rank; the policy caps the runner's chunk so that its slots fit."""
 CLOSE_BARRIER_SECONDS = 10.0
 
 
@@ -88,7 +87,11 @@ class CudaBackend(Backend):
         self.programs = Programs(ctx.plan_for, layout.devices, layout.rank, fuse_inputs=kernels.MAX_INPUTS - 1,
                                  schedule_for=schedule_for, check=bool(config is not None and config.check_schedules),
                                  window=policy.DEVICE_WINDOW, proven=config.check_cache if config is not None else None)
-        self.caps = policy.Capabilities("cuda", device_executor=self._every_local_pair_maps())
+        nccl_usable = schedule_for is None and nccl.usable(cupy, self.comm, self.local_comm, self._routes.bus_id)
+        self.caps = policy.Capabilities("cuda", device_executor=self._every_local_pair_maps(), nccl=nccl_usable,
+                                        arena_bytes=arena_bytes, runner_slots=nslots)
+        self._nccl = nccl.NcclAllreduce(cupy, self.comm, self.device) if nccl_usable else None
+        self._rates: Optional[policy.PlanRates] = None
         self.last_choice: Optional[policy.Choice] = None
         """The policy's choice for the latest collective (tests, debugging)."""
         agree_policy(self.comm, config, self.caps, layout)
@@ -217,6 +220,8 @@ class CudaBackend(Backend):
         try:
             with self._dev:
                 self._dev.synchronize()
+                if self._nccl is not None:
+                    self._nccl.close()
                 self.executor.close()
                 if self._arena is not None:
                     # Nobody may still copy into an arena we free. After a peer failed the
@@ -254,20 +259,15 @@ class CudaBackend(Backend):
     def _choose(self, collective: str, nbytes: int, itemsize: int) -> policy.Choice:
         """The policy's algorithm and chunk for this call (the same on every rank: its inputs were
         agreed at construction, and the trees so far are every rank's)."""
+        rates = None
+        if self.caps.nccl and collective == "allreduce":
+            if self._rates is None:  # the agreed plan and topology: the same on every rank
+                self._rates = policy.plan_rates(self.ctx.plan_for("allreduce"), self.ctx.topology)
+            rates = self._rates
         choice = policy.choose(collective, nbytes, itemsize, self.layout, self.ctx.config, self.caps,
-                               ntrees=self._max_channels)
+                               ntrees=self._max_channels, rates=rates)
         self.last_choice = choice
         return choice
-
-    def _runner_chunk_elems(self, choice: policy.Choice, itemsize: int) -> int:
-        """The runner's chunk: the policy's, capped so that a slot for every (local sender, tree,
-        slot) fits ``arena_bytes`` on the largest host. The same on every rank (the schedule is
-        everyone's: hosts of 8 and 4 GPUs sized it by their own host and lowered different
-        chunks, whose transfers between hosts then did not match)."""
-        senders = max(len(ranks) for ranks in self.layout.host_ranks)
-        per_slot = self.arena_bytes // (senders * self._max_channels * self.nslots)
-        chunk_bytes = min(choice.chunk_bytes, max(256, per_slot // 256 * 256))
-        return max(1, chunk_bytes // itemsize)
 
     def _program(self, collective: str, nelems: int, itemsize: int, root=None, counts=None):
         """This call's choice and program. A schedule with more trees than any before changes
@@ -275,8 +275,9 @@ class CudaBackend(Backend):
         once more (on every rank: they all see the same schedules in the same order)."""
         while True:
             choice = self._choose(collective, nelems * itemsize, itemsize)
-            chunk = choice.chunk_elems(itemsize) if choice.algorithm == "device" \
-                else self._runner_chunk_elems(choice, itemsize)
+            if choice.algorithm == "nccl":
+                return choice, 0, None  # NCCL chunks on its own
+            chunk = choice.chunk_elems(itemsize)
             program = self.programs.get(collective, nelems, chunk, root=root, counts=counts)
             if program.nchannels <= self._max_channels:
                 return choice, chunk, program
@@ -304,8 +305,9 @@ class CudaBackend(Backend):
         # Bytes: at least the smallest runner chunk (or the configured one), capped, so that
         # small programs share one arena; a larger buffer's chunk grows it (above), the same call
         # on every local rank.
-        runner_caps = dataclasses.replace(self.caps, device_executor=False)
-        per_slot = self._runner_chunk_elems(policy.choose("allreduce", 0, 1, layout, self.ctx.config, runner_caps), 1)
+        runner_caps = dataclasses.replace(self.caps, device_executor=False, nccl=False)
+        per_slot = policy.choose("allreduce", 0, 1, layout, self.ctx.config, runner_caps,
+                                 ntrees=self._max_channels).chunk_bytes
         self._arena = IpcArena(self.local_comm, links, self.nslots, max(slot_bytes, per_slot), self._routes)
         self._arena_channels = self._max_channels
 
@@ -313,7 +315,9 @@ class CudaBackend(Backend):
         choice, chunk, program = self._program(collective, buf.size, buf.dtype.itemsize, root=root, counts=counts)
         self._mark("start", choice.phase)
         try:
-            if choice.algorithm == "device":
+            if choice.algorithm == "nccl":
+                self._nccl.allreduce(buf, op)
+            elif choice.algorithm == "device":
                 tables = tables_for(program, self.programs.rank_of, choice.window, self.programs.fuse_inputs)
                 key = (collective, buf.size, chunk, root, None if counts is None else tuple(counts), buf.dtype.itemsize)
                 self.executor.run(key, tables, buf, dtype, op)
