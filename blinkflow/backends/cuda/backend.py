@@ -39,7 +39,7 @@ from ..policy_agreement import agree_policy
 from ..wire import MpiWire
 from . import kernels
 from .device import cuda_aware_mpi, rank_device, require_cupy
-from .device_executor import CALL_TIMEOUT_S, DeviceExecutor
+from .device_executor import CALL_TIMEOUT_S, DeviceExecutor, NotCoResident
 from .ipc import IpcArena, local_links
 from .launch import dtype_name, scale as scale_kernel
 from .peers import PeerRoutes
@@ -112,7 +112,7 @@ class CudaBackend(Backend):
         runner, which stages such links through the host). Collective; the same on every rank."""
         from mpi4py import MPI
 
-        mine = all(self._routes.can_map(bus) is True for bus in self.local_comm.allgather(self._routes.bus_id))
+        mine = all(self._routes.can_map(gpu) is True for gpu in self.local_comm.allgather(self._routes.gpu))
         return bool(self.comm.allreduce(int(mine), op=MPI.MIN))
 
     # ---- buffers ----------------------------------------------------------------------------
@@ -217,11 +217,17 @@ class CudaBackend(Backend):
         try:
             with self._dev:
                 self._dev.synchronize()
-                self.executor.close()
+                # Nobody may still write into (or map) memory we free: a slower peer's last
+                # block may still post a counter into the device executor's memory, or copy into
+                # the arena. So every rank unmaps its peers' memory, the host's ranks meet, and
+                # then each frees its own. After a peer failed the barrier never completes: then
+                # leave the memory to process exit.
+                self.executor.unmap_peers()
+                quiet = peers_quiet or _barrier_within(self.local_comm, CLOSE_BARRIER_SECONDS)
+                if quiet:
+                    self.executor.free()
                 if self._arena is not None:
-                    # Nobody may still copy into an arena we free. After a peer failed the
-                    # barrier never completes: then leave the memory to process exit.
-                    if peers_quiet or _barrier_within(self.local_comm, CLOSE_BARRIER_SECONDS):
+                    if quiet:
                         self._arena.close()
                     self._arena = None
                 self._streams.close()
@@ -311,11 +317,15 @@ class CudaBackend(Backend):
 
     def _run(self, collective: str, buf, dtype: Optional[str], op: Optional[ReduceOp], root=None, counts=None) -> None:
         choice, chunk, program = self._program(collective, buf.size, buf.dtype.itemsize, root=root, counts=counts)
+        if choice.algorithm == "device":
+            tables = tables_for(program, self.programs.rank_of, choice.window, self.programs.fuse_inputs)
+            key = (collective, buf.size, chunk, root, None if counts is None else tuple(counts), buf.dtype.itemsize)
+            if not self._device_fits(key, tables, buf, dtype, op):
+                choice, chunk, program = self._program(collective, buf.size, buf.dtype.itemsize, root=root,
+                                                       counts=counts)
         self._mark("start", choice.phase)
         try:
             if choice.algorithm == "device":
-                tables = tables_for(program, self.programs.rank_of, choice.window, self.programs.fuse_inputs)
-                key = (collective, buf.size, chunk, root, None if counts is None else tuple(counts), buf.dtype.itemsize)
                 self.executor.run(key, tables, buf, dtype, op)
             else:
                 self._ensure_arena(program, program.slot_elems * buf.dtype.itemsize)
@@ -323,6 +333,20 @@ class CudaBackend(Backend):
                 run_program(program, self.transport, self.state)
         finally:
             self._mark("end", choice.phase)
+
+    def _device_fits(self, key: tuple, tables, buf, dtype: Optional[str], op) -> bool:
+        """Whether the device executor can run this call shape (the same answer on every rank).
+        Where its grid cannot be co-resident, a job that chose it by policy continues on the
+        runner (the policy no longer offers the device executor); a job that asked for it
+        (``BLINKFLOW_ALGORITHM=device``) gets the BackendError."""
+        try:
+            self.executor.prepare(key, tables, buf, dtype, op)
+            return True
+        except NotCoResident:
+            if getattr(self.ctx.config, "algorithm", "auto") == "device":
+                raise
+            self.caps = dataclasses.replace(self.caps, device_executor=False)
+            return False
 
     def _mark(self, what: str, phase: str) -> None:
         """A phase on the runtime's timeline (the algorithm of the call), when one is on."""
