@@ -3,11 +3,13 @@ and failure paths that a GPU shows rarely, made certain by the fake CuPy (tests/
 defers ``cudaMemset``, returns garbage from ``cudaMalloc``, records frees of memory a peer still
 maps, refuses IPC between MIG instances, and models residency and failing launches.
 
-argv: SETTING [CASES...]: ``h100`` (ranks on GPUs of an HGX H100) or ``mig`` (ranks on MIG
+argv: SETTING [CASES...]: ``h100`` (ranks on GPUs of an HGX H100), ``h100x2`` (the ranks split
+over two pretend HGX H100 hosts: network edges through the proxy) or ``mig`` (ranks on MIG
 instances of one GPU: run with FAKE_CUPY_MIG=1 and one fake device per rank).
 
 A case script of the harness (tests/harness.py).
 """
+import dataclasses
 import sys
 import time
 
@@ -23,17 +25,20 @@ from blinkflow.config import Config
 from blinkflow.errors import BackendError
 from blinkflow.ops import ReduceOp
 from blinkflow.planner import make_plan
+from blinkflow.schedule import policy
 from blinkflow.topology.presets import get_preset
 from harness import run_cases, skip
 
 SETTING = sys.argv[1]
 comm = MPI.COMM_WORLD
 n, me = comm.size, comm.rank
-HOST_OF = (0,) * n
-local = comm.Split(0, key=me)
+HOSTS = 2 if SETTING == "h100x2" else 1
+HOST_OF = tuple(r * HOSTS // n for r in range(n))
+local = comm.Split(HOST_OF[me], key=me)
 cross = comm.Split(local.rank, key=me)
-TOPOLOGY = get_preset("hgx-h100")
-DEVICES = tuple(TOPOLOGY.compute_on_host(TOPOLOGY.hosts[0])[:n])
+TOPOLOGY = get_preset("2xhgx-h100" if HOSTS > 1 else "hgx-h100")
+SIZES = [HOST_OF.count(h) for h in range(HOSTS)]
+DEVICES = tuple(d for h, size in zip(TOPOLOGY.hosts, SIZES) for d in TOPOLOGY.compute_on_host(h)[:size])
 
 
 def make_backend(algorithm, timeout=60.0):
@@ -61,8 +66,8 @@ def expect_sum(backend, nelems, what):
 
 
 def needs_peers():
-    if SETTING != "h100":
-        skip("a case of the HGX H100 setting")
+    if SETTING not in ("h100", "h100x2"):
+        skip("a case of the HGX H100 settings")
     if n == 1:
         skip("one rank: the device executor moves nothing")
 
@@ -129,6 +134,37 @@ def case_a_grid_that_cannot_be_resident_fails_at_once_on_every_rank(rank, size):
             fake_kernel.OTHER_RESIDENT_BLOCKS = 0
         expect_sum(backend, 5001, "the next shape")
     finally:
+        backend.close()
+
+
+def case_where_the_policy_chose_the_device_a_grid_that_cannot_be_resident_runs_on_the_runner(rank, size):
+    """A policy that picks the device executor wherever it is offered; rank 0's GPU is held by
+    other work: every rank falls back to the runner for the call (and the job), with the right
+    sum, instead of spinning until the deadline."""
+    needs_peers()
+    real = policy.choose
+
+    def prefers_device(collective, nbytes, itemsize, layout, config, caps, **kw):
+        if caps.device_executor and collective in policy.COLLECTIVES:
+            config = dataclasses.replace(config, algorithm="device")
+        return real(collective, nbytes, itemsize, layout, config, caps, **kw)
+    policy.choose = prefers_device
+    timeout = 20.0
+    backend = make_backend("auto", timeout=timeout)
+    try:
+        expect_sum(backend, 1001, "the call before")
+        assert backend.last_choice.algorithm == "device", backend.last_choice
+        if me == 0:
+            fake_kernel.OTHER_RESIDENT_BLOCKS = fake_kernel.free_blocks()
+        started = time.monotonic()
+        expect_sum(backend, 4001, "the call that cannot be resident")
+        took = time.monotonic() - started
+        assert backend.last_choice.algorithm == "runner", backend.last_choice
+        assert backend.caps.device_executor is False
+        assert took < timeout / 2, f"the call took {took:.1f} s (the device executor's deadline is {timeout:g} s)"
+    finally:
+        fake_kernel.OTHER_RESIDENT_BLOCKS = 0
+        policy.choose = real
         backend.close()
 
 

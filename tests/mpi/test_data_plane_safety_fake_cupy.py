@@ -19,10 +19,10 @@ H100_CASES = [c for c in case_names(WORKER) if c not in MIG_CASES]
 
 @pytest.mark.mpi
 @pytest.mark.slow
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n,setting", [(1, "h100"), (2, "h100"), (4, "h100"), (4, "h100x2")])
 @pytest.mark.parametrize("case", H100_CASES)
-def test_device_executor_safety(n, case):
-    launch(n, WORKER, args=["h100"], env=fake_cupy_env(), timeout=240, cases=[case]).expect(case)
+def test_device_executor_safety(n, setting, case):
+    launch(n, WORKER, args=[setting], env=fake_cupy_env(), timeout=240, cases=[case]).expect(case)
 
 
 @pytest.mark.mpi
