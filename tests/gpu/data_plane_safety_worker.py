@@ -184,9 +184,10 @@ def case_close_frees_nothing_a_peer_still_maps(rank, size):
     assert not bad, f"freed memory that live peers (pids {bad}) still mapped"
 
 
-def case_ranks_on_mig_instances_stage_through_the_host(rank, size):
-    """Two MIG instances of one GPU report one PCI bus id; CUDA IPC does not work between them:
-    the backend must stage (the runner over the host), not map, and offer no device executor."""
+def case_ranks_on_mig_instances_exchange_over_mpi(rank, size):
+    """Two MIG instances of one GPU report one PCI bus id; CUDA IPC (memory or events) does not
+    work between them: their ranks exchange over MPI through the host (the runner), ranks on one
+    instance through the IPC arena, and no device executor is offered."""
     if SETTING != "mig":
         skip("a case of the MIG setting")
     if n == 1:

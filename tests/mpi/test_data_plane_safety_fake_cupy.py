@@ -1,9 +1,10 @@
 """The cuda backend's rare races and failure paths, made certain under the fake CuPy: the
 counters' memset has run before a peer may post (cudaMemset is asynchronous), a launch that fails
-leaves the next call clean, a grid that cannot be co-resident fails at once on every rank, close
-frees nothing a peer still maps, ranks on MIG instances stage through the host instead of CUDA
-IPC, and a result TensorFlow let go of is not reused before a device synchronize. One launch of
-tests/gpu/data_plane_safety_worker.py per case (a hang of one does not hide the others)."""
+leaves the next call clean, a grid that cannot be co-resident fails at once on every rank (or runs
+on the runner where the policy chose the device executor), close frees nothing a peer still maps,
+ranks on MIG instances exchange over MPI instead of CUDA IPC, and a result TensorFlow let go of is
+not reused before a device synchronize. One launch of tests/gpu/data_plane_safety_worker.py per
+case (a hang of one does not hide the others)."""
 import os
 
 import pytest
@@ -26,10 +27,12 @@ def test_device_executor_safety(n, setting, case):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("n", [2, 3])
 @pytest.mark.parametrize("case", MIG_CASES)
-def test_mig_instances_stage_through_the_host(case):
+def test_mig_instances_exchange_over_mpi(n, case):
+    """Two MIG instances; at 3 ranks, ranks 0 and 2 share the first (IPC between them)."""
     env = fake_cupy_env(FAKE_CUPY_MIG="1", FAKE_CUPY_DEVICES="2")
-    launch(2, WORKER, args=["mig"], env=env, timeout=240, cases=[case]).expect(case)
+    launch(n, WORKER, args=["mig"], env=env, timeout=240, cases=[case]).expect(case)
 
 
 @pytest.mark.tf

@@ -42,7 +42,7 @@ from .device import cuda_aware_mpi, rank_device, require_cupy
 from .device_executor import CALL_TIMEOUT_S, DeviceExecutor, NotCoResident
 from .ipc import IpcArena, local_links
 from .launch import dtype_name, scale as scale_kernel
-from .peers import PeerRoutes
+from .peers import PeerRoutes, ipc_works
 from .transport import CudaTransport, StreamSet
 
 DEFAULT_SLOTS = 4
@@ -82,7 +82,13 @@ class CudaBackend(Backend):
         self._wire_comm = self.comm.Dup()
         self.wire = MpiWire(self._wire_comm, failure=ctx.failure)
         self._streams = StreamSet()
-        self.transport = CudaTransport(self.wire, layout, self._streams, cuda_aware_mpi())
+        gpus = self.local_comm.allgather(self._routes.gpu)
+        self._ipc_pair = [[ipc_works(a, b) for b in gpus] for a in gpus]
+        """``[i][j]``: local ranks i and j exchange through the IPC arena (else over MPI: two MIG
+        instances of one GPU); the same matrix on every local rank."""
+        mine = layout.local_rank_of[layout.rank]
+        by_ipc = [layout.same_host(r) and self._ipc_pair[mine][layout.local_rank_of[r]] for r in range(layout.size)]
+        self.transport = CudaTransport(self.wire, layout, self._streams, cuda_aware_mpi(), by_ipc=by_ipc)
         self.state = SequenceState()
         config = ctx.config
         self.programs = Programs(ctx.plan_for, layout.devices, layout.rank, fuse_inputs=kernels.MAX_INPUTS - 1,
@@ -294,8 +300,9 @@ class CudaBackend(Backend):
         chunk outgrows them)."""
         arena = self._arena
         rank_of, layout = self.programs.rank_of, self.layout
-        links = local_links(program.schedule, lambda d: layout.local_rank_of[rank_of[d]],
-                            lambda d: layout.same_host(rank_of[d]))
+        links = frozenset(link for link in local_links(program.schedule, lambda d: layout.local_rank_of[rank_of[d]],
+                                                       lambda d: layout.same_host(rank_of[d]))
+                          if self._ipc_pair[link[0]][link[1]])
         if arena is not None:
             if links <= arena.links and self._arena_channels == self._max_channels and slot_bytes <= arena.slot_bytes:
                 return

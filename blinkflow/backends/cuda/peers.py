@@ -59,6 +59,13 @@ class PeerRoutes:
             self._mapped_gpus.add(peer_bus_id)
 
 
+def ipc_works(gpu: str, peer_gpu: str) -> bool:
+    """Whether CUDA IPC can work between the GPUs named ``gpu`` and ``peer_gpu`` (their
+    :attr:`PeerRoutes.gpu`): not between two MIG instances of one GPU (one bus, two uuids), whose
+    ranks exchange through the host over MPI instead."""
+    return gpu.lower() == peer_gpu.lower() or gpu.lower().partition("/")[0] != peer_gpu.lower().partition("/")[0]
+
+
 def gpu_name(bus_id: str, uuid) -> str:
     """``bus id/uuid hex``: one name per GPU, and per MIG instance of a GPU."""
     raw = uuid if isinstance(uuid, (bytes, bytearray)) else str(uuid or "").encode()

@@ -5,8 +5,8 @@ of a ``malloc``, never opened by the process that made it, and opened only from 
 can access the owner's peer-to-peer, by at most 8 peer devices; an IPC event handle only for an
 event created with ``cudaEventInterprocess | cudaEventDisableTiming``; a stream wait on an event
 that was never recorded (on a GPU a no-op, i.e. a race) raises; so does an overlapping copy;
-an IPC handle does not open on another MIG instance (``FAKE_CUPY_MIG=1``: CUDA IPC between MIG
-instances is unsupported). Devices are those of :mod:`.._devices` (``FAKE_CUPY_DEVICES``,
+an IPC memory or event handle does not open on another MIG instance (``FAKE_CUPY_MIG=1``: CUDA
+IPC between MIG instances is unsupported). Devices are those of :mod:`.._devices` (``FAKE_CUPY_DEVICES``,
 ``CUDA_VISIBLE_DEVICES``, ``FAKE_CUPY_MIG``).
 
 ``malloc`` returns garbage (:data:`POISON` bytes) and ``memset`` is issued on the device's legacy
@@ -202,12 +202,17 @@ def eventDestroy(event):
 def ipcGetEventHandle(event):
     if event not in _event_records or not _event_records[event][1]:
         raise RuntimeError("fake cudaIpcGetEventHandle: the event needs cudaEventInterprocess | cudaEventDisableTiming")
-    return _event_records[event][0].name.encode().ljust(64, b"\0")
+    # The handle names the segment and the (physical) GPU current when the handle was made.
+    return _event_records[event][0].name.encode().ljust(62, b"\0") + bytes([0, _devices.VISIBLE[_devices.current()]])
 
 
 def ipcOpenEventHandle(handle):
+    owner_gpu, here = handle[63], _devices.VISIBLE[_devices.current()]
+    if owner_gpu != here and _devices.MIG:
+        raise CUDARuntimeError(f"cudaErrorInvalidDevice: GPU {here} and GPU {owner_gpu} are MIG instances; CUDA IPC "
+                               "between MIG instances is not supported")
     event = next(_events)
-    _event_records[event] = (_attach(handle), False)
+    _event_records[event] = (_attach(handle[:62]), False)
     return event
 
 
