@@ -39,10 +39,10 @@ from ..policy_agreement import agree_policy
 from ..wire import MpiWire
 from . import kernels, nccl
 from .device import cuda_aware_mpi, rank_device, require_cupy
-from .device_executor import CALL_TIMEOUT_S, DeviceExecutor
+from .device_executor import CALL_TIMEOUT_S, DeviceExecutor, NotCoResident
 from .ipc import IpcArena, local_links
 from .launch import dtype_name, scale as scale_kernel
-from .peers import PeerRoutes
+from .peers import PeerRoutes, ipc_works
 from .transport import CudaTransport, StreamSet
 
 DEFAULT_SLOTS = policy.CUDA_RUNNER_SLOTS
@@ -81,7 +81,13 @@ class CudaBackend(Backend):
         self._wire_comm = self.comm.Dup()
         self.wire = MpiWire(self._wire_comm, failure=ctx.failure)
         self._streams = StreamSet()
-        self.transport = CudaTransport(self.wire, layout, self._streams, cuda_aware_mpi())
+        gpus = self.local_comm.allgather(self._routes.gpu)
+        self._ipc_pair = [[ipc_works(a, b) for b in gpus] for a in gpus]
+        """``[i][j]``: local ranks i and j exchange through the IPC arena (else over MPI: two MIG
+        instances of one GPU); the same matrix on every local rank."""
+        mine = layout.local_rank_of[layout.rank]
+        by_ipc = [layout.same_host(r) and self._ipc_pair[mine][layout.local_rank_of[r]] for r in range(layout.size)]
+        self.transport = CudaTransport(self.wire, layout, self._streams, cuda_aware_mpi(), by_ipc=by_ipc)
         self.state = SequenceState()
         config = ctx.config
         self.programs = Programs(ctx.plan_for, layout.devices, layout.rank, fuse_inputs=kernels.MAX_INPUTS - 1,
@@ -115,7 +121,7 @@ class CudaBackend(Backend):
         runner, which stages such links through the host). Collective; the same on every rank."""
         from mpi4py import MPI
 
-        mine = all(self._routes.can_map(bus) is True for bus in self.local_comm.allgather(self._routes.bus_id))
+        mine = all(self._routes.can_map(gpu) is True for gpu in self.local_comm.allgather(self._routes.gpu))
         return bool(self.comm.allreduce(int(mine), op=MPI.MIN))
 
     # ---- buffers ----------------------------------------------------------------------------
@@ -222,11 +228,17 @@ class CudaBackend(Backend):
                 self._dev.synchronize()
                 if self._nccl is not None:
                     self._nccl.close()
-                self.executor.close()
+                # Nobody may still write into (or map) memory we free: a slower peer's last
+                # block may still post a counter into the device executor's memory, or copy into
+                # the arena. So every rank unmaps its peers' memory, the host's ranks meet, and
+                # then each frees its own. After a peer failed the barrier never completes: then
+                # leave the memory to process exit.
+                self.executor.unmap_peers()
+                quiet = peers_quiet or _barrier_within(self.local_comm, CLOSE_BARRIER_SECONDS)
+                if quiet:
+                    self.executor.free()
                 if self._arena is not None:
-                    # Nobody may still copy into an arena we free. After a peer failed the
-                    # barrier never completes: then leave the memory to process exit.
-                    if peers_quiet or _barrier_within(self.local_comm, CLOSE_BARRIER_SECONDS):
+                    if quiet:
                         self._arena.close()
                     self._arena = None
                 self._streams.close()
@@ -289,8 +301,9 @@ class CudaBackend(Backend):
         chunk outgrows them)."""
         arena = self._arena
         rank_of, layout = self.programs.rank_of, self.layout
-        links = local_links(program.schedule, lambda d: layout.local_rank_of[rank_of[d]],
-                            lambda d: layout.same_host(rank_of[d]))
+        links = frozenset(link for link in local_links(program.schedule, lambda d: layout.local_rank_of[rank_of[d]],
+                                                       lambda d: layout.same_host(rank_of[d]))
+                          if self._ipc_pair[link[0]][link[1]])
         if arena is not None:
             if links <= arena.links and self._arena_channels == self._max_channels and slot_bytes <= arena.slot_bytes:
                 return
@@ -313,13 +326,17 @@ class CudaBackend(Backend):
 
     def _run(self, collective: str, buf, dtype: Optional[str], op: Optional[ReduceOp], root=None, counts=None) -> None:
         choice, chunk, program = self._program(collective, buf.size, buf.dtype.itemsize, root=root, counts=counts)
+        if choice.algorithm == "device":
+            tables = tables_for(program, self.programs.rank_of, choice.window, self.programs.fuse_inputs)
+            key = (collective, buf.size, chunk, root, None if counts is None else tuple(counts), buf.dtype.itemsize)
+            if not self._device_fits(key, tables, buf, dtype, op):
+                choice, chunk, program = self._program(collective, buf.size, buf.dtype.itemsize, root=root,
+                                                       counts=counts)
         self._mark("start", choice.phase)
         try:
             if choice.algorithm == "nccl":
                 self._nccl.allreduce(buf, op)
             elif choice.algorithm == "device":
-                tables = tables_for(program, self.programs.rank_of, choice.window, self.programs.fuse_inputs)
-                key = (collective, buf.size, chunk, root, None if counts is None else tuple(counts), buf.dtype.itemsize)
                 self.executor.run(key, tables, buf, dtype, op)
             else:
                 self._ensure_arena(program, program.slot_elems * buf.dtype.itemsize)
@@ -327,6 +344,20 @@ class CudaBackend(Backend):
                 run_program(program, self.transport, self.state)
         finally:
             self._mark("end", choice.phase)
+
+    def _device_fits(self, key: tuple, tables, buf, dtype: Optional[str], op) -> bool:
+        """Whether the device executor can run this call shape (the same answer on every rank).
+        Where its grid cannot be co-resident, a job that chose it by policy continues on the
+        runner (the policy no longer offers the device executor); a job that asked for it
+        (``BLINKFLOW_ALGORITHM=device``) gets the BackendError."""
+        try:
+            self.executor.prepare(key, tables, buf, dtype, op)
+            return True
+        except NotCoResident:
+            if getattr(self.ctx.config, "algorithm", "auto") == "device":
+                raise
+            self.caps = dataclasses.replace(self.caps, device_executor=False)
+            return False
 
     def _mark(self, what: str, phase: str) -> None:
         """A phase on the runtime's timeline (the algorithm of the call), when one is on."""
