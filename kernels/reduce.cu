@@ -35,16 +35,13 @@ __device__ __forceinline__ void bf_reduce_vectors(T* out, T* out2, const T* cons
         for (int u = 0; u < U; ++u)
 #pragma unroll
             for (int k = 0; k < N; ++k) acc[u][k] = Tr::load(x[u].e[k]);
+        for (int j = 1; j < nin; ++j) {  // not unrolled: the body is already U x N wide
 #pragma unroll
-        for (int j = 1; j < BF_MAX_INPUTS; ++j) {
-            if (j < nin) {
+            for (int u = 0; u < U; ++u) x[u].raw = reinterpret_cast<const uint4*>(ins[j])[v0 + u * stride];
 #pragma unroll
-                for (int u = 0; u < U; ++u) x[u].raw = reinterpret_cast<const uint4*>(ins[j])[v0 + u * stride];
+            for (int u = 0; u < U; ++u)
 #pragma unroll
-                for (int u = 0; u < U; ++u)
-#pragma unroll
-                    for (int k = 0; k < N; ++k) acc[u][k] = BfOp<OP, T>::apply(acc[u][k], Tr::load(x[u].e[k]));
-            }
+                for (int k = 0; k < N; ++k) acc[u][k] = BfOp<OP, T>::apply(acc[u][k], Tr::load(x[u].e[k]));
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {

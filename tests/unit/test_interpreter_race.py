@@ -1,7 +1,7 @@
 """The shipped ``kernels/interpreter.cu`` under ThreadSanitizer (``kernel_race``): several threads
 per block, every PTX load and store mapped to the C++ atomic of the same strength, loopback
-launches at 2, 4 and 8 virtual ranks over 1 to 3 trees, float32 and float16, odd sizes and
-buffers that start off a 16-byte boundary, two calls each. No race is reported and the bits are
+launches at 2, 4 and 8 virtual ranks over 1 to 3 trees (and 2 or 3 blocks per tree), float32
+and float16, odd sizes and buffers that start off a 16-byte boundary, two calls each. No race is reported and the bits are
 the runner's.
 
 The detector is shown to work on this very kernel: the same source with the acquire after the
@@ -52,21 +52,21 @@ def _edited(old: str, new: str) -> str:
     return source.replace(old, new)
 
 
-def _tables(nranks: int, ntrees: int, nelems: int, chunk: int):
+def _tables(nranks: int, ntrees: int, nelems: int, chunk: int, lanes: int = 1):
     """Every rank's tables of an all-reduce over the first ``ntrees`` trees of the HGX H100
-    plan of ``nranks`` GPUs (each tree carrying an equal share)."""
+    plan of ``nranks`` GPUs (each tree carrying an equal share), ``lanes`` blocks per tree."""
     topology = get_preset("hgx-h100")
     devices = list(topology.compute_ids[:nranks])
     plan = make_plan(topology, "allreduce", devices=devices)
     assert len(plan.trees) >= ntrees
     trees = tuple(dataclasses.replace(t, fraction=1.0 / ntrees) for t in plan.trees[:ntrees])
     schedule = lower(dataclasses.replace(plan, trees=trees), nelems, chunk)
-    tables = build_tables(schedule, {d: r for r, d in enumerate(devices)}, 2, 7)
+    tables = build_tables(schedule, {d: r for r, d in enumerate(devices)}, 2, 7, lanes)
     return schedule, [tables[r] for r in range(nranks)]
 
 
-def _run(exe, workdir, nranks, ntrees, dtype, nelems, chunk, misalign, seed):
-    schedule, tables = _tables(nranks, ntrees, nelems, chunk)
+def _run(exe, workdir, nranks, ntrees, dtype, nelems, chunk, misalign, seed, lanes=1):
+    schedule, tables = _tables(nranks, ntrees, nelems, chunk, lanes)
     rng = np.random.default_rng(seed)
     inputs = [[(rng.standard_normal(schedule.nelems) * 100).astype(dtype) for _ in range(2)] for _ in range(nranks)]
     launch = abi.loopback(tables, np.dtype(dtype).itemsize)
@@ -77,21 +77,24 @@ def _run(exe, workdir, nranks, ntrees, dtype, nelems, chunk, misalign, seed):
 
 
 CASES = [
-    # nranks, trees, dtype, elements, chunk, buffer misalignment in bytes
-    (2, 1, np.float32, 1003, 61, 0),
-    (2, 2, np.float16, 517, 40, 2),
-    (4, 2, np.float32, 333, 28, 4),
-    (4, 3, np.float16, 1001, 64, 0),
-    (8, 1, np.float16, 389, 24, 6),
-    (8, 3, np.float32, 611, 32, 8),
+    # nranks, trees, dtype, elements, chunk, buffer misalignment in bytes, blocks per tree
+    (2, 1, np.float32, 1003, 61, 0, 1),
+    (2, 2, np.float16, 517, 40, 2, 1),
+    (2, 1, np.float16, 999, 64, 0, 3),
+    (4, 2, np.float32, 333, 28, 4, 1),
+    (4, 3, np.float16, 1001, 64, 0, 1),
+    (4, 2, np.float32, 701, 64, 4, 2),
+    (8, 1, np.float16, 389, 24, 6, 1),
+    (8, 3, np.float32, 611, 32, 8, 1),
 ]
 
 
-@pytest.mark.parametrize("nranks,ntrees,dtype,nelems,chunk,misalign", CASES,
-                         ids=[f"{c[0]}ranks-{c[1]}trees-{np.dtype(c[2]).name}-{c[3]}-off{c[5]}" for c in CASES])
+@pytest.mark.parametrize("nranks,ntrees,dtype,nelems,chunk,misalign,lanes", CASES,
+                         ids=[f"{c[0]}ranks-{c[1]}trees-{np.dtype(c[2]).name}-{c[3]}-off{c[5]}-lanes{c[6]}" for c in CASES])
 def test_the_shipped_kernel_has_no_race_and_is_bitwise_the_runner(shipped, workdir, nranks, ntrees, dtype, nelems,
-                                                                   chunk, misalign):
-    schedule, inputs, result = _run(shipped, workdir, nranks, ntrees, dtype, nelems, chunk, misalign, nranks * 10 + ntrees)
+                                                                   chunk, misalign, lanes):
+    schedule, inputs, result = _run(shipped, workdir, nranks, ntrees, dtype, nelems, chunk, misalign,
+                                    nranks * 10 + ntrees, lanes)
     assert result.warnings == 0 and result.status == 0, result.stderr[-6000:]
     want = run_ranks([schedule, schedule], inputs, nslots=2, op="sum", fuse=7, reduce_all=fused_reduction("sum"))
     for call, got in enumerate(result.outputs):
