@@ -153,8 +153,8 @@ __device__ __forceinline__ bool bf_same_misalignment(const void* a, const void* 
 }
 
 // Loads in flight per thread in the kernels' 16-byte loops: each thread issues BF_UNROLL
-// independent 16-byte loads of a source before it uses any of them, so a block of BF_THREADS
-// threads keeps BF_UNROLL * 16 * BF_THREADS bytes of every source in flight (Little's law: a
+// independent 16-byte loads of a source before it uses any of them, so a block of T threads
+// keeps BF_UNROLL * 16 * T bytes of every source in flight (Little's law: a
 // block moves bytes-in-flight / latency per second; docs/cuda.md derives the numbers). NCCL's
 // reduceCopy unrolls the same way (common_kernel.h).
 #define BF_UNROLL 4

@@ -37,7 +37,7 @@
 // counter (st.release.sys): a peer that acquires the counter sees the data. A receiver's head
 // post releases its loads of the slot the same way, before the sender may overwrite it.
 //
-// Work: BF_THREADS threads per block (device_executor.THREADS), each with BF_UNROLL 16-byte
+// Work: 512 threads per block (device_executor.THREADS), each with BF_UNROLL 16-byte
 // loads of a source in flight before it uses any (NCCL's reduceCopy unroll, common_kernel.h),
 // the 16-byte path wherever the step's pointers share one misalignment (a scalar head brings
 // them to a 16-byte boundary, a scalar tail ends the span), the scalar path only when they do
