@@ -159,6 +159,12 @@ __device__ __forceinline__ bool bf_same_misalignment(const void* a, const void* 
 // reduceCopy unrolls the same way (common_kernel.h).
 #define BF_UNROLL 4
 
+__device__ __forceinline__ uint4 bf_zero_v4() {
+    uint4 v;
+    v.x = v.y = v.z = v.w = 0u;
+    return v;
+}
+
 // ---- Loads and stores of the device executor's cross-GPU protocol ----
 //
 // The interpreter's blocks exchange data through memory that other GPUs (NVLink, CUDA IPC), the

@@ -140,47 +140,50 @@ template <typename T, int OP> __device__ __forceinline__ void bf_step_scalar(con
     if (a.out != 0) a.out[k] = v;
 }
 
-// Vectors [v_begin, v_end) of a step whose pointers (advanced past the scalar head) are all
-// 16-byte aligned, the same arithmetic as bf_step_scalar. Each thread takes U vectors a block
-// width apart (so a warp's loads stay coalesced) and issues all U loads of a source before it
-// uses any: U loads in flight per thread instead of one. v_end - v_begin is a multiple of
-// U * blockDim.x (the caller runs the remainder with U = 1).
-template <typename T, int OP, int U>
-__device__ __forceinline__ void bf_step_vectors(const BfStepArgs<T>& a, long long v_begin, long long v_end) {
+// Vectors [0, nvec) of a step whose pointers (advanced past the scalar head) are all 16-byte
+// aligned, the same arithmetic as bf_step_scalar. Each thread takes BF_UNROLL vectors a block
+// width apart (so a warp's loads stay coalesced) and issues all BF_UNROLL loads of a source
+// before it uses any: BF_UNROLL loads in flight per thread instead of one. In the last group a
+// thread's vectors past the end are neither loaded nor stored.
+template <typename T, int OP> __device__ __forceinline__ void bf_step_vectors(const BfStepArgs<T>& a, long long nvec) {
     typedef BfTraits<T> Tr;
     typedef typename Tr::acc A;
     const int N = BfVec<T>::N;
     const long long width = blockDim.x;
     const bool reduces = bf_reduces(a), keeps = a.nin > 0 || a.op == BF_STEP_COPY;
     const T* first = bf_first_source(a);
-    for (long long v0 = v_begin + threadIdx.x; v0 < v_end; v0 += U * width) {
-        BfVec<T> x[U];
+    for (long long v0 = threadIdx.x; v0 < nvec; v0 += BF_UNROLL * width) {
+        BfVec<T> x[BF_UNROLL];
 #pragma unroll
-        for (int u = 0; u < U; ++u) x[u].raw = bf_ld_volatile_v4(first + (v0 + u * width) * N);
+        for (int u = 0; u < BF_UNROLL; ++u)
+            x[u].raw = v0 + u * width < nvec ? bf_ld_volatile_v4(first + (v0 + u * width) * N) : bf_zero_v4();
         if (reduces) {
-            A acc[U][BfVec<T>::N];
+            A acc[BF_UNROLL][BfVec<T>::N];
 #pragma unroll
-            for (int u = 0; u < U; ++u)
+            for (int u = 0; u < BF_UNROLL; ++u)
 #pragma unroll
                 for (int e = 0; e < N; ++e) acc[u][e] = Tr::load(x[u].e[e]);
             for (int j = 0; j < a.nin; ++j) {
 #pragma unroll
-                for (int u = 0; u < U; ++u) x[u].raw = bf_ld_volatile_v4(a.in[j] + (v0 + u * width) * N);
+                for (int u = 0; u < BF_UNROLL; ++u)
+                    if (v0 + u * width < nvec) x[u].raw = bf_ld_volatile_v4(a.in[j] + (v0 + u * width) * N);
 #pragma unroll
-                for (int u = 0; u < U; ++u)
+                for (int u = 0; u < BF_UNROLL; ++u)
 #pragma unroll
                     for (int e = 0; e < N; ++e) acc[u][e] = BfOp<OP, T>::apply(acc[u][e], Tr::load(x[u].e[e]));
             }
 #pragma unroll
-            for (int u = 0; u < U; ++u)
+            for (int u = 0; u < BF_UNROLL; ++u)
 #pragma unroll
                 for (int e = 0; e < N; ++e) x[u].e[e] = Tr::store(acc[u][e]);
         }
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
+        for (int u = 0; u < BF_UNROLL; ++u) {
             const long long k = (v0 + u * width) * N;
-            if (keeps) bf_st_v4(a.span + k, x[u].raw);
-            if (a.out != 0) bf_st_v4(a.out + k, x[u].raw);
+            if (v0 + u * width < nvec) {
+                if (keeps) bf_st_v4(a.span + k, x[u].raw);
+                if (a.out != 0) bf_st_v4(a.out + k, x[u].raw);
+            }
         }
     }
 }
@@ -246,7 +249,6 @@ __global__ void blinkflow_interpreter(T* bufs, const long long* block_offsets, c
         const long long head = sh.head < 0 ? count : (sh.head < count ? sh.head : count);
         const long long nvec = (count - head) / N;
         const long long tail = head + nvec * N;
-        for (long long k = threadIdx.x; k < head; k += blockDim.x) bf_step_scalar<T, OP>(a, k);
         if (nvec > 0) {
             BfStepArgs<T> v = a;
             const T* in_v[BF_MAX_STEP_INPUTS];
@@ -255,11 +257,11 @@ __global__ void blinkflow_interpreter(T* bufs, const long long* block_offsets, c
             v.span = a.span + head;
             v.src = a.src + head;
             v.out = a.out != 0 ? a.out + head : 0;
-            const long long group = (long long)BF_UNROLL * blockDim.x, grouped = nvec - nvec % group;
-            bf_step_vectors<T, OP, BF_UNROLL>(v, 0, grouped);
-            bf_step_vectors<T, OP, 1>(v, grouped, nvec);
+            bf_step_vectors<T, OP>(v, nvec);
         }
-        for (long long k = tail + threadIdx.x; k < count; k += blockDim.x) bf_step_scalar<T, OP>(a, k);
+        // The scalar head [0, head) and tail [tail, count) as one index range.
+        for (long long k = threadIdx.x; k < head + count - tail; k += blockDim.x)
+            bf_step_scalar<T, OP>(a, k < head ? k : tail + (k - head));
         __syncthreads();
         // 5: the posts, after the block's accesses.
         if (threadIdx.x == 0) {

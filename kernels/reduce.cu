@@ -16,39 +16,44 @@
 
 #define BF_MAX_INPUTS 8
 
-// Vectors [v_begin, v_end) (16 bytes each, every pointer advanced to a 16-byte boundary): each
-// thread takes U vectors a grid width apart and loads all U of an input before it combines any,
-// so U loads per input are in flight per thread (NCCL's reduceCopy unroll, common_kernel.h).
-// v_end - v_begin is a multiple of U * stride (the caller runs the remainder with U = 1).
-template <typename T, int OP, int U>
-__device__ __forceinline__ void bf_reduce_vectors(T* out, T* out2, const T* const* ins, int nin, long long v_begin,
-                                                  long long v_end, long long tid, long long stride) {
+// Vectors [0, nvec) (16 bytes each, every pointer advanced to a 16-byte boundary): each thread
+// takes BF_UNROLL vectors a grid width apart and loads all of an input's before it combines any,
+// so BF_UNROLL loads per input are in flight per thread (NCCL's reduceCopy unroll,
+// common_kernel.h). In the last group a thread's vectors past the end are neither loaded nor
+// stored.
+template <typename T, int OP>
+__device__ __forceinline__ void bf_reduce_vectors(T* out, T* out2, const T* const* ins, int nin, long long nvec,
+                                                  long long tid, long long stride) {
     typedef BfTraits<T> Tr;
     typedef typename Tr::acc A;
     const int N = BfVec<T>::N;
-    for (long long v0 = v_begin + tid; v0 < v_end; v0 += U * stride) {
-        BfVec<T> x[U];
-        A acc[U][BfVec<T>::N];
+    for (long long v0 = tid; v0 < nvec; v0 += BF_UNROLL * stride) {
+        BfVec<T> x[BF_UNROLL];
+        A acc[BF_UNROLL][BfVec<T>::N];
 #pragma unroll
-        for (int u = 0; u < U; ++u) x[u].raw = reinterpret_cast<const uint4*>(ins[0])[v0 + u * stride];
+        for (int u = 0; u < BF_UNROLL; ++u)
+            x[u].raw = v0 + u * stride < nvec ? reinterpret_cast<const uint4*>(ins[0])[v0 + u * stride] : bf_zero_v4();
 #pragma unroll
-        for (int u = 0; u < U; ++u)
+        for (int u = 0; u < BF_UNROLL; ++u)
 #pragma unroll
             for (int k = 0; k < N; ++k) acc[u][k] = Tr::load(x[u].e[k]);
-        for (int j = 1; j < nin; ++j) {  // not unrolled: the body is already U x N wide
+        for (int j = 1; j < nin; ++j) {  // not unrolled: the body is already BF_UNROLL x N wide
 #pragma unroll
-            for (int u = 0; u < U; ++u) x[u].raw = reinterpret_cast<const uint4*>(ins[j])[v0 + u * stride];
+            for (int u = 0; u < BF_UNROLL; ++u)
+                if (v0 + u * stride < nvec) x[u].raw = reinterpret_cast<const uint4*>(ins[j])[v0 + u * stride];
 #pragma unroll
-            for (int u = 0; u < U; ++u)
+            for (int u = 0; u < BF_UNROLL; ++u)
 #pragma unroll
                 for (int k = 0; k < N; ++k) acc[u][k] = BfOp<OP, T>::apply(acc[u][k], Tr::load(x[u].e[k]));
         }
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
+        for (int u = 0; u < BF_UNROLL; ++u) {
 #pragma unroll
             for (int k = 0; k < N; ++k) x[u].e[k] = Tr::store(acc[u][k]);
-            bf_st_v4(out + (v0 + u * stride) * N, x[u].raw);
-            if (out2) bf_st_v4(out2 + (v0 + u * stride) * N, x[u].raw);
+            if (v0 + u * stride < nvec) {
+                bf_st_v4(out + (v0 + u * stride) * N, x[u].raw);
+                if (out2) bf_st_v4(out2 + (v0 + u * stride) * N, x[u].raw);
+            }
         }
     }
 }
@@ -91,11 +96,9 @@ __global__ void blinkflow_reduce(T* out, T* out2,
         const T* vins[BF_MAX_INPUTS];
 #pragma unroll
         for (int j = 0; j < BF_MAX_INPUTS; ++j) vins[j] = j < nin ? ins[j] + head : 0;
-        T* vout2 = out2 ? out2 + head : 0;
-        const long long grouped = nvec - nvec % (BF_UNROLL * stride);
-        bf_reduce_vectors<T, OP, BF_UNROLL>(out + head, vout2, vins, nin, 0, grouped, tid, stride);
-        bf_reduce_vectors<T, OP, 1>(out + head, vout2, vins, nin, grouped, nvec, tid, stride);
+        bf_reduce_vectors<T, OP>(out + head, out2 ? out2 + head : 0, vins, nin, nvec, tid, stride);
     }
-    for (long long i = tid; i < head; i += stride) bf_reduce_scalar<T, OP>(out, out2, ins, nin, i);
-    for (long long i = tail + tid; i < n; i += stride) bf_reduce_scalar<T, OP>(out, out2, ins, nin, i);
+    // The scalar head [0, head) and tail [tail, n) as one index range.
+    for (long long i = tid; i < head + n - tail; i += stride)
+        bf_reduce_scalar<T, OP>(out, out2, ins, nin, i < head ? i : tail + (i - head));
 }
