@@ -66,7 +66,7 @@ def test_reduce_matches_numpy(lib, dtype, op, offset):
 @pytest.mark.parametrize("offsets", [(0, 0, 0), (3, 3, 3), (0, 1, 0), (2, 2, 1)], ids=str)
 def test_reduce_unrolled_groups_heads_and_tails(lib, dtype, offsets):
     """A small grid (2 blocks of 4 threads), so sizes run whole unrolled groups of
-    ``BF_UNROLL`` vectors per thread, a one-vector remainder and a scalar tail; pointers that
+    ``BF_UNROLL`` vectors per thread, a partial last group and a scalar tail; pointers that
     share a misalignment get a scalar head, pointers that do not run all scalar."""
     rng = np.random.default_rng(7)
     out_offset, in_offset, last_offset = offsets
