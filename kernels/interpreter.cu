@@ -1,5 +1,5 @@
 // The device executor: one launch runs a set of thread blocks, each walking the steps of one
-// channel (a plan tree) of one rank from the tables of blinkflow/schedule/device_tables.py, encoded
+// channel (a plan tree, or a lane of one) of one rank from the tables of blinkflow/schedule/device_tables.py, encoded
 // by blinkflow/backends/device_abi.py, on its own buffer (bufs + block_offsets[b]): one rank's
 // blocks on its buffer, or, in the loopback mode, every virtual rank's blocks in one launch, each
 // rank's buffer a row of one array. The numpy emulator
