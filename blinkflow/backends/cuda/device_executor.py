@@ -42,6 +42,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ...errors import BackendError
+from ...schedule import device_geometry
 from ...schedule.device_tables import RankTables
 from .. import device_abi as abi
 from ..device_emulator import view
@@ -49,8 +50,9 @@ from ..teardown import quietly
 from . import kernels
 from .proxy import Edge, Proxy
 
-THREADS = 256
-"""Threads per block: a step's copy or reduction is spread over them."""
+THREADS = device_geometry.THREADS
+"""Threads per block: a step's copy or reduction is spread over them (blocks per connection and
+loads in flight: :mod:`blinkflow.schedule.device_geometry`)."""
 SHAPES_KEPT = 16
 """Call shapes whose memory a rank keeps (least recently used ones go first): a training step has
 a handful; each holds its connections' rings."""
