@@ -10,31 +10,17 @@ projection from a measurement or a stated source (docs/cuda.md, "The cost model"
 * the device executor: one launch per call (:data:`DEVICE_LAUNCH_US`, the H100's smallest
   device-to-device copy in docs/benchmarks.md: 512 KiB moved in 10.1 us, launch and event
   included), a flag handshake per chunk (:data:`DEVICE_HANDSHAKE_US`, NCCL's Simple protocol's
-  per-step cost of a few microseconds), and a per-connection rate from Little's law: a block has
-  ``threads x loads in flight x 16`` bytes in flight, one round over NVLink takes
-  :data:`DEVICE_ROUND_US`, so a connection served by ``blocks`` blocks moves at most
-  ``blocks x bytes in flight / round`` (the link's own bandwidth caps it further);
+  per-step cost of a few microseconds), and a per-connection rate from Little's law over the
+  kernel's own geometry (:mod:`.device_geometry`, which also decides how many blocks each
+  connection gets): ``lanes x block_gbps()`` (the link's own bandwidth caps it further);
 * NCCL: its rings at the plan's ring rate, with NCCL's own per-step cost.
-
-The device executor's block geometry (:data:`DEVICE_THREADS_PER_BLOCK`,
-:data:`DEVICE_LOADS_IN_FLIGHT`, :data:`DEVICE_BLOCKS_PER_CONNECTION`) is the kernel's
-(``kernels/interpreter.cu``); these constants are what the cost model assumes of it.
 
 Pure: no MPI, CuPy or TensorFlow.
 """
 from __future__ import annotations
 
-LOAD_BYTES = 16
-"""One 16-byte vector load (``uint4``): the widest a thread issues, on 16-byte aligned spans."""
-DEVICE_THREADS_PER_BLOCK = 512
-"""Threads of one device-executor block (NCCL's Simple protocol runs 512-ish per channel)."""
-DEVICE_LOADS_IN_FLIGHT = 4
-"""16-byte loads each thread keeps in flight (an unrolled loop: issue four, then use them)."""
-DEVICE_BLOCKS_PER_CONNECTION = 4
-"""Blocks that serve one (peer, channel) connection; as many as the link needs."""
-DEVICE_ROUND_US = 2.0
-"""One round of a remote access over NVLink / NVSwitch: "a few microseconds" (NVIDIA's NVLink
-latency figures; the device executor's flags cross it once per chunk)."""
+from . import device_geometry
+
 DEVICE_HANDSHAKE_US = 2.0
 """Per chunk and connection: the writer's system-scope release of the tail counter and the
 reader's acquire poll (NCCL Simple's per-step cost, a few microseconds)."""
@@ -58,16 +44,12 @@ NCCL_STEP_US = 2.0
 """NCCL's per-step cost on the device (Simple protocol), as the ring baseline charges it."""
 
 
-def device_bytes_in_flight() -> int:
-    """Bytes one device-executor block has in flight: threads x loads x 16 bytes."""
-    return DEVICE_THREADS_PER_BLOCK * DEVICE_LOADS_IN_FLIGHT * LOAD_BYTES
+def device_connection_gbps(lanes: int, latency_us: float = device_geometry.LATENCY_US) -> float:
+    """Little's law: the most one (peer, channel) connection served by ``lanes`` blocks moves,
+    GB/s (1e9 B/s), each block keeping :func:`.device_geometry.bytes_in_flight` bytes in flight
+    per ``latency_us``.
 
-
-def device_connection_gbps(blocks: int = DEVICE_BLOCKS_PER_CONNECTION, round_us: float = DEVICE_ROUND_US) -> float:
-    """Little's law: the most one (peer, channel) connection moves, GB/s (1e9 B/s), when
-    ``blocks`` blocks each keep :func:`device_bytes_in_flight` bytes in flight per ``round_us``.
-
-    >>> round(device_connection_gbps(1), 1)     # 32 KiB per 2 us
-    16.4
+    >>> round(device_connection_gbps(2), 1)     # 2 x 32 KiB per 1 us
+    65.5
     """
-    return blocks * device_bytes_in_flight() / (round_us * 1e-6) / 1e9
+    return lanes * device_geometry.block_gbps(latency_us)

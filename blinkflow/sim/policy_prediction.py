@@ -24,7 +24,7 @@ from typing import Dict, Optional
 
 from ..config import Config
 from ..planner.plan import Plan
-from ..schedule import step_costs
+from ..schedule import device_geometry, step_costs
 from ..schedule.lower import lower
 from ..schedule.policy import ALGORITHMS, Capabilities, Choice, choose, plan_rates
 from ..schedule.program import compile_program
@@ -163,9 +163,10 @@ def _device_seconds(plan: Plan, topology: Topology, size_bytes: int, elem_bytes:
     its blocks' bytes in flight."""
     nelems = max(0, size_bytes // elem_bytes)
     schedule = lower(plan, nelems, choice.chunk_elems(elem_bytes))
-    per_connection = step_costs.device_connection_gbps()
+    lanes = device_geometry.lanes_for(schedule)  # the blocks the device tables give each connection
+    per_connection = step_costs.device_connection_gbps(lanes)
     seconds = simulate(schedule, topology, plan, elem_bytes=elem_bytes, chunk_overhead_us=step_costs.DEVICE_HANDSHAKE_US,
                        edge_gbps=per_connection).seconds
     return (seconds + step_costs.DEVICE_LAUNCH_US * 1e-6,
-            f"{step_costs.DEVICE_BLOCKS_PER_CONNECTION} blocks x {step_costs.device_bytes_in_flight() // 1024} KiB "
-            f"in flight / {step_costs.DEVICE_ROUND_US:g} us = {per_connection:.1f} GB/s per connection")
+            f"{lanes} blocks x {device_geometry.bytes_in_flight() // 1024} KiB in flight / "
+            f"{device_geometry.LATENCY_US:g} us = {per_connection:.1f} GB/s per connection")

@@ -53,7 +53,7 @@ def test_the_prediction_charges_the_algorithms_step_costs():
                                chunk_overhead_us=ALGORITHMS["device"].cost_us("cuda")).result.seconds
     assert device.seconds > links_only + step_costs.DEVICE_LAUNCH_US * 1e-6 * 0.99
     assert "host:" in runner.bound and runner.seconds > 100 * step_costs.RUNNER_US_PER_ACTION * 1e-6
-    assert step_costs.device_connection_gbps(1, 2.0) == pytest.approx(512 * 4 * 16 / 2e-6 / 1e9)
+    assert step_costs.device_connection_gbps(2, 1.0) == pytest.approx(2 * 512 * 4 * 16 / 1e-6 / 1e9)
 
 
 def test_hgx_h100_prints_both_executors_with_their_chunks_and_picks_nccl(capsys):
