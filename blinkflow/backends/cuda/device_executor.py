@@ -46,6 +46,7 @@ from ...schedule import device_geometry
 from ...schedule.device_tables import RankTables
 from .. import device_abi as abi
 from ..device_emulator import view
+from ..stuck_blocks import describe, stuck_blocks
 from ..teardown import quietly
 from . import kernels
 from .proxy import Edge, Proxy
@@ -178,6 +179,25 @@ class ShapeMemory:
         if failed:
             self.close()
             raise BackendError(what + "; ".join(f"{p}: {m}" for p, m in sorted(failed.items())))
+
+    def stuck(self, stream) -> str:
+        """What this rank's blocks of the last call were left waiting for, read from the counters
+        they wait on, all in this rank's memory: the progress of its blocks, the tails of its
+        receive connections and the heads of its send connections (:mod:`..stuck_blocks`)."""
+        enc, nrecv = self.encoded, self.encoded.nrecv
+        out = np.empty(enc.nblocks + len(self.conns), np.int64)
+        # cudaMemcpyDefault (4): device memory and mapped host memory alike, under UVA.
+        self.rt.memcpyAsync(out.ctypes.data, self.progress, 8 * enc.nblocks, 4, stream.ptr)
+        for row in range(len(self.conns)):
+            counter = abi.CONN_TAIL if row < nrecv else abi.CONN_HEAD
+            self.rt.memcpyAsync(out.ctypes.data + 8 * (enc.nblocks + row), int(self.conns[row, counter]), 8, 4,
+                                stream.ptr)
+        stream.synchronize()
+        progress, counters = out[:enc.nblocks], out[enc.nblocks:]
+        never = np.iinfo(np.int64).max  # a counter no block of this rank waits for
+        tails = np.where(np.arange(len(counters)) < nrecv, counters, never)
+        heads = np.where(np.arange(len(counters)) >= nrecv, counters, never)
+        return describe(stuck_blocks(enc, self.calls, progress, tails, heads))
 
     def edges_of_call(self) -> List[Edge]:
         """The network edges of the next call, for the proxy."""
@@ -347,7 +367,8 @@ class DeviceExecutor:
             self.proxy.finish(launched)
         except BackendError as e:
             self._broken = str(e)
-            raise
+            where = shape.stuck(self.cupy.cuda.get_current_stream())
+            raise BackendError(f"{e}; on rank {self.layout.rank}: {where}") from None
         shape.calls += 1
         self.launches += 1
 
