@@ -25,7 +25,8 @@ import shutil
 import subprocess
 import tempfile
 import time
-from typing import Dict, List, Mapping, Optional, Sequence
+from contextlib import contextmanager
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence
 
 import pytest
 
@@ -34,7 +35,8 @@ PREFIX_LEN = 24
 SSH_PORT = 22
 # Packages that provide the tools, for the fixture's one-time apt-get on a bare CI machine.
 TOOLS = {"ip": "iproute2", "sshd": "openssh-server", "ssh": "openssh-client",
-         "ssh-keygen": "openssh-client", "unshare": "util-linux", "mount": "mount", "hostname": "hostname"}
+         "ssh-keygen": "openssh-client", "unshare": "util-linux", "mount": "mount", "hostname": "hostname",
+         "nft": "nftables"}
 SBIN = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")
 
 
@@ -240,6 +242,30 @@ class Cluster:
         for ns in self.namespaces.values():
             _sh([self.tools["ip"], "-n", ns, "neigh", "flush", "dev", "veth0"])
         self._wait_for_ssh(host)
+
+    @contextmanager
+    def partitioned(self) -> Iterator[None]:
+        """The hosts cannot reach each other while the block runs, and can again after it: every
+        IP packet in or out of each host's veth is dropped (nftables, since this kernel has no
+        netem). Unlike :meth:`take_away` nothing stops and no interface goes down: connections
+        stay open, processes on both sides live on and hear nothing from the other side, as
+        across a failed switch. Healing removes the rules and waits until ssh answers again."""
+        for host in self.hosts:
+            self._nft(host, "add table inet bfpartition")
+            self._nft(host, "add chain inet bfpartition cut { type filter hook input priority 0; policy accept; }")
+            self._nft(host, "add chain inet bfpartition cutout { type filter hook output priority 0; policy accept; }")
+            self._nft(host, "add rule inet bfpartition cut iifname veth0 drop")
+            self._nft(host, "add rule inet bfpartition cutout oifname veth0 drop")
+        try:
+            yield
+        finally:
+            for host in self.hosts:
+                self._nft(host, "delete table inet bfpartition")
+            for host in self.hosts[1:]:
+                self._wait_for_ssh(host)
+
+    def _nft(self, host: str, rule: str) -> None:
+        _sh([self.tools["ip"], "netns", "exec", self.namespaces[host], self.tools["nft"], *shlex.split(rule)])
 
     def processes(self, host: str) -> List[int]:
         """Every process in ``host``'s namespace but its sshd: what a test left running there."""

@@ -121,7 +121,7 @@ def test_an_elastic_job_whose_mpirun_waits_for_a_silent_host_is_stopped_once_its
                  elastic=driver).run()
     assert status == 0, err.getvalue()
     assert time.time() - began < supervise.FAILURE_GRACE_SECONDS + supervise.STOP_GRACE_SECONDS + 10
-    assert said == ["rank 1 (host b) lost: the other ranks lost contact with it (its host or its network went away); "
+    assert said == ["rank 1 (host b) lost: no heartbeat from it reached the other ranks, which went on without it; "
                     "host blacklisted"]
 
 
