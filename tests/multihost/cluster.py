@@ -233,6 +233,21 @@ class Cluster:
                     pass
             time.sleep(0.3)
 
+    def kill_daemon(self, host: str) -> List[int]:
+        """SIGKILL Open MPI's daemons (``prted``) on ``host`` and nothing else: its ranks, their
+        wrappers and the ssh session live on until the job notices. The pids killed."""
+        killed = []
+        for pid in self.processes(host):
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    if f.read().strip() != "prted":
+                        continue
+                os.kill(pid, 9)
+                killed.append(pid)
+            except (OSError, ProcessLookupError):
+                pass
+        return killed
+
     def bring_back(self, host: str) -> None:
         """``host``'s network up again (an empty host: :meth:`take_away` left only its sshd), and
         reachable before this returns: while it was away, the other host's kernel marked its
