@@ -235,7 +235,7 @@ class Job:
             first = verdict.first_cause(failures)
             if first is None:  # every failure is a casualty: name the rank they blame
                 blamed = verdict.blamed_rank(failures)
-                self._say(verdict.describe_blamed(blamed, failures, self.exits))
+                self._say(verdict.describe_blamed(blamed, failures, self.exits, self.started))
                 status = (self.exits.get(blamed) or {}).get("status") or min(
                     (f for f in failures if verdict.is_casualty(f)), key=lambda f: f.get("time") or 0.0).get("status")
                 return int(status or 1)

@@ -182,7 +182,9 @@ class Watchdog:
         if state is not None:
             return (f"its process (pid {pid}) runs but its blinkflow threads do not: blocked in a call that holds "
                     "the GIL?")
-        return "its process is stopped, or blocked in a call that holds the GIL"
+        host = self._hosts[rank] if 0 <= rank < len(self._hosts) else "?"
+        return (f"no heartbeat from it arrived; it runs on another host ({host}), so whether its process is stopped "
+                "or the network to that host is cut cannot be seen from here")
 
 
 def failed_ranks(comm) -> List[int]:
