@@ -248,6 +248,28 @@ class Cluster:
                 pass
         return killed
 
+    def pause(self, host: str, argv_contains: str, seconds: float) -> List[int]:
+        """SIGSTOP the processes on ``host`` whose command line holds ``argv_contains`` (rank
+        wrappers excluded: a pause of the rank itself, as in a long GC or a swap storm), then
+        SIGCONT them ``seconds`` later. The pids paused."""
+        paused = []
+        for pid in self.processes(host):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            if argv_contains in argv and "rank_exec" not in argv:
+                os.kill(pid, 19)
+                paused.append(pid)
+        time.sleep(seconds)
+        for pid in paused:
+            try:
+                os.kill(pid, 18)
+            except ProcessLookupError:
+                pass
+        return paused
+
     def bring_back(self, host: str) -> None:
         """``host``'s network up again (an empty host: :meth:`take_away` left only its sshd), and
         reachable before this returns: while it was away, the other host's kernel marked its
