@@ -15,8 +15,10 @@ It runs COMMAND as its child (the MPI process), and
   that ends early without ``MPI_Finalize`` makes mpirun stop the others, and blinkrun names it);
 - dies with its parent (Linux ``PR_SET_PDEATHSIG``) and makes its child do the same, so no rank
   outlives the job;
-- when its rank ended on the side of a network cut that does not go on (an elastic job's
-  PartitionError), stops the MPI daemon that started it, which could never reach mpirun again;
+- when its rank ended because ranks on another host fell silent (an elastic job's
+  PartitionError, a stall shutdown naming a rank on another host: pyhook's ``blinkrun_cut_off``),
+  stops the MPI daemon that started it, which could never reach mpirun again if this host is cut
+  off (and whose job is over if it is not);
 - on the first rank of each host, reclaims what killed jobs left there (:mod:`.reclaim`), while
   its child starts;
 - gives the rank an empty stdin (``/dev/null``): the one an MPI forwards to rank 0 never ends;
@@ -290,6 +292,7 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
         cut_off = os.path.exists(record_file + ".cut")
         shutil.rmtree(scratch, ignore_errors=True)
         if cut_off:
+            time.sleep(ELASTIC_EVENT_GRACE_S)   # the events just written may still reach mpirun
             stop_cut_off_daemon()
         if failed and _elastic(environ):
             # ULFM tells the peers of a rank that died by a signal; of one that exited without
@@ -301,10 +304,10 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
 
 
 def stop_cut_off_daemon(parent: Optional[int] = None) -> bool:
-    """The rank ended on a side of a network cut that does not go on (its elastic reset raised
-    PartitionError, and pyhook's ``blinkrun_cut_off`` said so): stop the MPI daemon that started
-    it on this host (this wrapper's parent, Open MPI's ``prted``), which would otherwise wait
-    for an mpirun on the other side of the cut until the network returns. Whether it was told."""
+    """The rank ended because ranks on another host fell silent (pyhook's ``blinkrun_cut_off``
+    said so): stop the MPI daemon that started it on this host (this wrapper's parent, Open MPI's
+    ``prted``; never mpirun itself), which would otherwise wait for an mpirun it may not reach
+    until the network returns; the job is over here either way. Whether it was told."""
     parent = os.getppid() if parent is None else parent
     try:
         with open(f"/proc/{parent}/comm") as f:

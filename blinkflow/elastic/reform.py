@@ -58,7 +58,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..backends.teardown import quietly
 from ..config import get_config
 from ..errors import NotInitializedError, PartitionError, ProcessSetError, ShutdownError, TooFewRanksError
-from ..runtime import lifecycle
+from ..runtime import launcher_hooks, lifecycle
 from ..runtime.global_state import RUNTIME
 from ..runtime.log import logger
 from . import quorum
@@ -140,7 +140,7 @@ def reform() -> Reset:
         error = PartitionError(quorum.refusal(side, old.size, engine.job.hosts), lost=side.uncertain + side.dead,
                                left=len(side.survivors), unreachable_hosts=side.unreachable_hosts(engine.job.hosts))
         RUNTIME.remember_broken(None, error)  # leave at exit without MPI_Finalize: the other side is unreachable
-        _tell_launcher_cut_off()
+        launcher_hooks.tell_cut_off()  # the daemon here cannot reach mpirun across the cut
         raise error
     _tell_launcher_who_is_lost(engine.job.comm, survivors)
     _release(engine, idle)
@@ -154,14 +154,6 @@ def _old_ranks_of(old_comm, survivors) -> List[int]:
 
     return list(MPI.Group.Translate_ranks(survivors.Get_group(), list(range(survivors.Get_size())),
                                           old_comm.Get_group()))
-
-
-def _tell_launcher_cut_off() -> None:
-    """Under blinkrun: this rank's side of a network cut stops, so the MPI daemon that started it
-    here, which cannot reach mpirun across the cut, must go too (the rank's wrapper stops it)."""
-    report = getattr(sys.modules.get("sitecustomize"), "blinkrun_cut_off", None)
-    if report is not None:
-        report()
 
 
 def _tell_launcher_who_is_lost(old_comm, survivors) -> None:

@@ -109,9 +109,10 @@ def blinkrun_ranks_lost(ranks):
 
 
 def blinkrun_cut_off():
-    """Called by blinkflow's elastic reset on each rank of a side of a network cut that does not
-    go on (PartitionError): when the rank ends, its wrapper also stops the MPI daemon that
-    started it on this host, which would otherwise wait for an mpirun it cannot reach."""
+    """Called by blinkflow when the rank stops because ranks on another host fell silent (an
+    elastic side without the quorum, a stall shutdown naming a rank on another host): when the
+    rank ends, its wrapper also stops the MPI daemon that started it on this host, which would
+    otherwise wait for an mpirun it may not reach."""
     path = os.environ.get(_RECORD_VAR)
     if path and os.environ.get(_WRAPPER_VAR):
         try:

@@ -86,3 +86,70 @@ def test_a_partition_leaves_one_side_training_and_stops_the_other(cluster, tmp_p
     assert cluster.processes("bfb") == [], _described(cluster, cluster.processes("bfb"))
     # the detection (about the 15 s heartbeat timeout per rank), the reset, four epochs, the stop of mpirun
     assert out.ended - out.acted_at < 150, out.ended - out.acted_at
+
+
+STEPS_SCRIPT = """
+import os, sys, time
+import numpy as np
+import blinkflow as bf
+bf.init()
+for step in range(100000):
+    bf.allreduce(np.ones(8), name="step")
+    if step == 3 and bf.rank() == 2:
+        open(sys.argv[1] + ".tmp", "w").close()
+        os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+    time.sleep(0.05)
+"""
+# the stall detector at a few seconds: what it says, not when, is checked here
+STALL_ENV = {"BLINKFLOW_STALL_CHECK_TIME_SECONDS": "2", "BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS": "5"}
+
+
+def test_a_partition_of_a_fixed_size_job_is_said_as_seen_and_leaves_nothing_running(cluster, tmp_path):
+    import os
+    import sys
+    import threading
+
+    from blinkrun_helpers import blinkrun_argv
+
+    marker = str(tmp_path / "cut-here")
+    cut = cluster.partitioned()
+    entered, done = [], threading.Event()
+
+    def cut_when_told():
+        while not done.is_set():
+            if os.path.exists(marker):
+                cut.__enter__()
+                entered.append(time.monotonic())
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=cut_when_told, daemon=True)
+    watcher.start()
+    try:
+        proc = cluster.run_on("bfa", blinkrun_argv() + ["-np", "4", "-H", "bfa:2,bfb:2", sys.executable, "-c",
+                                                        STEPS_SCRIPT, marker], env=cluster.env(STALL_ENV), timeout=180)
+        ended = time.monotonic()
+        left_on_bfa = _described(cluster, cluster.processes("bfa"))
+        left_on_bfb_cut = _described(cluster, cluster.processes("bfb"))
+    finally:
+        done.set()
+        watcher.join()
+        if entered:
+            cut.__exit__(None, None, None)
+    healed = time.monotonic()
+    context = proc.stdout[-3000:] + proc.stderr[-8000:]
+    assert entered, "rank 2 never reached the step at which the hosts are cut apart\n" + context
+    assert proc.returncode != 0, context
+    # what was seen, where: no heartbeat from a rank on bfb, and blinkrun heard nothing more from it
+    assert re.search(r"rank 2 \(bfb\) made no progress for \d+ s .*no heartbeat from it arrived; it runs on another "
+                     r"host \(bfb\)", proc.stderr), context
+    assert "holds the GIL" not in proc.stderr and "reported nothing itself" not in proc.stderr, context
+    assert "blinkrun: rank 2 (host bfb) failed first: blinkrun heard neither a failure nor an end from it" \
+        in proc.stderr, context
+    assert left_on_bfa == [], f"still running on bfa after blinkrun returned: {left_on_bfa}"
+    assert not [p for p in left_on_bfb_cut if "prted" in p or "python" in p], \
+        f"still running on bfb, cut off, after blinkrun returned: {left_on_bfb_cut}"
+    while cluster.processes("bfb") and time.monotonic() - healed < HEALED_CLEAN_S:
+        time.sleep(0.5)
+    assert cluster.processes("bfb") == [], _described(cluster, cluster.processes("bfb"))
+    assert ended - entered[0] < 60, ended - entered[0]
