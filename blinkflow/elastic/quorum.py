@@ -69,8 +69,8 @@ def refusal(quorum: Quorum, old_size: int, hosts: Sequence[str]) -> str:
     there = ", ".join(quorum.unreachable_hosts(hosts))
     why = ("fewer than the ranks it lost contact with" if len(quorum.survivors) < len(quorum.uncertain)
            else "as many as the ranks it lost contact with, and not the old job's rank 0")
-    return (f"blinkflow elastic: network partition or lost hosts: ranks {mine} (host {here}) of the {old_size}-rank job "
-            f"lost contact with ranks {theirs} (host {there}), which may still be running; this side holds "
+    return (f"blinkflow elastic: network partition or lost hosts: ranks {mine} (host {here}) of the "
+            f"{old_size}-rank job lost contact with ranks {theirs} (host {there}), which may still be running; this side holds "
             f"{len(quorum.survivors)} of them, {why}, so it stops here and the other side, if it lives, goes on "
             "(an elastic job goes on only where a majority of the ranks is, at a tie the side with rank 0, so that it "
             "never trains twice). Check the network between the hosts; the job's output and checkpoints are the "

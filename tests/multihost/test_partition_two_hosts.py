@@ -11,13 +11,21 @@ One job checks the whole story (docs/elastic.md, "A network partition"):
 - nothing of the job runs on ``bfa`` when blinkrun returns, and on ``bfb`` neither a rank nor
   Open MPI's daemon while the hosts are still apart; once they can reach each other again,
   nothing at all (the ssh session bfa's blinkrun stopped ends when its peer's reset arrives).
+
+A second job cuts a fixed-size job apart: the ranks say what they saw (no heartbeat from a rank
+on another host), not a guess at why; blinkrun says it heard nothing more from that rank, names
+its host, and nothing of the job is left on either host (docs/reliability.md, "Across hosts").
 """
+import os
 import re
+import sys
+import threading
 import time
 
 import pytest
 
 import host_loss_job
+from blinkrun_helpers import blinkrun_argv
 
 pytestmark = [pytest.mark.mpi, pytest.mark.multihost, pytest.mark.tf, pytest.mark.slow]
 
@@ -105,12 +113,6 @@ STALL_ENV = {"BLINKFLOW_STALL_CHECK_TIME_SECONDS": "2", "BLINKFLOW_STALL_SHUTDOW
 
 
 def test_a_partition_of_a_fixed_size_job_is_said_as_seen_and_leaves_nothing_running(cluster, tmp_path):
-    import os
-    import sys
-    import threading
-
-    from blinkrun_helpers import blinkrun_argv
-
     marker = str(tmp_path / "cut-here")
     cut = cluster.partitioned()
     entered, done = [], threading.Event()
