@@ -301,6 +301,15 @@ class Cluster:
             for host in self.hosts[1:]:
                 self._wait_for_ssh(host)
 
+    def require_partitions(self) -> None:
+        """Skip the calling test, saying why, where this kernel cannot filter packets (no
+        nf_tables): :meth:`partitioned` would fail in the middle of a job."""
+        try:
+            self._nft(self.hosts[0], "add table inet bfprobe")
+            self._nft(self.hosts[0], "delete table inet bfprobe")
+        except RuntimeError as e:
+            pytest.skip(f"no network partitions on this machine: {e}")
+
     def _nft(self, host: str, rule: str) -> None:
         _sh([self.tools["ip"], "netns", "exec", self.namespaces[host], self.tools["nft"], *shlex.split(rule)])
 

@@ -45,6 +45,7 @@ def _described(cluster, pids):
 
 
 def test_a_partition_leaves_one_side_training_and_stops_the_other(cluster, tmp_path):
+    cluster.require_partitions()
     logdir = tmp_path / "ranks"
     logdir.mkdir()
     cut = cluster.partitioned()
@@ -113,6 +114,7 @@ STALL_ENV = {"BLINKFLOW_STALL_CHECK_TIME_SECONDS": "2", "BLINKFLOW_STALL_SHUTDOW
 
 
 def test_a_partition_of_a_fixed_size_job_is_said_as_seen_and_leaves_nothing_running(cluster, tmp_path):
+    cluster.require_partitions()
     marker = str(tmp_path / "cut-here")
     cut = cluster.partitioned()
     entered, done = [], threading.Event()
