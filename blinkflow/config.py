@@ -27,7 +27,7 @@ ENV_PREFIX = "BLINKFLOW_"
 AGREED_FIELDS = ("fusion_threshold", "cache_capacity", "backend", "chunk_bytes", "cpu_single_copy", "cpu_control",
                  "split_hosts", "topology", "bucket_bytes", "algorithm", "check_schedules", "autotune")
 BACKENDS = ("auto", "cpu", "cuda")
-ALGORITHMS = ("auto", "runner", "device", "single_copy")
+ALGORITHMS = ("auto", "runner", "device", "nccl", "single_copy")
 CPU_CONTROLS = ("auto", "shm", "mpi")
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 _DAY_S = 86400.0
@@ -95,8 +95,9 @@ class Config:
     algorithm: str = "auto"
     """Which registered algorithm runs the collectives (``blinkflow.schedule.policy``): auto (the
     policy decides per call), runner (the host-driven schedule runner), device (the device
-    executor; on the cpu backend its numpy emulator) or single_copy (cpu all-reduces that read
-    peers' tensors in place, where they can)."""
+    executor; on the cpu backend its numpy emulator), nccl (the cuda backend's all-reduces by
+    NCCL, where every rank drives its own GPU) or single_copy (cpu all-reduces that read peers'
+    tensors in place, where they can)."""
     check_schedules: int = 0
     """1: prove every new call shape's schedule before it first runs (its collective's
     postcondition by symbolic execution, and that the device executor's tables cannot

@@ -71,6 +71,18 @@ class TooFewRanksError(BlinkflowError):
         self.left = left
 
 
+class PartitionError(TooFewRanksError):
+    """An elastic job's ranks split into groups that cannot reach each other (a network
+    partition, or hosts that went silent), and this group is not the one that goes on: it holds
+    no majority of the ranks whose fate it cannot know (at a tie, not the old job's rank 0). It
+    ends here, so that the two groups never train on as two jobs. ``lost`` and ``left`` as in
+    TooFewRanksError; ``unreachable_hosts`` names the hosts of the ranks out of reach."""
+
+    def __init__(self, message: str, lost=(), left: int = 0, unreachable_hosts=()):
+        super().__init__(message, lost=lost, left=left)
+        self.unreachable_hosts = sorted(unreachable_hosts)
+
+
 class HostsUpdatedInterrupt(BlinkflowError):
     """Horovod's signal that hosts were added or removed: raised by ``State.commit()`` /
     ``check_host_updates()`` on every rank at the same step, so ``blinkflow.elastic.run`` re-forms

@@ -138,4 +138,114 @@ template <typename T> union BfVec {
 
 __device__ __forceinline__ bool bf_aligned16(const void* p) { return (((bf_u64)p) & 15u) == 0; }
 
+// Elements before the first 16-byte boundary of p, when every pointer of a loop shares p's
+// misalignment (then one scalar head aligns them all and the rest runs 16 bytes at a time);
+// -1 when they do not (then only scalar accesses are possible).
+template <typename T>
+__device__ __forceinline__ long long bf_vector_head(const void* p, bool same_misalignment) {
+    const bf_u32 m = (bf_u32)(((bf_u64)p) & 15u);
+    if (!same_misalignment || m % sizeof(T) != 0) return -1;
+    return (long long)(((16u - m) & 15u) / sizeof(T));
+}
+
+__device__ __forceinline__ bool bf_same_misalignment(const void* a, const void* b) {
+    return ((((bf_u64)a) ^ ((bf_u64)b)) & 15u) == 0;
+}
+
+// Loads in flight per thread in the kernels' 16-byte loops: each thread issues BF_UNROLL
+// independent 16-byte loads of a source before it uses any of them, so a block of T threads
+// keeps BF_UNROLL * 16 * T bytes of every source in flight (Little's law: a
+// block moves bytes-in-flight / latency per second; docs/cuda.md derives the numbers). NCCL's
+// reduceCopy unrolls the same way (common_kernel.h).
+#define BF_UNROLL 4
+
+__device__ __forceinline__ uint4 bf_zero_v4() {
+    uint4 v;
+    v.x = v.y = v.z = v.w = 0u;
+    return v;
+}
+
+// ---- Loads and stores of the device executor's cross-GPU protocol ----
+//
+// The interpreter's blocks exchange data through memory that other GPUs (NVLink, CUDA IPC), the
+// host (the proxy) and other blocks write, under the PTX memory consistency model (PTX ISA,
+// "Memory Consistency Model"): a volatile or relaxed access at system scope is coherent but
+// orders nothing else. A reader that saw a counter reach a value must acquire it
+// (ld.acquire.sys) before its loads of the data the counter covers are ordered after the
+// writer's stores; the writer must release the counter (st.release.sys) after its stores. A
+// barrier (bar.sync) extends either to the block's other threads: their stores before the
+// barrier precede thread 0's release, thread 0's acquire precedes their loads after it. NCCL's
+// Simple protocol posts and polls its step counters the same way (prims_simple.h).
+//
+// Under BLINKFLOW_HOST_EMULATION (tests/kernel_host.py, which runs this code under
+// ThreadSanitizer) each maps to the C++ atomic operation of the same strength: volatile and
+// relaxed to relaxed, acquire to acquire, release to release, a plain store to a plain store.
+// Never stronger, so a missing acquire or release is a race the sanitizer reports.
+// State a block's threads share (__shared__ on the GPU); the host build hands every emulated
+// thread of a block the same instance (tests/kernel_host.py defines bf_host_block_shared).
+#if defined(BLINKFLOW_HOST_EMULATION)
+#define BF_BLOCK_SHARED(type, name) type& name = *static_cast<type*>(bf_host_block_shared(sizeof(type)))
+#else
+#define BF_BLOCK_SHARED(type, name) __shared__ type name
+#endif
+
+#if defined(BLINKFLOW_HOST_EMULATION)
+#include <sched.h>
+__device__ __forceinline__ long long bf_ld_relaxed_sys(const long long* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+__device__ __forceinline__ long long bf_ld_acquire_sys(const long long* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+__device__ __forceinline__ void bf_st_release_sys(long long* p, long long v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+__device__ __forceinline__ int bf_ld_flag(const int* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+// A host thread that spins must let the thread it waits for run (the CPU suite runs many
+// emulated GPU threads on few cores); a GPU warp spins in place.
+__device__ __forceinline__ void bf_spin_pause() { sched_yield(); }
+__device__ __forceinline__ uint4 bf_ld_volatile_v4(const void* p) {
+    const bf_u32* q = static_cast<const bf_u32*>(p);
+    uint4 v;
+    v.x = __atomic_load_n(q, __ATOMIC_RELAXED);
+    v.y = __atomic_load_n(q + 1, __ATOMIC_RELAXED);
+    v.z = __atomic_load_n(q + 2, __ATOMIC_RELAXED);
+    v.w = __atomic_load_n(q + 3, __ATOMIC_RELAXED);
+    return v;
+}
+__device__ __forceinline__ void bf_st_v4(void* p, uint4 v) {
+    bf_u32* q = static_cast<bf_u32*>(p);
+    q[0] = v.x; q[1] = v.y; q[2] = v.z; q[3] = v.w;
+}
+template <typename W> __device__ __forceinline__ W bf_ld_volatile_word(const W* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+#else
+__device__ __forceinline__ long long bf_ld_relaxed_sys(const long long* p) {
+    long long v;
+    asm volatile("ld.relaxed.sys.global.s64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ long long bf_ld_acquire_sys(const long long* p) {
+    long long v;
+    asm volatile("ld.acquire.sys.global.s64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void bf_st_release_sys(long long* p, long long v) {
+    asm volatile("st.release.sys.global.s64 [%0], %1;" : : "l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ int bf_ld_flag(const int* p) {
+    int v;
+    asm volatile("ld.relaxed.sys.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void bf_spin_pause() {}
+// Slot data: a volatile load never hits a stale L1 line. No "memory" clobber: the loads of one
+// unrolled group may all be in flight at once (the acquire and the barrier before them carry
+// the ordering).
+__device__ __forceinline__ uint4 bf_ld_volatile_v4(const void* p) {
+    uint4 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+// One 16-byte store (a plain uint4 assignment from a union is split into four 32-bit ones).
+__device__ __forceinline__ void bf_st_v4(void* p, uint4 v) {
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" : : "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+template <typename W> __device__ __forceinline__ W bf_ld_volatile_word(const W* p) { return *reinterpret_cast<const volatile W*>(p); }
+#endif
+
 #endif  // BLINKFLOW_COMMON_CUH

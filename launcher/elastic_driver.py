@@ -195,8 +195,8 @@ class ElasticDriver:
                     continue
                 slot.state, slot.since = LOST, now
                 self.book.blacklist(slot.host, now)
-                self.say(f"rank {slot_id} (host {slot.host}) lost: the other ranks lost contact with it "
-                         "(its host or its network went away); host blacklisted")
+                self.say(f"rank {slot_id} (host {slot.host}) lost: no heartbeat from it reached the other ranks, "
+                         "which went on without it; host blacklisted")
 
     def _orphans_spawning(self) -> bool:
         """Whether new ranks that have not begun MPI are all that runs: the ranks starting them

@@ -15,6 +15,10 @@ It runs COMMAND as its child (the MPI process), and
   that ends early without ``MPI_Finalize`` makes mpirun stop the others, and blinkrun names it);
 - dies with its parent (Linux ``PR_SET_PDEATHSIG``) and makes its child do the same, so no rank
   outlives the job;
+- when its rank ended because ranks on another host fell silent (an elastic job's
+  PartitionError, a stall shutdown naming a rank on another host: pyhook's ``blinkrun_cut_off``),
+  stops the MPI daemon that started it, which could never reach mpirun again if this host is cut
+  off (and whose job is over if it is not);
 - on the first rank of each host, reclaims what killed jobs left there (:mod:`.reclaim`), while
   its child starts;
 - gives the rank an empty stdin (``/dev/null``): the one an MPI forwards to rank 0 never ends;
@@ -46,6 +50,8 @@ SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 STOP_GRACE_SECONDS = 3.0
 TAIL_LINES = 40
 ELASTIC_EVENT_GRACE_S = 0.5
+DAEMONS = ("prted", "orted")
+"""Open MPI's per-host daemons (5.x, 4.x): the process that starts the wrappers on a host."""
 _EVENT_MARK = events.MARK.encode()
 
 
@@ -283,7 +289,11 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
         failed.append(True)
         return report(returncode, record, ended)
     finally:
+        cut_off = os.path.exists(record_file + ".cut")
         shutil.rmtree(scratch, ignore_errors=True)
+        if cut_off:
+            time.sleep(ELASTIC_EVENT_GRACE_S)   # the events just written may still reach mpirun
+            stop_cut_off_daemon()
         if failed and _elastic(environ):
             # ULFM tells the peers of a rank that died by a signal; of one that exited without
             # MPI_Finalize (this wrapper, whatever its child did), never: they would wait forever.
@@ -291,6 +301,26 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
             # unsent output is dropped).
             time.sleep(ELASTIC_EVENT_GRACE_S)
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def stop_cut_off_daemon(parent: Optional[int] = None) -> bool:
+    """The rank ended because ranks on another host fell silent (pyhook's ``blinkrun_cut_off``
+    said so): stop the MPI daemon that started it on this host (this wrapper's parent, Open MPI's
+    ``prted``; never mpirun itself), which would otherwise wait for an mpirun it may not reach
+    until the network returns; the job is over here either way. Whether it was told."""
+    parent = os.getppid() if parent is None else parent
+    try:
+        with open(f"/proc/{parent}/comm") as f:
+            name = f.read().strip()
+    except OSError:
+        return False
+    if name not in DAEMONS:
+        return False
+    try:
+        os.kill(parent, signal.SIGTERM)
+    except OSError:
+        return False
+    return True
 
 
 def _elastic(environ: Mapping[str, str]) -> bool:

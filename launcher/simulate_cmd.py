@@ -6,8 +6,10 @@
     blinkrun simulate --topology 64xdgx1-v100 --collective allreduce --size 1GB --sweep --step-budget 1000000
 
 ``--json`` prints the object docs/topology.md describes, with ``policy``: the
-algorithm and chunk the call-shape policy picks for a job on that topology and its predicted
-seconds (null, "simulated": false, for an algorithm the simulator cannot model); ``--sweep`` a table
+algorithm and chunk the call-shape policy picks for a job on that topology, why, and its predicted
+seconds (null, "simulated": false, for an algorithm the simulator cannot model), and on GPUs
+``policy.algorithms``: the runner's, the device executor's and (all-reduce) NCCL's predictions,
+each with the chunk it really uses (projections: docs/cuda.md, "The cost model"); ``--sweep`` a table
 over sizes from 1 KiB up to ``--size`` with the latency / bandwidth crossover; ``--png`` plots time
 against size. Sizes are read by :mod:`blinkflow.sizes`: KB, MB, GB are powers of 1000, KiB, MiB,
 GiB (or K, M, G) powers of 1024. Bad input exits 2 with one line.
@@ -22,7 +24,7 @@ import click
 from blinkflow.planner.plan import COLLECTIVES
 from blinkflow.sim.chunking import STEP_BUDGET
 from blinkflow.sim.compare import Comparison, compare, compare_sizes, make_plan_for, sweep_sizes
-from blinkflow.sim.policy_prediction import predict
+from blinkflow.sim.policy_prediction import predict_all
 from blinkflow.sizes import SIZE_HELP, format_size, parse_size
 from blinkflow.topology.resolve import resolve_topology
 
@@ -58,7 +60,8 @@ def command(topology_spec, gpus, collective, root, size_text, elem_bytes, chunk_
     if not (sweep or png):
         plan = make_plan_for(topology, collective, devices, root)
         row = compare(topology, collective, size, devices, root, latency=False, plan=plan, **options)
-        chosen = predict(plan, topology, size, elem_bytes=elem_bytes)
+        nccl = row.baseline_seconds if collective == "allreduce" else None  # the baseline is NCCL's rings
+        chosen = predict_all(plan, topology, size, elem_bytes=elem_bytes, nccl_seconds=nccl)
         if as_json:
             click.echo(json.dumps(dict(row.to_json(), policy=chosen.to_json()), indent=2))
         else:

@@ -18,7 +18,11 @@
   blinkrun then stops the job and names those ranks;
 - an elastic job whose ranks have all ended or been lost (the driver's ``finished``) but whose
   mpirun still runs a few seconds later is stopped: mpirun waits forever for a host that went
-  silent, and the job ended well (status 0).
+  silent, and the job ended well (status 0);
+- mpirun that says it lost a host's daemon (:mod:`.daemon_loss`) is reported with that host and
+  the ranks that ran there, which could report nothing themselves;
+- when mpirun has exited, what is left of its session (this host's rank wrappers, stopping their
+  ranks) ends before blinkrun returns, so nothing of the job outlives it here.
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ import time
 from typing import BinaryIO, Dict, List, Mapping, Optional, Sequence
 
 from . import events, verdict
+from .daemon_loss import DaemonLoss
 
 STOP_GRACE_SECONDS = 3.0      # SIGTERM -> SIGKILL for mpirun
 FAILURE_GRACE_SECONDS = 5.0   # a rank failed -> mpirun must have stopped the job by then
@@ -54,6 +59,8 @@ class Job:
         self.mpi_starting: Dict[int, float] = {}
         """Ranks that began MPI's initialisation, and when."""
         self.mpi_start_timed_out = False
+        self.daemon_loss = DaemonLoss()
+        """The hosts whose MPI daemon mpirun said it lost (its output names them, nothing else does)."""
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._finishing = threading.Event()
@@ -82,6 +89,7 @@ class Job:
         watchdog.start()
         try:
             returncode = self.proc.wait()
+            self._end_session()   # before the pumps: a process left may hold mpirun's pipes
             for pump in pumps:
                 pump.join(timeout=5.0)
         finally:
@@ -111,6 +119,16 @@ class Job:
                 pass
             for pid in _session_members(self.proc.pid):
                 _signal(pid, signal.SIGKILL, group=False)
+
+    def _end_session(self) -> None:
+        """mpirun has exited: what is left of its session (the wrappers of this host's ranks, which
+        its exit sends SIGTERM and which stop their ranks within their grace period, or an ssh to
+        a host) ends before blinkrun returns; past the grace period it is killed."""
+        deadline = time.monotonic() + STOP_GRACE_SECONDS + 2.0
+        while _session_members(self.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for pid in _session_members(self.proc.pid):
+            _signal(pid, signal.SIGKILL, group=False)
 
     def _on_signal(self, signum, _frame):
         if self.interrupted is None:
@@ -155,11 +173,13 @@ class Job:
         fd = self.proc.stdout.fileno()
         for chunk in iter(lambda: os.read(fd, 65536), b""):
             self._write(self.out, chunk)
+            self.daemon_loss.feed_bytes(chunk)
 
     def _relay_stderr(self):
         for raw in iter(self.proc.stderr.readline, b""):
             raw = raw.replace(b"\0", b"")   # Open MPI ends its help messages with a NUL
             text, event = events.split(raw.decode(errors="replace"))
+            self.daemon_loss.feed(text)
             if text:
                 self._write(self.err, text.encode() if event else raw)
             if event:
@@ -215,7 +235,7 @@ class Job:
             first = verdict.first_cause(failures)
             if first is None:  # every failure is a casualty: name the rank they blame
                 blamed = verdict.blamed_rank(failures)
-                self._say(verdict.describe_blamed(blamed, failures, self.exits))
+                self._say(verdict.describe_blamed(blamed, failures, self.exits, self.started))
                 status = (self.exits.get(blamed) or {}).get("status") or min(
                     (f for f in failures if verdict.is_casualty(f)), key=lambda f: f.get("time") or 0.0).get("status")
                 return int(status or 1)
@@ -227,6 +247,10 @@ class Job:
         if self.start_timed_out or self.mpi_start_timed_out:
             return 1
         unended = sorted(r for r in self.started if (self.exits.get(r) or {}).get("status") != 0)
+        if self.daemon_loss.hosts:
+            status = returncode if returncode > 0 else 128 - returncode if returncode < 0 else 1
+            self._say(self._describe_daemon_loss(returncode))
+            return status
         if returncode == 0 and unended:
             # Open MPI 5's mpirun exits 0 after ending a job whose host's daemon it lost; the
             # ranks it stopped then say nothing (stopped quietly) or end with a signal.
@@ -247,6 +271,18 @@ class Job:
                 self._say(f"mpirun exited with status {status} and no rank reported a failure")
             return status
         return 0
+
+
+    def _describe_daemon_loss(self, returncode: int) -> str:
+        """What was seen when mpirun lost a host's daemon: which host, which ranks ran there."""
+        said = []
+        for host in self.daemon_loss.hosts:
+            ranks = sorted(r for r, h in self.started.items() if h == host)
+            there = f"rank{'s' if len(ranks) > 1 else ''} {_ranks(ranks)}" if ranks else "no rank that had reported"
+            said.append(f"host {host} (running {there})")
+        return (f"mpirun exited with status {returncode} after it lost its Open MPI daemon on "
+                f"{'; '.join(said)}: the ranks there could report nothing more, and mpirun ended the job "
+                "(its message above); no rank reported a failure of its own")
 
 
 def describe_failure(failure: dict, count: int = 1) -> str:

@@ -31,13 +31,17 @@ def blamed_rank(failures: List[dict]) -> Optional[int]:
     return min(casualties, key=_when)["blames"] if casualties else None
 
 
-def describe_blamed(rank: int, failures: List[dict], exits: Dict[int, dict]) -> str:
-    """Lines about a rank named only by its peers (it reported no failure of its own)."""
+def describe_blamed(rank: int, failures: List[dict], exits: Dict[int, dict],
+                    hosts: Optional[Dict[int, str]] = None) -> str:
+    """Lines about a rank named only by its peers (it reported no failure of its own); ``hosts``
+    are the ranks' hosts as their wrappers reported them at start."""
     first = min((f for f in failures if is_casualty(f)), key=_when)
     ended = exits.get(rank)
     how = (f"exited with status {ended.get('status')} while the others still ran collectives (os._exit, or a "
-           "script ending without MPI_Finalize?)" if ended else "reported nothing itself")
-    host = f" (host {ended.get('host', '?')})" if ended else ""
+           "script ending without MPI_Finalize?)" if ended else
+           "blinkrun heard neither a failure nor an end from it (its output stopped reaching blinkrun)")
+    where = ended.get("host", "?") if ended else (hosts or {}).get(rank)
+    host = f" (host {where})" if where else ""
     lines = [f"rank {rank}{host} failed first: {how}",
              f"rank {first.get('rank')} (host {first.get('host', '?')}) reports: {first.get('exc') or '?'}"]
     if len(failures) > 1:

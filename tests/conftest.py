@@ -47,7 +47,8 @@ def fixtures_dir():
 
 
 #: The folders whose tests run first, in this order: they hold the longest groups (the two-host
-#: tests share one cluster and run one after another, 1.5 minutes; the elastic soak about 1),
+#: tests share one cluster and run one after another, 1.5 minutes before the partition, pause and
+#: fixed-size cut jobs, which add about 4.5 minutes on a loaded machine; the elastic soak about 1),
 #: and pytest-xdist hands out groups in collection order, so started last they
 #: would leave one worker running them alone at the end. The unit tests, many and short, come last
 #: and fill the end.

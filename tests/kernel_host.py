@@ -2,10 +2,16 @@
 
 The same source (``module_source``) is compiled with a small shim (``__global__`` and
 ``__device__`` vanish, ``blockIdx``/``threadIdx`` are globals, ``_Float16`` replaces the PTX
-conversions under ``BLINKFLOW_HOST_EMULATION``) and every block and thread of a small grid is run
-in turn. The kernels use grid-stride loops with no shared memory or barriers, so a sequential run
-computes what the GPU computes. Each kernel instantiation gets a C entry point:
-``reduce_<dtype>_<op code>``, ``scale_<dtype>``, ``pack_<bytes>`` and ``unpack_<bytes>``.
+conversions and C++ atomics of the same strength the PTX loads and stores under
+``BLINKFLOW_HOST_EMULATION``, see ``kernels/common.cuh``).
+
+* ``build``: reduce, scale and pack, every block and thread of a small grid run in turn. These
+  kernels use grid-stride loops with no shared memory or barriers, so a sequential run computes
+  what the GPU computes. Entry points ``reduce_<dtype>_<op code>``, ``scale_<dtype>``,
+  ``pack_<bytes>`` and ``unpack_<bytes>``.
+* ``build_interpreter``: the device executor's kernel, every thread of every block its own OS
+  thread (``INTERPRETER_SHIM``); ``kernel_race.py`` builds the same source under
+  ThreadSanitizer.
 """
 import ctypes
 import shutil
@@ -71,54 +77,103 @@ def build(directory) -> ctypes.CDLL:
 
 
 INTERPRETER_SHIM = r"""
-#include <atomic>
+#include <condition_variable>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 #define BLINKFLOW_HOST_EMULATION 1
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __shared__ static thread_local
 struct bf_dim3 { unsigned int x, y, z; };
 static thread_local bf_dim3 blockIdx, threadIdx;
 static bf_dim3 blockDim, gridDim;
 struct uint4 { unsigned int x, y, z, w; };
-static inline void __syncthreads() {}
-static inline void __threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 static inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
+// One emulated thread block: its threads' barrier (__syncthreads) and its shared memory
+// (BF_BLOCK_SHARED). The barrier blocks on a condition variable instead of spinning, and orders
+// every thread's accesses before it ahead of every thread's accesses after it, as bar.sync does.
+struct BfHostBlock {
+    std::mutex m;
+    std::condition_variable cv;
+    unsigned threads = 1, arrived = 0, generation = 0;
+    alignas(16) unsigned char shared[4096];
+    void sync() {
+        std::unique_lock<std::mutex> lock(m);
+        const unsigned g = generation;
+        if (++arrived == threads) {
+            arrived = 0;
+            ++generation;
+            cv.notify_all();
+        } else {
+            cv.wait(lock, [&] { return generation != g; });
+        }
+    }
+};
+static thread_local BfHostBlock* bf_host_block;
+static inline void __syncthreads() { bf_host_block->sync(); }
+static inline void* bf_host_block_shared(size_t bytes) {
+    if (bytes > sizeof(bf_host_block->shared)) std::abort();
+    return bf_host_block->shared;
+}
+// A launch: every thread of every block is its own OS thread, all started before any is joined
+// (blocks wait for each other, so they must all be resident, as on the GPU).
+template <typename F> static void bf_host_launch(int nblocks, int threads, F kernel) {
+    gridDim = {(unsigned)nblocks, 1, 1};
+    blockDim = {(unsigned)threads, 1, 1};
+    std::vector<std::unique_ptr<BfHostBlock>> blocks;
+    for (int b = 0; b < nblocks; ++b) {
+        blocks.emplace_back(new BfHostBlock());
+        blocks.back()->threads = (unsigned)threads;
+    }
+    std::vector<std::thread> all;
+    for (int b = 0; b < nblocks; ++b)
+        for (int t = 0; t < threads; ++t)
+            all.emplace_back([=, &blocks] {
+                blockIdx = {(unsigned)b, 0, 0};
+                threadIdx = {(unsigned)t, 0, 0};
+                bf_host_block = blocks[b].get();
+                kernel();
+            });
+    for (auto& t : all) t.join();
+}
 """
 
 
-def _interpreter_wrappers():
+def _interpreter_wrappers(instances):
     out = []
-    for dt, ctype in kernels.CTYPES.items():
-        for op, code in kernels.OP_CODES.items():
-            out.append(f"""extern "C" void interpreter_{dt}_{code}(void* bufs, const long long* offs, const long long* steps,
+    for dt, code in instances:
+        out.append(f"""extern "C" void interpreter_{dt}_{code}(void* bufs, const long long* offs, const long long* steps,
         const long long* inputs, const long long* waits, const long long* starts, const long long* conns,
-        long long* progress, const int* abort, long long call, long long window, long long slot_elems, int nblocks) {{
-    typedef {ctype} T;
-    gridDim = {{(unsigned)nblocks, 1, 1}}; blockDim = {{1, 1, 1}};
-    std::vector<std::thread> blocks;
-    for (int b = 0; b < nblocks; ++b)
-        blocks.emplace_back([=] {{
-            blockIdx = {{(unsigned)b, 0, 0}}; threadIdx = {{0, 0, 0}};
-            blinkflow_interpreter<T, {code}>((T*)bufs, offs, steps, inputs, waits, starts, conns, progress, abort,
-                                               call, window, slot_elems);
-        }});
-    for (auto& t : blocks) t.join();
+        long long* progress, const int* abort, long long call, long long window, long long slot_elems, int nblocks,
+        int threads) {{
+    typedef {kernels.CTYPES[dt]} T;
+    bf_host_launch(nblocks, threads, [=] {{
+        blinkflow_interpreter<T, {code}>((T*)bufs, offs, steps, inputs, waits, starts, conns, progress, abort, call,
+                                           window, slot_elems);
+    }});
 }}""")
     return "\n".join(out)
 
 
+def interpreter_source(instances, source=None) -> str:
+    """The host C++ of ``kernels/interpreter.cu`` (or ``source``, an edited copy of it) with an
+    ``interpreter_<dtype>_<op code>`` entry point per (dtype, op code) of ``instances``."""
+    text = kernels.module_source("interpreter.cu") if source is None else source
+    return INTERPRETER_SHIM + text + "\n" + _interpreter_wrappers(instances)
+
+
 def build_interpreter(directory) -> ctypes.CDLL:
     """Compile ``kernels/interpreter.cu`` for the host into ``directory`` and load it: entry points
-    ``interpreter_<dtype>_<op code>`` run every block of a launch as its own OS thread of one
-    CUDA thread each (``blockDim.x == 1``, so a barrier is a no-op and ``__shared__`` is
-    per-thread), spinning on the same counters a GPU's blocks spin on."""
+    ``interpreter_<dtype>_<op code>`` run a launch of ``nblocks`` blocks of ``threads`` threads,
+    each thread its own OS thread, spinning on the same counters a GPU's blocks spin on, with a
+    real barrier for ``__syncthreads`` and one shared-memory instance per block."""
     src = directory / "interpreter_host.cpp"
-    src.write_text(INTERPRETER_SHIM + kernels.module_source("interpreter.cu") + "\n" + _interpreter_wrappers())
+    instances = [(dt, code) for dt in kernels.CTYPES for code in kernels.OP_CODES.values()]
+    src.write_text(interpreter_source(instances))
     so = directory / "interpreter_host.so"
     cmd = [CXX, "-std=c++17", "-O1", "-shared", "-fPIC", "-pthread", "-Wno-unknown-pragmas", "-o", str(so), str(src)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

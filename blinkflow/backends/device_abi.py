@@ -36,6 +36,7 @@ import numpy as np
 
 from ..errors import ScheduleError
 from ..schedule.device_tables import RankTables
+from ..schedule.lower import SPAN_ALIGN_ELEMS
 
 OP_CODES = {"send": 0, "recv": 1, "recv_reduce": 2, "recv_reduce_send": 3, "recv_send": 4, "copy": 5}
 """Op codes; ``kernels/interpreter.cu`` has the same numbers (``BF_STEP_*``)."""
@@ -64,6 +65,9 @@ class EncodedTables:
     """Receive rows of a one-rank launch (its sends follow); -1 for a merged launch."""
     window: int
     slot_elems: int
+    """Elements of one ring slot: the largest transfer, rounded up to a multiple of
+    :data:`~blinkflow.schedule.lower.SPAN_ALIGN_ELEMS` so that every slot of a ring (``ring +
+    (seq % window) * slot_elems * itemsize``) starts 16-byte aligned for every itemsize."""
 
     @property
     def nblocks(self) -> int:
@@ -116,7 +120,13 @@ def encode(t: RankTables) -> EncodedTables:
                          inputs=np.array(inputs, np.int64).reshape(-1, 2),
                          waits=np.array(waits, np.int64).reshape(-1, 2), block_start=np.array(starts, np.int64),
                          transfers=np.array(transfers, np.int64), nrecv=nrecv, window=t.window,
-                         slot_elems=max(1, t.slot_elems))
+                         slot_elems=aligned_slot_elems(t.slot_elems))
+
+
+def aligned_slot_elems(largest_transfer: int) -> int:
+    """A ring slot's elements: ``largest_transfer`` rounded up to whole units of
+    :data:`~blinkflow.schedule.lower.SPAN_ALIGN_ELEMS` (at least one unit)."""
+    return max(1, -(-largest_transfer // SPAN_ALIGN_ELEMS)) * SPAN_ALIGN_ELEMS
 
 
 def merge(parts: Sequence[EncodedTables]) -> Tuple[EncodedTables, List[int], List[int]]:

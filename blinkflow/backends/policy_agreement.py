@@ -28,4 +28,4 @@ def agree_policy(comm, config, caps: Capabilities, layout) -> None:
     described = "; ".join(f"ranks {ranks}: {', '.join(f'{k}={v}' for k, v in inputs)}" for inputs, ranks in groups.items())
     raise ConfigError(f"ranks would choose collective algorithms differently ({described}). Set "
                       "BLINKFLOW_CHUNK_BYTES and BLINKFLOW_ALGORITHM alike on every rank, and run ranks whose "
-                      "backend finds the same capabilities (cross-memory attach, L2 size, device executor).")
+                      "backend finds the same capabilities (cross-memory attach, L2 size, device executor, NCCL, receive arena).")

@@ -12,6 +12,7 @@ SUITES = {
     "allreduce": "blinkflow.bench.allreduce",
     "separate": "blinkflow.bench.separate",
     "gpu": "blinkflow.bench.gpu",
+    "runner-actions": "blinkflow.bench.runner_actions",
     "tf-peers": "blinkflow.bench.tf_peers",
     "overlap-timeline": "blinkflow.bench.overlap_timeline",
     "scale": "blinkflow.bench.scale",

@@ -2,6 +2,7 @@
 exactly their devices, rolls its state back to the last commit, and goes on.
 
 :mod:`.reform` is the one reset (retire the old runtime, agree on who is left, start again);
+:mod:`.quorum` decides which group of survivors may go on, so a network cut never makes two jobs;
 :mod:`.state` holds Horovod's ``State`` and ``ObjectState``; :mod:`.run` the retrying
 ``run`` decorator. The TensorFlow and Keras states and callbacks are in
 ``blinkflow.tensorflow.elastic`` and ``blinkflow.tensorflow.keras.elastic``.

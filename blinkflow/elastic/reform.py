@@ -11,16 +11,21 @@ the collective in flight has raised :class:`~blinkflow.errors.ShutdownError` the
 2. **Agree on who is left.** ULFM ``MPI_Comm_shrink`` of the old job's communicator: every
    survivor gets the same communicator of the survivors, in their old order (the agreement is
    the shrink's own; a rank that dies during it is left out of it as well).
-3. **Check the bound.** Fewer than ``BLINKFLOW_ELASTIC_MIN_NP`` (``blinkrun --min-np``) left:
+3. **Check the quorum** (:mod:`.quorum`): a network cut makes both sides see the other as lost,
+   and both would shrink and go on. Only a group holding a majority of the ranks whose fate it
+   cannot know (ranks lost on a host it shares are dead, not cut off), at a tie the group with the
+   old job's rank 0, goes on; any other raises :class:`~blinkflow.errors.PartitionError` on each of
+   its ranks, naming the hosts it lost contact with, and leaves with status 1 like step 4's error.
+4. **Check the bound.** Fewer than ``BLINKFLOW_ELASTIC_MIN_NP`` (``blinkrun --min-np``) left:
    :class:`~blinkflow.errors.TooFewRanksError` on every survivor, naming the ranks lost; the
    runtime is marked broken, so the process leaves with status 1 at exit and ``mpirun`` ends.
-4. **Start again on the survivors**, as ``init(comm=survivors)`` does: discovery, a fresh plan
+5. **Start again on the survivors**, as ``init(comm=survivors)`` does: discovery, a fresh plan
    for exactly the surviving devices (each rank keeps the device it drove, whatever its new
    rank), the plan agreed by digest, the process sets re-registered with their ranks renumbered.
    A process set that lost a member cannot be re-formed: ProcessSetError on every survivor
    names the set and the rank it lost.
 
-Between 2 and 4, once every survivor is past step 1 (the shrink is collective among them), the
+Between 2 and 5, once every survivor is past step 1 (the shrink is collective among them), the
 old job's backends and communicators are released: its shared-memory windows (``MPI_Win_free``
 synchronizes the window's ranks; with the lost ones reported failed it returns among the
 survivors), its rings, its GPU receive slots, device executor memory and the peers' memory it
@@ -52,10 +57,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..backends.teardown import quietly
 from ..config import get_config
-from ..errors import NotInitializedError, ProcessSetError, ShutdownError, TooFewRanksError
-from ..runtime import lifecycle
+from ..errors import NotInitializedError, PartitionError, ProcessSetError, ShutdownError, TooFewRanksError
+from ..runtime import launcher_hooks, lifecycle
 from ..runtime.global_state import RUNTIME
 from ..runtime.log import logger
+from . import quorum
 
 #: How long a retired runtime's threads get to leave (its communicators are revoked by then, so
 #: only a thread inside a long local computation takes this long; it is a daemon and left behind).
@@ -119,17 +125,35 @@ def history() -> List[Reset]:
 
 def reform() -> Reset:
     """Re-form the job on the ranks that are left (see the module docstring); collective over the
-    survivors. Raises TooFewRanksError below the minimum, ProcessSetError for a set that lost a
+    survivors. Raises PartitionError on a group that may not go on (step 3), TooFewRanksError below
+    the minimum, ProcessSetError for a set that lost a
     member; NotInitializedError when no job ever ran here."""
     started = time.monotonic()
     engine = _take_engine("blinkflow.elastic.reform")
     old = _Old.of(engine)
     idle = _retire(engine)
     survivors = engine.job.comm.Shrink()
+    side = quorum.decide(_old_ranks_of(engine.job.comm, survivors), old.size, engine.job.hosts)
+    if not side.goes_on:
+        _release(engine, idle)
+        quietly(survivors.Free)
+        error = PartitionError(quorum.refusal(side, old.size, engine.job.hosts), lost=side.uncertain + side.dead,
+                               left=len(side.survivors), unreachable_hosts=side.unreachable_hosts(engine.job.hosts))
+        RUNTIME.remember_broken(None, error)  # leave at exit without MPI_Finalize: the other side is unreachable
+        launcher_hooks.tell_cut_off()  # the daemon here cannot reach mpirun across the cut
+        raise error
     _tell_launcher_who_is_lost(engine.job.comm, survivors)
     _release(engine, idle)
     RUNTIME.ranks_lost = True
     return _start(old, survivors, started)
+
+
+def _old_ranks_of(old_comm, survivors) -> List[int]:
+    """The survivors' ranks in the old job's communicator (the shrink keeps their order)."""
+    from mpi4py import MPI
+
+    return list(MPI.Group.Translate_ranks(survivors.Get_group(), list(range(survivors.Get_size())),
+                                          old_comm.Get_group()))
 
 
 def _tell_launcher_who_is_lost(old_comm, survivors) -> None:
@@ -305,7 +329,7 @@ def _communicators(engine) -> List[object]:
 
 
 def _start(old: Optional[_Old], comm, started: float) -> Reset:
-    """Steps 2-4 on ``comm`` (already agreed among its ranks)."""
+    """Steps 4 and 5 on ``comm`` (already agreed among its ranks)."""
     size, rank = comm.Get_size(), comm.Get_rank()
     kept = _old_ranks(old, comm)  # kept[new rank] = old rank, or None for a newcomer
     # Every rank must learn the old job's facts, newcomers too; the lowest old rank tells them.

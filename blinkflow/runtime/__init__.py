@@ -29,6 +29,7 @@ One module per job, in the order a tensor meets them:
 * ``stall``        naming the ranks that keep the others waiting
 * ``liveness``     noticing dead, failed and frozen peers (ULFM errors, the watchdog thread)
 * ``side_channel`` a second communicator for notices and heartbeats beside the runtime's
+* ``launcher_hooks`` what a rank tells blinkrun about how the job ends on its host
 * ``timeline``     the Chrome-trace file
 * ``standalone``   a backend context for tests and benchmarks, made by the job's own set-up
 * ``messages``, ``log``, ``doorbell``  small shared pieces

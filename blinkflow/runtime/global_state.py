@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import TYPE_CHECKING, Dict, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional
 
 from ..errors import NotInitializedError, ShutdownError
 from .handles import HandleTable
@@ -40,6 +40,9 @@ class Runtime:
         ``shutdown()`` (its result is the user's, not the engine's)."""
         self._names: Dict[tuple, "itertools.count"] = {}
         """Automatic names per (process set id, op): a set's members draw theirs together."""
+        self.name_guards: List[Callable[[str], None]] = []
+        """Checks every automatic name is drawn past (a binding's: blinkflow.tensorflow raises where
+        a name drawn now could not agree across ranks, while a tf.function is traced)."""
 
     def running(self, what: str) -> "Engine":
         """The running engine, or NotInitializedError naming ``what`` the user called."""
@@ -51,7 +54,9 @@ class Runtime:
     def auto_name(self, op: str, set_id: int = 0) -> str:
         """The next automatic name of ``op`` (``<op>.noname.<n>``) in process set ``set_id`` (each
         set's members count their own calls, Horovod's rule), so ranks must issue unnamed calls
-        in the same order."""
+        in the same order. A registered guard may refuse the call first (:attr:`name_guards`)."""
+        for guard in self.name_guards:
+            guard(op)
         counter = self._names.get((set_id, op))
         if counter is None:
             counter = self._names[(set_id, op)] = itertools.count()

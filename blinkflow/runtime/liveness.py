@@ -34,6 +34,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import RanksLostError, ShutdownError
 from ..processes import pid_alive, process_state
+from . import launcher_hooks
 from .log import logger
 
 CHECK_INTERVAL_S = 0.5
@@ -131,6 +132,8 @@ class Watchdog:
                         f"(BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS={self._shutdown_s:g}): "
                         f"{self._why_silent(self._right)}")
                 self._side.tell_all(f"rank {self.rank} stops the job: {text}", cause=self._right)
+                if self._right not in self._local_pids:
+                    launcher_hooks.tell_cut_off()   # this host may be cut off from mpirun
                 self._on_failure(ShutdownError(f"{text}; the job cannot continue", rank=self._right))
                 return
 
@@ -182,7 +185,9 @@ class Watchdog:
         if state is not None:
             return (f"its process (pid {pid}) runs but its blinkflow threads do not: blocked in a call that holds "
                     "the GIL?")
-        return "its process is stopped, or blocked in a call that holds the GIL"
+        host = self._hosts[rank] if 0 <= rank < len(self._hosts) else "?"
+        return (f"no heartbeat from it arrived; it runs on another host ({host}), so whether its process is stopped "
+                "or the network to that host is cut cannot be seen from here")
 
 
 def failed_ranks(comm) -> List[int]:

@@ -10,6 +10,8 @@ order, on which channel (Blink MLSys 2020, §4-5). Modules, one job each:
 ``lower``      ``lower(plan, nelems, chunk_elems)``: every collective, and the one three-phase
                all-reduce across hosts
 ``symbolic``   ``check(schedule)``: proves the postcondition by symbolic execution (MSCCL)
+``lanes``      ``split_lanes(schedule, lanes)``: every channel split into lanes (blocks per tree)
+``device_geometry``  the device executor's threads, loads in flight and lanes (Little's law)
 
 Pure: imports no MPI, CuPy or TensorFlow.
 """

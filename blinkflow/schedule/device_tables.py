@@ -5,8 +5,9 @@ one kernel for the whole call, and every thread block of it walks a fixed table 
 interpreter kernel; NCCL's channels). :func:`build_tables` turns the :class:`RankProgram` of every
 rank of a schedule into those tables:
 
-* **Blocks are channels.** Block ``b`` runs the actions of one channel (one plan tree) in the
-  order a windowed runner issues them (:func:`device_order`). Deps inside a channel are earlier
+* **Blocks are channels.** Block ``b`` runs the actions of one channel in the order a windowed
+  runner issues them (:func:`device_order`). A channel is one plan tree, or one lane of it when
+  the links need several blocks per tree (:mod:`.lanes`, sized by :mod:`.device_geometry`). Deps inside a channel are earlier
   in the same table, so that order covers them; a dep on another channel's action (a three-phase boundary, a hazard on a shared range)
   becomes a *progress wait*: block ``b'`` posts ``progress[b'] = i + 1`` after its step ``i``,
   and the waiting step spins until ``progress[b'] >= i + 1``.
@@ -53,7 +54,9 @@ import weakref
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ScheduleError
+from .device_geometry import lanes_for
 from .ir import Schedule
+from .lanes import split_lanes
 from .program import RankProgram, compile_program
 
 TABLES_SCHEMA = 2
@@ -161,9 +164,11 @@ class RankTables:
 
 
 def build_tables(schedule: Schedule, rank_of: Mapping[int, int], window: int,
-                 fuse_inputs: int = 1) -> Dict[int, RankTables]:
+                 fuse_inputs: int = 1, lanes: int = 1) -> Dict[int, RankTables]:
     """The tables of every rank of ``schedule`` (``rank_of`` maps its devices to ranks), with
-    ``window`` slots per connection and reductions fused as :func:`compile_program` does.
+    ``window`` slots per connection, reductions fused as :func:`compile_program` does, and every
+    channel run by ``lanes`` blocks (:func:`.lanes.split_lanes`: each its slice of every step,
+    on its own connections).
 
     A block's order is the order a runner with the same windows issues its channel's actions
     (:func:`device_order`), not program order: programs list all of a round's sends before its
@@ -171,6 +176,7 @@ def build_tables(schedule: Schedule, rank_of: Mapping[int, int], window: int,
     would wait for a peer doing the same (one-hop all-gathers do)."""
     if not isinstance(window, int) or isinstance(window, bool) or window < 1:
         raise ScheduleError(f"the device executor needs at least one slot per connection, got window={window!r}")
+    schedule = split_lanes(schedule, lanes)
     programs = {rank_of[d]: compile_program(schedule, d, rank_of, fuse_inputs) for d in schedule.devices}
     order = device_order(programs, window)
     return {r: _tables(p, order[r], window) for r, p in programs.items()}
@@ -286,28 +292,33 @@ def _tables(program: RankProgram, order: Sequence[int], window: int) -> RankTabl
 
 
 _TABLES: Dict[int, Tuple[weakref.ref, Dict[tuple, Dict[int, RankTables]]]] = {}
-"""id(schedule) -> (a weak reference to it, {(rank_of, window, fuse_inputs): tables by rank})."""
+"""id(schedule) -> (a weak reference to it, {(rank_of, window, fuse_inputs, lanes): tables by rank})."""
 
 
-def tables_for(program: RankProgram, rank_of: Mapping[int, int], window: int, fuse_inputs: int = 1) -> RankTables:
+def tables_for(program: RankProgram, rank_of: Mapping[int, int], window: int, fuse_inputs: int = 1,
+               lanes: Optional[int] = None) -> RankTables:
     """This rank's tables of ``program`` (compiled from ``program.schedule`` with ``rank_of`` and
     ``fuse_inputs``), made once per schedule and kept as long as the schedule is (the program
     cache of :mod:`.cache` keeps it with the program)."""
     schedule = program.schedule
     if schedule is None:
         raise ScheduleError("device tables need the program's schedule (compile_program keeps it)")
-    return all_tables(schedule, rank_of, window, fuse_inputs)[program.rank]
+    return all_tables(schedule, rank_of, window, fuse_inputs, lanes)[program.rank]
 
 
-def all_tables(schedule: Schedule, rank_of: Mapping[int, int], window: int, fuse_inputs: int = 1) -> Dict[int, RankTables]:
+def all_tables(schedule: Schedule, rank_of: Mapping[int, int], window: int, fuse_inputs: int = 1,
+               lanes: Optional[int] = None) -> Dict[int, RankTables]:
     """Every rank's tables of ``schedule`` (:func:`build_tables`), made once per schedule and
-    settings: the deadlock check and the executor share them."""
+    settings: the deadlock check and the executor share them. ``lanes`` (blocks per channel)
+    defaults to what the links need (:func:`.device_geometry.lanes_for`)."""
+    if lanes is None:
+        lanes = lanes_for(schedule)
     per = _TABLES.get(id(schedule))
     if per is None or per[0]() is not schedule:
         per = (weakref.ref(schedule, lambda _, k=id(schedule): _TABLES.pop(k, None)), {})
         _TABLES[id(schedule)] = per
-    key = (tuple(sorted(rank_of.items())), window, fuse_inputs)
+    key = (tuple(sorted(rank_of.items())), window, fuse_inputs, lanes)
     tables = per[1].get(key)
     if tables is None:
-        tables = per[1][key] = build_tables(schedule, rank_of, window, fuse_inputs)
+        tables = per[1][key] = build_tables(schedule, rank_of, window, fuse_inputs, lanes)
     return tables

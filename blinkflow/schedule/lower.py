@@ -1,8 +1,8 @@
 """Lowering: a :class:`Plan` and a buffer size become a :class:`Schedule` (the IR every executor
 and the simulator run).
 
-Each tree ``i`` gets the element range that ``split_counts`` gives its fraction, runs on its own
-channel ``i``, and streams that range in chunks of ``chunk_elems`` (Blink MLSys 2020 §4):
+Each tree ``i`` gets the element range that :func:`aligned_split` gives its fraction, runs on its
+own channel ``i``, and streams that range in chunks of ``chunk_elems`` (Blink MLSys 2020 §4):
 
 * broadcast — down every tree from the root;
 * reduce — up every tree (edges reversed) into the root;
@@ -13,6 +13,16 @@ channel ``i``, and streams that range in chunks of ``chunk_elems`` (Blink MLSys 
 * three-phase all-reduce across hosts (Blink §5) — each host reduces its intra trees' ranges into
   their roots, the roots holding the same range on every host all-reduce it over the ``cross``
   plans, then each host broadcasts down its intra trees.
+
+Alignment: every range starts on a multiple of :data:`SPAN_ALIGN_ELEMS` elements (where the
+caller's shard allows it), the split rounded down to whole units and the remainder given to the
+last range. 16 elements are 16 bytes of a 1-byte dtype and a whole number of 16-byte words of
+every wider one, so one schedule (cached by element count, shared by every dtype) keeps each span
+start 16-byte aligned: a GPU kernel then moves it with 16-byte vector loads, where a misaligned
+span falls back to scalar loads (4x the instructions for float32, 8x for float16), as NCCL's
+Simple protocol avoids by aligning its chunks (``prims_simple.h``). The policy's chunks are
+multiples of the same unit (:meth:`~.policy.Choice.chunk_elems`), so every chunk start is aligned
+too.
 
 Bitwise reproducibility: every range is reduced once, at its tree root, in the order fixed by the
 tree's edges (see :mod:`.emit`); all other ranks receive copies of those bytes.
@@ -34,16 +44,46 @@ from .ir import Schedule
 #: Default chunk: 1 Mi elements (4 MiB of float32). The simulator tunes it per size (MIAD); an
 #: executor may pass its own.
 DEFAULT_CHUNK_ELEMS = 1 << 20
+ALIGN_BYTES = 16
+"""The alignment of a 16-byte vector load (``int4``/``uint4`` in CUDA)."""
+SPAN_ALIGN_ELEMS = ALIGN_BYTES
+"""Element unit every tree range starts on: :data:`ALIGN_BYTES` elements, which are a multiple
+of :data:`ALIGN_BYTES` bytes for every itemsize (1, 2, 4, 8)."""
 _TOL = 1e-9
 
 
+def aligned_split(fractions: Sequence[float], offset: int, count: int,
+                  align: int = SPAN_ALIGN_ELEMS) -> List[int]:
+    """Split ``[offset, offset + count)`` in proportion to ``fractions`` so that every part but
+    the first starts on a multiple of ``align`` (the first starts at ``offset``, which the caller
+    chose): the elements up to the first aligned index go to the first part, whole units of
+    ``align`` are shared by largest remainder (:func:`split_counts`), and the remainder after the
+    last whole unit goes to the last part.
+
+    >>> aligned_split([0.5, 0.5], 0, 100, 16)
+    [48, 52]
+    >>> aligned_split([1, 1, 1], 5, 100, 16)
+    [43, 32, 25]
+    """
+    if align < 1:
+        raise ScheduleError(f"align must be >= 1, got {align}")
+    head = min(count, -offset % align)
+    units = (count - head) // align
+    counts = [u * align for u in split_counts(fractions, units)]
+    counts[0] += head
+    counts[-1] += count - head - units * align
+    return counts
+
+
 def lower(plan: Plan, nelems: int, chunk_elems: Optional[int] = None,
-          shard_counts: Optional[Sequence[int]] = None) -> Schedule:
+          shard_counts: Optional[Sequence[int]] = None, align: int = SPAN_ALIGN_ELEMS) -> Schedule:
     """The schedule of ``plan`` for a buffer of ``nelems`` elements.
 
     ``chunk_elems`` is the pipelining unit (default ``min(nelems, DEFAULT_CHUNK_ELEMS)``).
     ``shard_counts`` gives every device's shard, in ``plan.devices`` order, for all-gather and
     reduce-scatter (default: ``nelems`` split as evenly as possible, extra elements first).
+    ``align`` is the element unit tree ranges start on (:func:`aligned_split`; 1 splits at
+    element granularity).
 
     >>> from blinkflow.planner import Plan, Tree
     >>> p = Plan("broadcast", "t", (0, 1, 2), (Tree(0, 1.0, ((0, 1), (1, 2))),), 1.0, 1.0, root=0)
@@ -57,8 +97,10 @@ def lower(plan: Plan, nelems: int, chunk_elems: Optional[int] = None,
         chunk_elems = max(1, min(nelems, DEFAULT_CHUNK_ELEMS))
     if not isinstance(chunk_elems, int) or isinstance(chunk_elems, bool) or chunk_elems < 1:
         raise ScheduleError(f"chunk_elems must be an integer >= 1, got {chunk_elems!r}")
+    if not isinstance(align, int) or isinstance(align, bool) or align < 1:
+        raise ScheduleError(f"align must be an integer >= 1, got {align!r}")
     if plan.is_three_phase:
-        return _lower_three_phase(plan, nelems, chunk_elems)
+        return _lower_three_phase(plan, nelems, chunk_elems, align)
     if not plan.trees:
         raise PlanError(f"plan for {plan.collective} has no trees")
     b = ScheduleBuilder(plan.collective, plan.devices, nelems)
@@ -70,11 +112,11 @@ def lower(plan: Plan, nelems: int, chunk_elems: Optional[int] = None,
             if t.root != root:
                 raise PlanError(f"{coll} plan rooted at {root} has tree {i} rooted at {t.root}")
         emit = emit_broadcast if coll == "broadcast" else emit_reduce
-        for i, (shape, (off, n)) in enumerate(zip(shapes, _ranges(plan.trees, 0, nelems))):
+        for i, (shape, (off, n)) in enumerate(zip(shapes, _ranges(plan.trees, 0, nelems, align))):
             emit(b, shape, off, n, chunk_elems, i)
         return b.build(chunk_elems, root=root, fabrics=_fabrics(plan.trees))
     if coll == "allreduce":
-        for i, (shape, (off, n)) in enumerate(zip(shapes, _ranges(plan.trees, 0, nelems))):
+        for i, (shape, (off, n)) in enumerate(zip(shapes, _ranges(plan.trees, 0, nelems, align))):
             emit_reduce(b, shape, off, n, chunk_elems, i)
             emit_broadcast(b, shape, off, n, chunk_elems, i)
         return b.build(chunk_elems, fabrics=_fabrics(plan.trees))
@@ -88,14 +130,15 @@ def lower(plan: Plan, nelems: int, chunk_elems: Optional[int] = None,
         if not n:
             continue
         sub = [plan.trees[i] for i in mine]
-        for i, (o, c) in zip(mine, _ranges(sub, off, n)):
+        for i, (o, c) in zip(mine, _ranges(sub, off, n, align)):
             emit(b, shapes[i], o, c, chunk_elems, i)
     return b.build(chunk_elems, shards=tuple(shards), fabrics=_fabrics(plan.trees))
 
 
-def _ranges(trees: Sequence[Tree], offset: int, count: int) -> List[Tuple[int, int]]:
-    """Consecutive element ranges of ``[offset, offset + count)`` in proportion to the fractions."""
-    counts = split_counts([t.fraction for t in trees], count)
+def _ranges(trees: Sequence[Tree], offset: int, count: int, align: int) -> List[Tuple[int, int]]:
+    """Consecutive element ranges of ``[offset, offset + count)`` in proportion to the fractions,
+    each after the first starting on a multiple of ``align``."""
+    counts = aligned_split([t.fraction for t in trees], offset, count, align)
     starts = [offset + s for s in itertools.accumulate([0] + counts[:-1])]
     return list(zip(starts, counts))
 
@@ -117,11 +160,11 @@ def _shards(devices: Sequence[int], nelems: int, shard_counts) -> List[Tuple[int
 
 
 # ---- three-phase all-reduce (Blink §5) --------------------------------------------------------
-def _lower_three_phase(plan: Plan, nelems: int, chunk_elems: int) -> Schedule:
+def _lower_three_phase(plan: Plan, nelems: int, chunk_elems: int, align: int) -> Schedule:
     if plan.collective != "allreduce":
         raise PlanError(f"three-phase plans are all-reduce plans, not {plan.collective}")
     groups = sorted(plan.cross, key=lambda g: g.start)
-    boundary = _boundaries(plan, groups, nelems)
+    boundary = _boundaries(plan, groups, nelems, align)
     b = ScheduleBuilder("allreduce", plan.devices, nelems)
     # Phase 1: every host reduces each intra tree's range into the tree's root.
     intra_ranges: List[List[Tuple[TreeShape, int, int]]] = []
@@ -157,7 +200,7 @@ def _lower_three_phase(plan: Plan, nelems: int, chunk_elems: int) -> Schedule:
             continue
         if g.plan.collective != "allreduce" or not g.plan.trees:
             raise PlanError(f"cross group {k} needs an all-reduce plan with trees")
-        for i, (t, (off, n)) in enumerate(zip(g.plan.trees, _ranges(g.plan.trees, lo, hi - lo))):
+        for i, (t, (off, n)) in enumerate(zip(g.plan.trees, _ranges(g.plan.trees, lo, hi - lo, align))):
             shape = TreeShape.of(t, g.devices, f"cross group {k} tree {i}")
             emit_reduce(b, shape, off, n, chunk_elems, base + i)
             emit_broadcast(b, shape, off, n, chunk_elems, base + i)
@@ -172,9 +215,10 @@ def _lower_three_phase(plan: Plan, nelems: int, chunk_elems: int) -> Schedule:
     return b.build(chunk_elems, fabrics=tuple(fabrics))
 
 
-def _boundaries(plan: Plan, groups, nelems: int):
+def _boundaries(plan: Plan, groups, nelems: int, align: int):
     """Map every fraction cut of the intra trees and cross groups to one element index, with
-    ``split_counts`` over the merged cuts, so ranges of different phases line up exactly."""
+    :func:`aligned_split` over the merged cuts, so ranges of different phases line up exactly
+    (and start aligned)."""
     cuts = [0.0, 1.0]
     for p in plan.intra:
         total = sum(t.fraction for t in p.trees) or 1.0
@@ -187,7 +231,7 @@ def _boundaries(plan: Plan, groups, nelems: int):
             merged.append(c)
     merged[-1] = 1.0
     pieces = [b - a for a, b in zip(merged[:-1], merged[1:])]
-    bounds = list(itertools.accumulate([0] + split_counts(pieces, nelems))) if pieces else [0, nelems]
+    bounds = list(itertools.accumulate([0] + aligned_split(pieces, 0, nelems, align))) if pieces else [0, nelems]
 
     def boundary(f: float) -> int:
         i = min(range(len(merged)), key=lambda j: abs(merged[j] - f))

@@ -9,16 +9,31 @@ and whether the simulator can model it. Every chunk rule lives here too, so a gr
 * the host runner's pipeline chunk (cpu: 4 MiB, so 4 MiB messages run MPI near its bandwidth
   between hosts while the one-hop stars inside a host add no steps; cuda: a sixteenth of the
   buffer, a power of two from 1 to 16 MiB, the host's per-chunk messages being tens of
-  microseconds against a GPU's microsecond per MiB), and the cpu reduction's cache block (1 MiB);
+  microseconds against a GPU's microsecond per MiB, capped so that a receive slot for every
+  (local sender, tree, slot) fits the backend's arena: the chunk the cuda backend runs), and
+  the cpu reduction's cache block (1 MiB);
 * the single-copy all-reduce's chunk: the largest power of two in [256 KiB, 1 MiB] of which
   three fit in the core's L2 (a step touches three chunk-sized arrays);
 * the device executor's chunk: a sixteenth of the buffer per tree, a power of two from 64 KiB
   to 1 MiB, with :data:`DEVICE_WINDOW` slots per connection (its per-chunk cost is a flag
   handshake on the device, not host messages);
-* ``BLINKFLOW_CHUNK_BYTES`` (non-zero) overrides every pipeline chunk, ``BLINKFLOW_ALGORITHM``
-  the choice among the algorithms that can run the call (a setting for one backend's algorithm,
-  ``device`` or ``single_copy``, leaves the other backend's calls to ``auto``). ``auto`` never picks the device
-  executor yet: its kernel has not run on a GPU (``BLINKFLOW_ALGORITHM=device`` runs it).
+* ``BLINKFLOW_CHUNK_BYTES`` (non-zero) overrides every pipeline chunk (the cuda runner's arena
+  cap still applies), ``BLINKFLOW_ALGORITHM`` the choice among the algorithms that can run the
+  call (a setting for one backend's algorithm, ``device``, ``nccl`` or ``single_copy``, leaves
+  the other backend's calls to ``auto``). ``auto`` never picks the device executor yet: its
+  kernel has not run on a GPU (``BLINKFLOW_ALGORITHM=device`` runs it).
+
+Every chunk is a whole number of 16-element units (:meth:`Choice.chunk_elems`), so chunks start
+16-byte aligned in the aligned tree ranges of :func:`~.lower.lower`.
+
+NCCL where NCCL is already optimal: an all-reduce of the cuda backend takes ``nccl`` when the
+backend found NCCL usable (CuPy's ``cupy.cuda.nccl``, every rank on its own GPU: NCCL refuses two
+ranks on one GPU) and the plan's rate does not beat NCCL's modelled ring rate
+(:class:`PlanRates`) -- a whole NVSwitch box, where trees and rings both reach the per-GPU link
+rate. Blink's trees win where NCCL has no NVLink ring (DGX-1 subsets, PCIe boxes), as MSCCL
+falls back to NCCL's own algorithms where none of its own applies. :attr:`Choice.why` says why.
+
+The simulator charges each algorithm its step costs (:mod:`.step_costs`).
 
 Every input is agreed: the config's fields by the job's config check, and :meth:`Capabilities.digest`
 (with the layout) by the backend at construction (``blinkflow.backends.policy_agreement``), so all
@@ -35,6 +50,8 @@ from typing import Optional, Tuple
 from ..errors import ConfigError
 
 from ..config import ALGORITHMS as ALGORITHM_SETTINGS
+from . import step_costs
+from .lower import SPAN_ALIGN_ELEMS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,22 +69,24 @@ class Algorithm:
     charges per chunk for this algorithm on that backend."""
 
     def cost_us(self, backend: str) -> float:
-        return dict(self.chunk_cost_us).get(backend, 2.0)
+        return dict(self.chunk_cost_us).get(backend, step_costs.DEVICE_HANDSHAKE_US)
 
 
 COLLECTIVES = ("allreduce", "broadcast", "allgather", "reducescatter")
 ALGORITHMS = {a.name: a for a in (
-    # The runner's chunk costs the host 6-12 CUDA calls, 1-2 launches and about 4 control messages
-    # per rank, 30-50 us per action as measured on one H100; on the cpu a chunk is a few messages
-    # and tens of microseconds of Python too.
+    # The runner's chunk costs every rank a few host actions (CUDA calls, a launch, control
+    # messages), each measured (step_costs.RUNNER_US_PER_ACTION); the simulator also charges a
+    # rank's actions one after the other.
     Algorithm("runner", COLLECTIVES, ("cpu", "cuda"), True,
               "the host-driven runner over the backend's transport, chunk by chunk",
-              chunk_cost_us=(("cpu", 40.0), ("cuda", 40.0))),
-    # On the device a chunk is a flag handshake through peer memory (NCCL's Simple protocol):
-    # a few microseconds, a projection until the kernel is measured.
+              chunk_cost_us=(("cpu", step_costs.RUNNER_CPU_US_PER_ACTION), ("cuda", step_costs.RUNNER_US_PER_ACTION))),
+    # On the device a chunk is a flag handshake through peer memory (NCCL's Simple protocol).
     Algorithm("device", COLLECTIVES, ("cuda",), True,
               "the device executor: one launch runs every rank's block tables (BLINKFLOW_ALGORITHM=device)",
-              chunk_cost_us=(("cuda", 2.0),)),
+              chunk_cost_us=(("cuda", step_costs.DEVICE_HANDSHAKE_US),)),
+    Algorithm("nccl", ("allreduce",), ("cuda",), True,
+              "NCCL's all-reduce (cupy.cuda.nccl) where the plan's trees do not beat NCCL's rings",
+              chunk_cost_us=(("cuda", step_costs.NCCL_STEP_US),)),
     Algorithm("single_copy", ("allreduce",), ("cpu",), False,
               "the cpu all-reduce that reads peers' tensors in place (cross-memory attach)"),
     Algorithm("alltoall", ("alltoall",), ("cpu", "cuda"), False, "one MPI Alltoallv"),
@@ -89,6 +108,13 @@ chunk costs more than packing them)."""
 DEVICE_MIN_CHUNK_BYTES, DEVICE_MAX_CHUNK_BYTES, DEVICE_CHUNKS_PER_TREE = 64 << 10, 1 << 20, 16
 DEVICE_WINDOW = 4
 """Slots per (peer, channel) connection of the device executor: chunks a sender runs ahead."""
+CUDA_ARENA_BYTES = 256 << 20
+"""The cuda runner's receive-slot memory per rank. Slots exist for every (local sender, tree,
+slot), so plans with many trees (28 on a full DGX-1) get smaller chunks rather than more memory."""
+CUDA_RUNNER_SLOTS = 4
+"""The cuda runner's receive slots per (peer, tree): chunks a sender may run ahead."""
+CUDA_SLOT_ALIGN_BYTES = 256
+"""A runner slot is a whole number of 256-byte units (CUDA's allocation alignment)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,13 +130,44 @@ class Capabilities:
     """L2 of the host's CPU 0 (None: unknown), which sizes the single copy's chunk."""
     device_executor: bool = False
     """The backend can run device tables (the cuda backend, where every local GPU pair maps)."""
+    nccl: bool = False
+    """NCCL can run this job's all-reduces: CuPy has ``cupy.cuda.nccl`` on every rank and every
+    rank drives a GPU of its own."""
+    arena_bytes: int = CUDA_ARENA_BYTES
+    """The cuda runner's receive-slot memory per rank (caps its chunk)."""
+    runner_slots: int = CUDA_RUNNER_SLOTS
+    """The cuda runner's receive slots per (peer, tree)."""
 
     def digest(self, layout) -> str:
         """What every rank of the job must share: the capabilities and the layout's shape. The L2
         size is left out: it sizes the single copy's chunks inside one host, whose ranks read the
         same CPU 0 (hosts of different CPUs may run one job)."""
-        text = repr((self.backend, self.single_copy, self.device_executor, layout.hosts, layout.devices))
+        text = repr((self.backend, self.single_copy, self.device_executor, self.nccl, self.arena_bytes,
+                     self.runner_slots, layout.hosts, layout.devices))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanRates:
+    """The rates NCCL's choice compares, GB/s of algorithm bandwidth: the call's plan
+    (``Plan.rate_gbps``) and NCCL's modelled ring rate on the same devices
+    (:func:`blinkflow.planner.ring_gbps`). Both follow from the agreed plan and topology."""
+
+    plan_gbps: float
+    nccl_gbps: float
+
+    @property
+    def trees_win(self) -> bool:
+        """The plan beats NCCL's rings (a relative 1e-9 keeps equal rates equal)."""
+        return self.plan_gbps > self.nccl_gbps * (1 + 1e-9)
+
+
+def plan_rates(plan, topology) -> PlanRates:
+    """The plan's rate against NCCL's modelled ring rate on its devices (``plan.ring_gbps`` when
+    the planner filled it)."""
+    from ..planner.ring import ring_gbps  # OR-Tools: loaded only when NCCL is an option
+
+    return PlanRates(plan.rate_gbps, plan.ring_gbps or ring_gbps(topology, plan.devices, plan.collective))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,9 +181,14 @@ class Choice:
     """The cpu reduction's cache block."""
     window: int = 0
     """Slots per connection (device executor)."""
+    why: str = ""
+    """Why this algorithm (``blinkrun simulate`` prints it)."""
 
     def chunk_elems(self, itemsize: int) -> int:
-        return max(1, self.chunk_bytes // itemsize)
+        """The chunk in elements of ``itemsize`` bytes: whole units of
+        :data:`~blinkflow.schedule.lower.SPAN_ALIGN_ELEMS` (at least one), so every chunk of a
+        16-byte aligned tree range starts 16-byte aligned too."""
+        return max(1, self.chunk_bytes // itemsize // SPAN_ALIGN_ELEMS) * SPAN_ALIGN_ELEMS
 
     @property
     def phase(self) -> str:
@@ -135,13 +197,15 @@ class Choice:
 
 
 def choose(collective: str, nbytes: int, itemsize: int, layout, config, caps: Capabilities,
-           npieces: int = 1, ntrees: int = 1, op=None) -> Choice:
+           npieces: int = 1, ntrees: int = 1, op=None, rates: Optional[PlanRates] = None) -> Choice:
     """The algorithm and chunk of one call: ``nbytes`` of elements of ``itemsize`` bytes
     (``npieces`` tensors of an all-reduce that were not packed; ``ntrees`` of the call's plan,
-    which the device executor cuts its chunks by; ``op`` its reduce op, None for an elementwise
-    one). Raises ConfigError when ``BLINKFLOW_ALGORITHM`` names an algorithm that cannot run this
-    call. An Adasum all-reduce always takes ``adasum``: it is not elementwise, so no tree runs it,
-    and ``BLINKFLOW_ALGORITHM`` (a choice among the trees' algorithms) does not apply to it."""
+    which the device executor cuts its chunks by and the cuda runner's arena shares its slots
+    among; ``op`` its reduce op, None for an elementwise one; ``rates`` the plan's and NCCL's,
+    None when unknown: ``auto`` then keeps the trees). Raises ConfigError when
+    ``BLINKFLOW_ALGORITHM`` names an algorithm that cannot run this call. An Adasum all-reduce
+    always takes ``adasum``: it is not elementwise, so no tree runs it, and
+    ``BLINKFLOW_ALGORITHM`` (a choice among the trees' algorithms) does not apply to it."""
     fixed = config.chunk_bytes if config is not None else 0
     wanted = getattr(config, "algorithm", "auto") if config is not None else "auto"
     if collective == "alltoall":
@@ -162,7 +226,17 @@ def choose(collective: str, nbytes: int, itemsize: int, layout, config, caps: Ca
         if not caps.device_executor:
             raise ConfigError(f"BLINKFLOW_ALGORITHM=device: the {caps.backend} backend of this job has no device "
                               "executor; set BLINKFLOW_ALGORITHM=auto")
-        return Choice("device", fixed or device_chunk_bytes(nbytes, ntrees), window=DEVICE_WINDOW)
+        return Choice("device", fixed or device_chunk_bytes(nbytes, ntrees), window=DEVICE_WINDOW,
+                      why="BLINKFLOW_ALGORITHM=device")
+    nccl = _nccl_reason(collective, caps, rates)
+    if wanted == "nccl" and nccl is None:
+        wanted = "auto"  # NCCL runs all-reduces only: the job's other collectives keep the policy's choice
+    if wanted == "nccl":
+        if not caps.nccl:
+            raise ConfigError(f"BLINKFLOW_ALGORITHM=nccl: {nccl}; set BLINKFLOW_ALGORITHM=auto")
+        return Choice("nccl", 0, why="BLINKFLOW_ALGORITHM=nccl")
+    if wanted == "auto" and nccl is not None and not nccl.startswith("no NCCL") and not rates.trees_win:
+        return Choice("nccl", 0, why=nccl)
     single = (collective == "allreduce" and caps.single_copy and nbytes >= SINGLE_COPY_MIN_SHARD_BYTES * layout.local_size
               and nbytes >= SINGLE_COPY_MIN_PIECE_BYTES * max(1, npieces))
     if wanted == "single_copy" and not (collective == "allreduce" and caps.single_copy):
@@ -171,8 +245,33 @@ def choose(collective: str, nbytes: int, itemsize: int, layout, config, caps: Ca
     if (single and wanted == "auto") or (wanted == "single_copy" and collective == "allreduce"):
         return Choice("single_copy", fixed or single_copy_chunk_bytes(caps.l2_bytes))
     if caps.backend == "cuda":
-        return Choice("runner", fixed or cuda_runner_chunk_bytes(nbytes))
+        chunk = cuda_runner_slot_cap(fixed or cuda_runner_chunk_bytes(nbytes), layout, ntrees, caps)
+        return Choice("runner", chunk, why=nccl or "")
     return Choice("runner", fixed or CPU_RUNNER_CHUNK_BYTES, block_bytes=fixed or CPU_REDUCE_BLOCK_BYTES)
+
+
+def _nccl_reason(collective: str, caps: Capabilities, rates: Optional[PlanRates]) -> Optional[str]:
+    """Why NCCL would or would not run this call: None where NCCL is no algorithm of the call
+    (another backend or collective); "no NCCL ..." where it cannot run; otherwise the rates."""
+    if caps.backend != "cuda" or collective != "allreduce":
+        return None
+    if not caps.nccl:
+        return "no NCCL here (cupy.cuda.nccl absent, or ranks share a GPU)"
+    if rates is None:
+        return "no NCCL: the plan's rate is unknown"
+    verdict = "beat" if rates.trees_win else "do not beat"
+    return (f"the plan's trees ({rates.plan_gbps:.1f} GB/s) {verdict} NCCL's rings "
+            f"({rates.nccl_gbps:.1f} GB/s)")
+
+
+def cuda_runner_slot_cap(chunk_bytes: int, layout, ntrees: int, caps: Capabilities) -> int:
+    """``chunk_bytes`` capped so that a runner slot for every (local sender, tree, slot) fits
+    ``caps.arena_bytes`` on the job's largest host, in whole 256-byte units: the chunk the cuda
+    runner runs. The same on every rank (hosts of 8 and 4 GPUs that sized it by their own host
+    lowered different chunks, whose transfers between hosts then did not match)."""
+    senders = max((len(r) for r in layout.host_ranks), default=1) if layout is not None else 1
+    per_slot = caps.arena_bytes // (max(1, senders) * max(1, ntrees) * max(1, caps.runner_slots))
+    return min(chunk_bytes, max(CUDA_SLOT_ALIGN_BYTES, per_slot // CUDA_SLOT_ALIGN_BYTES * CUDA_SLOT_ALIGN_BYTES))
 
 
 def cuda_runner_chunk_bytes(nbytes: int) -> int:

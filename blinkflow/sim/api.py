@@ -14,16 +14,18 @@ from .routes import Router
 
 def simulate(schedule: Schedule, topology: Topology, plan: Optional[Plan] = None, elem_bytes: int = 4,
              reduce_gbps: Optional[float] = None, latency_us: Optional[dict] = None,
-             chunk_overhead_us: float = CHUNK_OVERHEAD_US, router: Optional[Router] = None) -> SimResult:
+             chunk_overhead_us: float = CHUNK_OVERHEAD_US, router: Optional[Router] = None,
+             edge_gbps: Optional[float] = None) -> SimResult:
     """Run ``schedule`` in virtual time on ``topology``.
 
     ``plan`` supplies the routes of edges between devices with no direct link (otherwise the
     fastest path through switches is used). ``latency_us`` overrides the per-kind default
     latencies (``{"nvlink": 1.0}``); a ``Link.latency_us`` in the topology overrides both.
+    ``edge_gbps`` caps each tree edge's rate (an executor's bytes in flight per connection).
     """
     router = router or Router(topology, plan, latency_us)
     return simulate_schedule(schedule, topology, router, elem_bytes=elem_bytes, reduce_gbps=reduce_gbps,
-                        chunk_overhead_us=chunk_overhead_us)
+                        chunk_overhead_us=chunk_overhead_us, edge_gbps=edge_gbps)
 
 
 def largest_job(plan: Plan, nelems: int) -> int:

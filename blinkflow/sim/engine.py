@@ -13,7 +13,12 @@ A chunk-level model, kept deliberately small:
   buffers a chunk whose next port is busy, so the upstream link is not held). Data arrives after
   the last hop plus the hops' latencies;
 * a reduction adds ``bytes / reduce_gbps`` before the step's result exists (fused with the
-  transfer on a GPU: it delays a chunk but does not share a resource).
+  transfer on a GPU: it delays a chunk but does not share a resource);
+* ``edge_gbps`` (optional) caps what one tree edge (a (peer, channel) connection) moves: a chunk
+  of ``b`` bytes leaves no sooner than ``b / edge_gbps`` after it started and arrives no sooner
+  than that plus the route's latency, without holding the links longer (they serve other edges
+  meanwhile). It models an executor whose blocks keep a bounded number of bytes in flight
+  (Little's law: bytes in flight over the round's latency).
 
 A send completes when its data has left the sender's first link (the range may then be
 overwritten).
@@ -87,14 +92,15 @@ def bus_factor(collective: str, n: int) -> float:
 
 def simulate_schedule(schedule: Schedule, topology: Topology, router: Optional[Router] = None, elem_bytes: int = 4,
                  reduce_gbps: Optional[float] = None, copy_gbps: Optional[float] = None,
-                 chunk_overhead_us: float = CHUNK_OVERHEAD_US) -> SimResult:
+                 chunk_overhead_us: float = CHUNK_OVERHEAD_US, edge_gbps: Optional[float] = None) -> SimResult:
     """Simulate ``schedule`` and return when every device finished and how busy each link was.
 
     ``reduce_gbps`` / ``copy_gbps`` override the per-device-kind rates; ``chunk_overhead_us`` is
-    the per-chunk cost of a tree edge's stream (see :data:`CHUNK_OVERHEAD_US`).
+    the per-chunk cost of a tree edge's stream (see :data:`CHUNK_OVERHEAD_US`); ``edge_gbps``
+    caps one tree edge's rate (None: only the links do).
     """
     return _Run(schedule, topology, router or Router(topology), elem_bytes, reduce_gbps, copy_gbps,
-                chunk_overhead_us * 1e-6).result()
+                chunk_overhead_us * 1e-6, edge_gbps).result()
 
 
 class _Run:
@@ -107,8 +113,9 @@ class _Run:
     three-phase plan over 1,024 GPUs has ~600,000 steps.
     """
 
-    def __init__(self, schedule, topology, router, elem_bytes, reduce_gbps, copy_gbps, overhead):
+    def __init__(self, schedule, topology, router, elem_bytes, reduce_gbps, copy_gbps, overhead, edge_gbps=None):
         self.schedule, self.router, self.elem_bytes, self.overhead = schedule, router, elem_bytes, overhead
+        self.edge_rate = edge_gbps * 1e9 if edge_gbps else 0.0
         kinds = {n.id: n.kind for n in topology.nodes}
         reduce_rate = {d: (reduce_gbps or REDUCE_GBPS.get(kinds.get(d), REDUCE_GBPS["gpu"])) * 1e9
                        for d in schedule.devices}
@@ -182,6 +189,7 @@ class _Run:
                 self.remaining[gid] += 1
         links = len(self.link_keys)
         self.hop_end = [0.0] * n
+        self.paced = [0.0] * n  # the earliest a send may leave / arrive, by its edge's rate cap
         self.busy = [0.0] * links
         self.moved = [0.0] * links
         self.first_use: List[int] = []  # links in the order they first carried data
@@ -254,8 +262,11 @@ class _Run:
         push = self.push
         push(end, _LINK, link)
         if hop == 0:
-            push(end, _DONE, gid)
-            push(end + self.overhead, _EDGE, self.edge[gid])
+            if self.edge_rate:
+                self.paced[gid] = t + self.nbytes[gid] / self.edge_rate
+            left = end if end > self.paced[gid] else self.paced[gid]
+            push(left, _DONE, gid)
+            push(left + self.overhead, _EDGE, self.edge[gid])
         if hop + 1 < len(took_all):
             # The next link may start as soon as it can still stream at full speed behind this
             # one (a switch forwards while it receives, and buffers when the next port is busy).
@@ -263,7 +274,8 @@ class _Run:
             push(t if t > end - nxt else end - nxt, _HOP, gid * _MAX_HOPS + hop + 1)
         else:
             self.hop_end[gid] = 0.0
-            push(end + self.latency[gid], _ARRIVE, self.feeds[gid])
+            arrive = end if end > self.paced[gid] else self.paced[gid]
+            push(arrive + self.latency[gid], _ARRIVE, self.feeds[gid])
 
     def result(self) -> SimResult:
         flat, heap, heappop = self.flat, self.heap, heapq.heappop

@@ -168,7 +168,9 @@ def _rank_device_scope():
 def _synchronize() -> None:
     import cupy
 
-    cupy.cuda.Device(_rank_device()).synchronize()  # the GPU our work ran on, not this thread's
+    from ..backends.cuda.dlpack import synchronize
+
+    synchronize(cupy, _rank_device())  # the GPU our work ran on, not this thread's
 
 
 def _to_tf(array, dtype: tf.DType):

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from ..errors import BlinkflowError
 from ..ops import ReduceOp
-from . import rank_ops
+from . import _naming, rank_ops
 from .crossing import raw
 
 Gradient = Callable[[List[tf.Tensor], List[tf.Tensor], List[tf.Tensor]], List[tf.Tensor]]
@@ -51,13 +51,13 @@ def custom(forward: Callable[[List[tf.Tensor]], Sequence[tf.Tensor]], gradient: 
 
 def gradient_name(name: str) -> str:
     """The name of the collective in a gradient of the call ``name``: ``<name>/grad``, made unique
-    in a graph. There TensorFlow builds one forward op's gradient once per ``tf.gradients`` call
-    (Horovod's tests take one per output of a grouped op) and a step may run them all at once,
-    so each needs a name of its own; every rank builds the same graph in the same order, so the
-    names agree. Eagerly each gradient has run before the next is built: the name repeats."""
-    if tf.executing_eagerly():
-        return name + "/grad"
-    return tf.compat.v1.get_default_graph().unique_name(name + "/grad", mark_as_used=True)
+    in the trace of the function being built (:func:`._naming.derived_name`). There TensorFlow
+    builds one forward op's gradient once per ``tf.gradients`` call (Horovod's tests take one
+    per output of a grouped op) and a step may run them all at once, so each needs a name of its
+    own; every rank builds the same function in the same order, so the names agree, whatever
+    name scope (a Keras layer's, a gradient body's) the gradient is built in. Eagerly each
+    gradient has run before the next is built: the name repeats."""
+    return _naming.derived_name(name + "/grad")
 
 
 # ---------------------------------------------------------------- allreduce

@@ -16,7 +16,8 @@ from ..elastic import reform, reform_on, resets  # noqa: F401
 from ..elastic.hosts import HostUpdateResult, notify_hosts_updated  # noqa: F401
 from ..elastic.run import run_fn
 from ..elastic.state import ObjectState, State  # noqa: F401
-from ..errors import EpochResumedInterrupt, HorovodInternalError, HostsUpdatedInterrupt, RanksLostError, TooFewRanksError  # noqa: F401
+from ..errors import (EpochResumedInterrupt, HorovodInternalError, HostsUpdatedInterrupt, PartitionError,  # noqa: F401
+                      RanksLostError, TooFewRanksError)
 from .objects import broadcast_object
 from .variables import broadcast_variables
 

@@ -108,6 +108,20 @@ def blinkrun_ranks_lost(ranks):
             pass
 
 
+def blinkrun_cut_off():
+    """Called by blinkflow when the rank stops because ranks on another host fell silent (an
+    elastic side without the quorum, a stall shutdown naming a rank on another host): when the
+    rank ends, its wrapper also stops the MPI daemon that started it on this host, which would
+    otherwise wait for an mpirun it may not reach."""
+    path = os.environ.get(_RECORD_VAR)
+    if path and os.environ.get(_WRAPPER_VAR):
+        try:
+            with open(path + ".cut", "w"):
+                pass
+        except OSError:
+            pass
+
+
 def _exit_and_abort(status=None, _exit=sys.exit):
     """``sys.exit(non-zero)`` after MPI_Init: abort instead of MPI_Finalize, which would wait for
     peers that may be inside a collective (mpi4py's own ``python -m mpi4py`` does the same)."""

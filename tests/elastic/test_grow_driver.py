@@ -183,8 +183,8 @@ def test_ranks_the_survivors_went_on_without_are_lost_once_and_the_job_can_finis
     # a host that goes silent takes its ranks' wrappers with it: only the survivors can tell
     driver, said, clock = make(tmp_path, [], np=4, hosts=(("a", 2), ("b", 2)))
     assert driver.on_event({"event": events.LOST, "ranks": [2, 3]}) is False
-    assert said == [f"rank {r} (host b) lost: the other ranks lost contact with it (its host or its network "
-                    "went away); host blacklisted" for r in (2, 3)]
+    assert said == [f"rank {r} (host b) lost: no heartbeat from it reached the other ranks, which went on "
+                    "without it; host blacklisted" for r in (2, 3)]
     driver.on_event({"event": events.FAILED, "rank": 3, "status": 137, "signal": "SIGKILL"})  # said already
     driver.on_event({"event": events.LOST, "ranks": [3, 7, "x"]})   # known, unknown, malformed: nothing
     assert len(said) == 2

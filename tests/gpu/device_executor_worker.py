@@ -155,6 +155,9 @@ def case_a_call_one_rank_skips_ends_in_a_backend_error_not_a_hang(rank, size):
             raise AssertionError("an all-reduce that rank 0 never joined returned")
         except BackendError as e:
             assert "not done within 3 s" in str(e) or "aborted" in str(e), f"unexpected error {e}"
+            # The deadline names where this rank's blocks stopped: waiting for rank 0's chunks.
+            assert f"on rank {me}: " in str(e) and "block(s) stuck: block " in str(e) and "waiting for" in str(e), \
+                f"the error does not name the stuck blocks: {e}"
         try:
             lonely.allreduce(buf, ReduceOp.SUM)
             raise AssertionError("a call after an aborted launch ran")

@@ -47,3 +47,18 @@ def test_gpu_bench_runs_on_fake_cupy():
     assert result["ranks"] == 2 and len(result["kernels"]) == 4
     assert [r["bytes"] for r in result["allreduce"]] == [4096, 20480]
     assert all("nccl_s" not in r and r["blinkflow_busbw_gbps"] > 0 for r in result["allreduce"])
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_runner_actions_bench_runs_on_fake_cupy():
+    """The measurement behind the simulator's runner cost (docs/benchmarks.md, "Runner: host cost
+    per action") runs and reports every rank's actions and cost per action."""
+    import json
+
+    out = run_ranks(2, ["python", "-m", "blinkflow.bench", "runner-actions", "--size", "64KiB", "--iters", "2",
+                        "--json"], timeout=240, env=fake_cupy_env())
+    result = json.loads(out.stdout)
+    assert result["ranks"] == 2 and [r["rank"] for r in result["per_rank"]] == [0, 1]
+    assert all(r["actions"] > 1 and r["us_per_action"] > 0 for r in result["per_rank"])
+    assert result["us_per_action"] == max(r["us_per_action"] for r in result["per_rank"])

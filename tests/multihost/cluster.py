@@ -25,7 +25,8 @@ import shutil
 import subprocess
 import tempfile
 import time
-from typing import Dict, List, Mapping, Optional, Sequence
+from contextlib import contextmanager
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence
 
 import pytest
 
@@ -34,7 +35,8 @@ PREFIX_LEN = 24
 SSH_PORT = 22
 # Packages that provide the tools, for the fixture's one-time apt-get on a bare CI machine.
 TOOLS = {"ip": "iproute2", "sshd": "openssh-server", "ssh": "openssh-client",
-         "ssh-keygen": "openssh-client", "unshare": "util-linux", "mount": "mount", "hostname": "hostname"}
+         "ssh-keygen": "openssh-client", "unshare": "util-linux", "mount": "mount", "hostname": "hostname",
+         "nft": "nftables"}
 SBIN = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")
 
 
@@ -231,6 +233,43 @@ class Cluster:
                     pass
             time.sleep(0.3)
 
+    def kill_daemon(self, host: str) -> List[int]:
+        """SIGKILL Open MPI's daemons (``prted``) on ``host`` and nothing else: its ranks, their
+        wrappers and the ssh session live on until the job notices. The pids killed."""
+        killed = []
+        for pid in self.processes(host):
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    if f.read().strip() != "prted":
+                        continue
+                os.kill(pid, 9)
+                killed.append(pid)
+            except (OSError, ProcessLookupError):
+                pass
+        return killed
+
+    def pause(self, host: str, argv_contains: str, seconds: float) -> List[int]:
+        """SIGSTOP the processes on ``host`` whose command line holds ``argv_contains`` (rank
+        wrappers excluded: a pause of the rank itself, as in a long GC or a swap storm), then
+        SIGCONT them ``seconds`` later. The pids paused."""
+        paused = []
+        for pid in self.processes(host):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            if argv_contains in argv and "rank_exec" not in argv:
+                os.kill(pid, 19)
+                paused.append(pid)
+        time.sleep(seconds)
+        for pid in paused:
+            try:
+                os.kill(pid, 18)
+            except ProcessLookupError:
+                pass
+        return paused
+
     def bring_back(self, host: str) -> None:
         """``host``'s network up again (an empty host: :meth:`take_away` left only its sshd), and
         reachable before this returns: while it was away, the other host's kernel marked its
@@ -240,6 +279,39 @@ class Cluster:
         for ns in self.namespaces.values():
             _sh([self.tools["ip"], "-n", ns, "neigh", "flush", "dev", "veth0"])
         self._wait_for_ssh(host)
+
+    @contextmanager
+    def partitioned(self) -> Iterator[None]:
+        """The hosts cannot reach each other while the block runs, and can again after it: every
+        IP packet in or out of each host's veth is dropped (nftables, since this kernel has no
+        netem). Unlike :meth:`take_away` nothing stops and no interface goes down: connections
+        stay open, processes on both sides live on and hear nothing from the other side, as
+        across a failed switch. Healing removes the rules and waits until ssh answers again."""
+        for host in self.hosts:
+            self._nft(host, "add table inet bfpartition")
+            self._nft(host, "add chain inet bfpartition cut { type filter hook input priority 0; policy accept; }")
+            self._nft(host, "add chain inet bfpartition cutout { type filter hook output priority 0; policy accept; }")
+            self._nft(host, "add rule inet bfpartition cut iifname veth0 drop")
+            self._nft(host, "add rule inet bfpartition cutout oifname veth0 drop")
+        try:
+            yield
+        finally:
+            for host in self.hosts:
+                self._nft(host, "delete table inet bfpartition")
+            for host in self.hosts[1:]:
+                self._wait_for_ssh(host)
+
+    def require_partitions(self) -> None:
+        """Skip the calling test, saying why, where this kernel cannot filter packets (no
+        nf_tables): :meth:`partitioned` would fail in the middle of a job."""
+        try:
+            self._nft(self.hosts[0], "add table inet bfprobe")
+            self._nft(self.hosts[0], "delete table inet bfprobe")
+        except RuntimeError as e:
+            pytest.skip(f"no network partitions on this machine: {e}")
+
+    def _nft(self, host: str, rule: str) -> None:
+        _sh([self.tools["ip"], "netns", "exec", self.namespaces[host], self.tools["nft"], *shlex.split(rule)])
 
     def processes(self, host: str) -> List[int]:
         """Every process in ``host``'s namespace but its sshd: what a test left running there."""

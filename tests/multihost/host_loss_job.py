@@ -1,14 +1,14 @@
 """The job of both host-loss tests: tests/elastic/fit_script.py on 2 + 2 ranks (``bfa``,
 ``bfb``) under ``blinkrun --min-np 2``; when rank 2 reaches the batch of epoch 2 at which it
 writes its marker file, ``act(cluster)`` takes ``bfb`` away (its processes killed, or its network and then its
-processes)."""
+processes) or cuts the two hosts apart (``script_args``: the script's LOGDIR, where every rank writes its lines)."""
 import dataclasses
 import os
 import re
 import sys
 import threading
 import time
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence
 
 from blinkrun_helpers import blinkrun_argv
 
@@ -26,7 +26,7 @@ class Outcome:
     """Processes still running on ``bfa`` when blinkrun returned."""
 
 
-def run(cluster, tmp_path, act: Callable[[object], None]) -> Outcome:
+def run(cluster, tmp_path, act: Callable[[object], None], script_args: Sequence[str] = ()) -> Outcome:
     marker = str(tmp_path / "host-goes-away")
     done, acted = threading.Event(), []
 
@@ -42,7 +42,7 @@ def run(cluster, tmp_path, act: Callable[[object], None]) -> Outcome:
     watcher.start()
     try:
         proc = cluster.run_on("bfa", blinkrun_argv() + ["-np", "4", "-H", "bfa:2,bfb:2", "--min-np", "2",
-                                                        sys.executable, SCRIPT, marker],
+                                                        sys.executable, SCRIPT, marker, *script_args],
                               env=cluster.env(), timeout=RUN_TIMEOUT_S)
         ended = time.monotonic()
     finally:

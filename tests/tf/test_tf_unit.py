@@ -67,6 +67,148 @@ def test_graph_names_are_deterministic_per_function():
     assert _naming.default_name("x") != _naming.default_name("x")  # eager: a counter
 
 
+def _names_in_control_flow():
+    """The automatic names drawn while tracing fresh functions with a tf.range loop, a
+    tf.while_loop, a tf.cond, a dataset loop, a nested function in a cond, an XLA-compiled loop
+    and a TF1 graph's while loop."""
+    from blinkflow.tensorflow import _naming
+
+    seen = []
+
+    def name(tag):
+        seen.append((tag, _naming.default_name("allreduce")))
+        return tf.constant(1.0)
+
+    @tf.function
+    def range_loop(steps):
+        s = tf.constant(0.0)
+        for _ in tf.range(steps):
+            s += name("range") + name("range, second call")
+        return s
+
+    @tf.function
+    def while_loop():
+        return tf.while_loop(lambda x: x < 3.0, lambda x: x + name("while"), [tf.constant(0.0)])
+
+    @tf.function
+    def cond(flag):
+        return tf.cond(flag, lambda: name("true"), lambda: name("false"))
+
+    @tf.function
+    def dataset_loop():
+        s = tf.constant(0.0)
+        for _ in tf.data.Dataset.range(2):
+            s += name("dataset")
+        return s
+
+    @tf.function
+    def inner():
+        return name("nested function")
+
+    @tf.function
+    def outer(flag):
+        return tf.cond(flag, inner, lambda: tf.constant(0.0))
+
+    @tf.function(jit_compile=True)
+    def compiled(steps):
+        s = tf.constant(0.0)
+        for _ in tf.range(steps):
+            s += tf.cond(s > 1.0, lambda: name("xla true"), lambda: name("xla false"))
+        return s
+
+    range_loop.get_concrete_function(tf.TensorSpec([], tf.int32))
+    while_loop.get_concrete_function()
+    cond.get_concrete_function(tf.TensorSpec([], tf.bool))
+    dataset_loop.get_concrete_function()
+    outer.get_concrete_function(tf.TensorSpec([], tf.bool))
+    compiled.get_concrete_function(tf.TensorSpec([], tf.int32))
+    with tf.Graph().as_default():
+        tf.while_loop(lambda x: x < 3.0, lambda x: x + name("TF1 while"), [tf.constant(0.0)])
+    return seen
+
+
+def _trace_unrelated_functions(count):
+    for k in range(count):
+        @tf.function
+        def logging_step(x):
+            y = tf.while_loop(lambda i: i < 3, lambda i: i + 1, [x])[0]
+            return tf.cond(y > 0, lambda: y, lambda: -y)
+
+        logging_step(tf.constant(k))
+
+
+def test_graph_names_in_control_flow_do_not_depend_on_what_else_was_traced():
+    """TensorFlow numbers control-flow bodies with a process-wide counter (while_body_23): a
+    rank that traced more functions first must still name its collectives as the others do."""
+    first = _names_in_control_flow()
+    _trace_unrelated_functions(3)
+    again = _names_in_control_flow()
+    assert again == first
+    names = dict(first)
+    assert names["range"] == "range_loop/while/blinkflow.allreduce"
+    assert names["range, second call"] == "range_loop/while/blinkflow.allreduce_1"
+    assert names["while"] == "while_loop/while/blinkflow.allreduce"
+    assert (names["true"], names["false"]) == ("cond/cond/blinkflow.allreduce", "cond/cond/blinkflow.allreduce_1")
+    assert names["dataset"] == "dataset_loop/dataset/blinkflow.allreduce"
+    assert names["nested function"] == "inner/blinkflow.allreduce"  # a function of its own, not outer's
+    assert names["xla false"] == "compiled/while/cond/blinkflow.allreduce_1"
+    assert names["TF1 while"] == "graph/while/blinkflow.allreduce"
+    assert len(set(names.values())) == len(names)
+
+
+def test_graph_names_leave_out_name_scopes():
+    """Keras names layers (and their scopes) with process-wide counters: dense_3 on a rank that
+    built one more model. Neither a call's name nor its gradient's depends on the scope."""
+    from blinkflow.tensorflow import _naming, differentiable
+
+    def names(scope):
+        seen = []
+
+        @tf.function
+        def f():
+            with tf.name_scope(scope):
+                seen.append(_naming.default_name("allreduce"))
+                seen.append(differentiable.gradient_name(seen[0]))
+                seen.append(differentiable.gradient_name(seen[0]))
+            return tf.constant(0)
+
+        f.get_concrete_function()
+        return seen
+
+    assert names("dense_3") == names("dense") == ["f/blinkflow.allreduce", "f/blinkflow.allreduce/grad",
+                                                  "f/blinkflow.allreduce/grad_1"]
+    assert differentiable.gradient_name("x") == differentiable.gradient_name("x") == "x/grad"  # eager
+
+
+def test_function_names_lose_tensorflows_counter():
+    from blinkflow.tensorflow import _naming
+    from tensorflow.python.framework.func_graph import FuncGraph
+
+    assert _naming.function_name(FuncGraph("__backward_step_1234")) == "step.backward"
+    assert _naming.function_name(FuncGraph("__inference_train_step_77")) == "train_step.inference"
+    assert _naming.function_name(FuncGraph("step_2")) == "step_2"
+    assert _naming.function_name(tf.Graph()) == "graph"
+
+
+def test_an_automatic_runtime_name_drawn_while_tracing_is_refused():
+    """A runtime call (numpy arrays, objects) in a traced function runs when a rank traces it, so
+    its automatic name cannot agree across ranks: refused, before any name is drawn."""
+    import blinkflow as bf
+    from blinkflow.runtime.global_state import RUNTIME
+    from blinkflow.tensorflow import _naming  # noqa: F401 (registers the guard)
+
+    @tf.function
+    def traced():
+        RUNTIME.auto_name("allreduce")
+        return tf.constant(0)
+
+    with pytest.raises(bf.NotSupportedError, match="while a tf.function was being traced"):
+        traced.get_concrete_function()
+    assert RUNTIME.auto_name("allreduce").startswith("allreduce.noname.")  # eagerly: drawn
+    with tf.Graph().as_default():   # a TF1 graph being built runs Python calls as written
+        assert RUNTIME.auto_name("allreduce").startswith("allreduce.noname.")
+
+
 def test_horovod_names_exist_without_starting_mpi_and_keras_alias_is_one_module():
     code = ("import sys, warnings; import blinkflow.tensorflow as hvd; import blinkflow.keras as k; "
             "import blinkflow.tensorflow.keras as tk; assert k is tk; "

@@ -61,8 +61,10 @@ JOBS: Dict[str, Job] = {
     # Horovod's TF semantics and layers, at every size they are tested at. Two inter-op threads,
     # so a TF1 graph step may run its grouped gradients' collectives side by side; a rank that
     # skips a collective there ends the job at the stall shutdown time, not the launch's timeout.
+    # Unnamed collectives in control flow (naming_script.py) run here for that short stall
+    # shutdown too: a name that differs by rank fails its case in 30 s instead of hanging.
     "host-1-layers": _job(1, ["layers_script.py"]),
-    "host-2-rows": _job(2, ["gradient_rows_script.py", "layers_script.py"], HOROVOD_ROWS),
+    "host-2-rows": _job(2, ["gradient_rows_script.py", "layers_script.py", "naming_script.py"], HOROVOD_ROWS),
     "host-3-rows": _job(3, ["gradient_rows_script.py", "layers_script.py"], HOROVOD_ROWS),
     # The device route: TF tensors by DLPack into the cuda backend (the fake CuPy).
     "device-2-buckets": _job(2, ["ops_script.py", "parity_script.py", "buckets_script.py", FIT_CORE],

@@ -59,37 +59,6 @@ def test_name_expressions_cover_every_dtype_and_op():
         kernels.pack_name("pack", 3)
 
 
-def test_runner_chunks_come_from_the_policy_and_fit_the_arena():
-    from types import SimpleNamespace
-
-    from blinkflow.backends.cuda.backend import CudaBackend
-    from blinkflow.config import Config
-    from blinkflow.schedule import policy
-
-    mib = 1 << 20
-
-    def backend(hosts, channels):
-        return SimpleNamespace(layout=SimpleNamespace(host_ranks=hosts), arena_bytes=256 * mib, nslots=4,
-                               _max_channels=channels)
-
-    def chunk(b, chunk_bytes, itemsize, nbytes):
-        caps = policy.Capabilities("cuda")  # the runner's choice
-        choice = policy.choose("allreduce", nbytes, itemsize, None, Config(chunk_bytes=chunk_bytes), caps)
-        assert choice.algorithm == "runner"
-        return CudaBackend._runner_chunk_elems(b, choice, itemsize)
-
-    one_each = [(0,), (1,)]  # two hosts of one rank: slots of 256 MiB / (1 * 2 * 4) = 32 MiB
-    assert chunk(backend(one_each, 2), 0, 4, 256 * mib) == 16 * mib // 4  # the policy's, at its largest
-    assert chunk(backend(one_each, 2), 0, 4, 64 * mib) == 4 * mib // 4
-    assert chunk(backend(one_each, 2), 0, 4, 4 * mib) == mib // 4
-    assert chunk(backend(one_each, 2), 4096, 4, 256 * mib) == 1024  # configured wins
-    # Two local senders and three trees: slots of 256 MiB / (2 * 3 * 4), under 16 MiB, cap the chunk.
-    assert chunk(backend([(0, 1)], 3), 0, 4, 256 * mib) == (256 * mib // 24) // 256 * 256 // 4
-    # Eight local senders (a host of 8 beside one of 4) and six trees: the largest host caps it, everywhere.
-    eight_and_four = [tuple(range(8)), tuple(range(8, 12))]
-    assert chunk(backend(eight_and_four, 6), 0, 2, 256 * mib) == (256 * mib // 192) // 256 * 256 // 2
-
-
 def test_peer_routes_ask_cuda_and_stop_at_the_peer_limit():
     """Map a GPU's own memory and peers CUDA allows, stage the rest, and never a ninth peer
     (CUDA's limit per device), under the fake CuPy with 11 GPUs, 0 and 1 without peer access."""

@@ -187,3 +187,81 @@ def test_fake_dlpack_capsules_are_cuda_with_device_ids_and_host_ones_are_refused
     lines = _run(DLPACK, FAKE_CUPY_DEVICES="2")
     assert lines[0] == "1 True"
     assert lines[1].startswith("refused") and "kDLCUDA" in lines[1]
+
+
+LATE_AND_LIMITED = r'''
+import ctypes
+import numpy as np
+import cupy
+import cupy._interpreter as fake_kernel
+from cupy.cuda import runtime as rt
+
+def view(addr):
+    return np.frombuffer((ctypes.c_char * 16).from_address(addr), dtype=np.uint8)
+
+base = rt.malloc(16)
+print("malloc", view(base).tolist() == [0xFF] * 16)
+rt.memset(base, 0, 16)
+print("memset queued", view(base).tolist() == [0xFF] * 16)
+rt.deviceSynchronize()
+print("memset ran", view(base).tolist() == [0] * 16)
+rt.free(base)
+
+kernel = cupy.RawModule().get_function("blinkflow_interpreter<float, 0>")
+free = fake_kernel.free_blocks()
+try:
+    kernel((free + 1,), (256,), (), enable_cooperative_groups=True)
+    print("cooperative too large launched")
+except RuntimeError as e:
+    print("cooperative", "cudaErrorCooperativeLaunchTooLarge" in str(e))
+fake_kernel.FAIL_LAUNCHES = 1
+try:
+    kernel((1,), (256,), ())
+    print("failing launch launched")
+except RuntimeError as e:
+    print("failing launch", "cudaErrorLaunchOutOfResources" in str(e))
+print("next launch fails", fake_kernel.FAIL_LAUNCHES != 0)
+print("props", rt.deviceGetPCIBusId(0) == rt.deviceGetPCIBusId(1), rt.deviceCanAccessPeer(0, 1),
+      rt.getDeviceProperties(0)["uuid"] != rt.getDeviceProperties(1)["uuid"])
+'''
+
+
+def test_fake_cupy_memsets_late_returns_garbage_and_limits_residency_and_models_mig():
+    """cudaMalloc's garbage, a memset that runs only when the device is synchronised, a cooperative
+    launch past the free blocks and a failing launch refused, MIG instances sharing a bus id."""
+    assert _run(LATE_AND_LIMITED, FAKE_CUPY_DEVICES="2", FAKE_CUPY_MIG="1") == [
+        "malloc True", "memset queued True", "memset ran True", "cooperative True", "failing launch True",
+        "next launch fails False", "props True 0 True"]
+
+
+MIG_IPC = r'''
+import sys
+from mpi4py import MPI
+from cupy.cuda import runtime as rt
+
+comm = MPI.COMM_WORLD
+rt.setDevice(comm.rank)
+base = rt.malloc(64)
+event = rt.eventCreateWithFlags(0x2 | 0x4)
+theirs = comm.allgather((rt.ipcGetMemHandle(base), rt.ipcGetEventHandle(event)))[1 - comm.rank]
+for what, fn, handle in (("memory", rt.ipcOpenMemHandle, theirs[0]), ("event", rt.ipcOpenEventHandle, theirs[1])):
+    try:
+        fn(handle)
+        print(comm.rank, what, "opened")
+    except RuntimeError as e:
+        print(comm.rank, what, "refused" if "MIG" in str(e) else e)
+sys.stdout.flush()
+comm.Barrier()
+'''
+
+
+@pytest.mark.mpi
+def test_fake_ipc_does_not_open_between_mig_instances():
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(MIG_IPC)
+    try:
+        out = run_ranks(2, ["python", f.name], timeout=120, env=fake_cupy_env(FAKE_CUPY_DEVICES="2", FAKE_CUPY_MIG="1"))
+    finally:
+        os.unlink(f.name)
+    lines = set(out.stdout.splitlines())
+    assert {f"{r} {w} refused" for r in (0, 1) for w in ("memory", "event")} <= lines, out.stdout + out.stderr

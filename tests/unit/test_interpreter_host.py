@@ -1,14 +1,16 @@
 """The real ``kernels/interpreter.cu`` compiled as C++ and run on the CPU (``kernel_host``): every
-block of a loopback launch is an OS thread spinning on the same int64 counters a GPU's blocks
-spin on, in the same memory layout (``device_abi.loopback``). Bitwise the runner's results (an
+thread of every block of a loopback launch is an OS thread, thread 0 of each block spinning on
+the same int64 counters a GPU's blocks spin on, in the same memory layout
+(``device_abi.loopback``), the block's threads meeting at a real barrier. Bitwise the runner's results (an
 action's inputs folded as the cuda runner's fused kernel does) at 2, 4 and 8 virtual ranks on
 HGX H100 trees, for float32, float16, bfloat16 and int64, across two calls, on buffers whose
 steps take the 16-byte vector path and on buffers whose steps cannot; a table that waits forever
 ends when the abort flag is raised.
 
 This checks the kernel's own code (step decoding, waits, multi-input combination, posts, block
-offsets, vector and scalar paths) where the emulator tests check its numpy twin; only the
-GPU's memory model and a block's many threads are left to the GPU tier."""
+offsets, the unrolled vector loop, scalar heads and tails, the split of a step among threads)
+where the emulator tests check its numpy twin; its memory ordering is checked under
+ThreadSanitizer by ``test_interpreter_race.py``."""
 import ctypes
 import threading
 
@@ -28,6 +30,9 @@ from test_runner import run_ranks
 
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler")
 CODES = {"sum": 0, "max": 2}
+THREADS = 3
+"""Threads per emulated block: several, so the block's barriers and shared state are exercised,
+and odd, so a step's elements divide unevenly among them."""
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +43,7 @@ def lib(tmp_path_factory):
 class HostLoopback:
     """A loopback launch's memory in numpy, run by the host-compiled kernel."""
 
-    def __init__(self, lib, tables, dtype_name, op):
+    def __init__(self, lib, tables, dtype_name, op, threads=THREADS):
         self.itemsize = 2 if dtype_name == "bfloat16" else np.dtype(dtype_name).itemsize
         self.launch = abi.loopback(tables, self.itemsize)
         self.memory = np.zeros(self.launch.nbytes, np.uint8)
@@ -50,7 +55,9 @@ class HostLoopback:
         self.entry = getattr(lib, f"interpreter_{dtype_name}_{CODES[op]}")
         # bufs, block offsets, steps, inputs, waits, block starts, conns, progress, abort; call,
         # window, slot elements; blocks
-        self.entry.argtypes = [ctypes.c_void_p] * 9 + [ctypes.c_longlong] * 3 + [ctypes.c_int]
+        # blocks, threads per block
+        self.entry.argtypes = [ctypes.c_void_p] * 9 + [ctypes.c_longlong] * 3 + [ctypes.c_int] * 2
+        self.threads = threads
         self.calls = 0
 
     def run(self, bufs, timeout=60.0):
@@ -58,7 +65,8 @@ class HostLoopback:
         abort = np.zeros(1, np.int32)
         enc = self.launch.encoded
         args = [address(bufs)] + [address(a) for a in self.arrays] + [address(self.progress), address(abort)]
-        kernel = threading.Thread(target=self.entry, args=(*args, self.calls, enc.window, enc.slot_elems, enc.nblocks),
+        kernel = threading.Thread(target=self.entry, args=(*args, self.calls, enc.window, enc.slot_elems, enc.nblocks,
+                                                                  self.threads),
                                   daemon=True)
         kernel.start()
         kernel.join(timeout)

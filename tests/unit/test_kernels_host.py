@@ -62,6 +62,26 @@ def test_reduce_matches_numpy(lib, dtype, op, offset):
             np.testing.assert_array_equal(out2, want)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64", "uint8"])
+@pytest.mark.parametrize("offsets", [(0, 0, 0), (3, 3, 3), (0, 1, 0), (2, 2, 1)], ids=str)
+def test_reduce_unrolled_groups_heads_and_tails(lib, dtype, offsets):
+    """A small grid (2 blocks of 4 threads), so sizes run whole unrolled groups of
+    ``BF_UNROLL`` vectors per thread, a partial last group and a scalar tail; pointers that
+    share a misalignment get a scalar head, pointers that do not run all scalar."""
+    rng = np.random.default_rng(7)
+    out_offset, in_offset, last_offset = offsets
+    for n in (63, 64 * 4 + 5, 32 * 9 + 31, 4096 + 3):
+        host = make_inputs(dtype, ReduceOp.SUM, n, 3, rng, exact=False)
+        ins = [aligned(n, dtype, o) for o in (in_offset, in_offset, last_offset)]
+        for a, h in zip(ins, host):
+            a[...] = h
+        out, out2 = aligned(n, dtype, out_offset), aligned(n, dtype, out_offset)
+        run_reduce(lib, dtype, ReduceOp.SUM, ins, out, out2, grid=2, block=4)
+        want = reference(dtype, ReduceOp.SUM, host)
+        np.testing.assert_array_equal(out, want, err_msg=f"{dtype} n={n} offsets={offsets}")
+        np.testing.assert_array_equal(out2, want)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_reduce_in_place_like_recv_reduce(lib, dtype):
     rng = np.random.default_rng(1)

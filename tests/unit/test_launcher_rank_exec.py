@@ -167,3 +167,26 @@ def test_a_ranks_own_event_line_passes_untagged():
     # the survivors' events.LOST comes from the rank itself; blinkrun reads it as its wrapper's
     line = events.encode({"event": events.LOST, "ranks": [2, 3]}).encode()
     assert _pumped([b"before\n" + line + b"after\n"]) == b"[0]<stdout>: before\n" + line + b"[0]<stdout>: after\n"
+
+
+def test_a_rank_cut_off_by_a_network_partition_stops_the_daemon_that_started_it(tmp_path):
+    # the side of a cut that does not go on (PartitionError) calls pyhook's blinkrun_cut_off();
+    # its wrapper then stops its parent, the host's MPI daemon, which would wait for mpirun forever
+    daemon = tmp_path / "prted"
+    daemon.write_text('#!/bin/sh\n"$@"\nsleep 30\n')
+    daemon.chmod(0o755)
+    rank = "import sitecustomize; sitecustomize.blinkrun_cut_off(); raise SystemExit(0)"
+    env = dict(os.environ, OMPI_COMM_WORLD_RANK="2", OMPI_COMM_WORLD_SIZE="4")
+    done = subprocess.run([str(daemon), PY, "-m", "blinkflow.launcher.rank_exec", "--", PY, "-c", rank],
+                          capture_output=True, text=True, timeout=25, env=env)
+    assert done.returncode == -15, done.stderr
+
+
+def test_an_ordinary_end_leaves_the_parent_alone(tmp_path):
+    daemon = tmp_path / "prted"
+    daemon.write_text('#!/bin/sh\n"$@"\necho parent-lives\n')
+    daemon.chmod(0o755)
+    env = dict(os.environ, OMPI_COMM_WORLD_RANK="2", OMPI_COMM_WORLD_SIZE="4")
+    done = subprocess.run([str(daemon), PY, "-m", "blinkflow.launcher.rank_exec", "--", PY, "-c", "pass"],
+                          capture_output=True, text=True, timeout=25, env=env)
+    assert done.returncode == 0 and "parent-lives" in done.stdout, done.stderr

@@ -121,7 +121,7 @@ def test_an_elastic_job_whose_mpirun_waits_for_a_silent_host_is_stopped_once_its
                  elastic=driver).run()
     assert status == 0, err.getvalue()
     assert time.time() - began < supervise.FAILURE_GRACE_SECONDS + supervise.STOP_GRACE_SECONDS + 10
-    assert said == ["rank 1 (host b) lost: the other ranks lost contact with it (its host or its network went away); "
+    assert said == ["rank 1 (host b) lost: no heartbeat from it reached the other ranks, which went on without it; "
                     "host blacklisted"]
 
 
@@ -130,3 +130,33 @@ def test_mpirun_exiting_0_after_stopping_ranks_is_not_a_success():
     status, _, err, _ = run_job(fake_mpirun([started(0), started(1), exited(0, 1.0, 0)], exit_code=0))
     assert status == 1, err
     assert "rank(s) 1 (host h) did not end on their own" in err, err
+
+
+def test_a_lost_daemon_is_named_with_its_host_and_ranks():
+    # mpirun prints PRRTE's message on its stdout; the ranks on the lost host report nothing
+    lines = [events.encode({"event": "started", "rank": r, "host": h, "pid": 1})
+             for r, h in ((0, "bfa"), (1, "bfa"), (2, "bfb"), (3, "bfb"))]
+    body = "".join(f"sys.stderr.write({line!r})\n" for line in lines)
+    said = "A daemon failed to report back after being spawned.\\n  Local host:    bfa\\n  Remote host:   bfb\\n"
+    argv = [sys.executable, "-c", f"import sys\n{body}sys.stderr.flush()\nprint('{said}')\nsys.exit(255)"]
+    status, out, err, _ = run_job(argv, np=4)
+    assert status == 255 and "Remote host:   bfb" in out
+    assert ("mpirun exited with status 255 after it lost its Open MPI daemon on host bfb (running ranks 2, 3)" in err)
+    assert "no rank reported a failure of its own" in err
+
+
+def test_what_is_left_of_mpiruns_session_ends_before_blinkrun_returns(tmp_path):
+    # a rank wrapper that outlives mpirun (stopping its rank) is in mpirun's session
+    marker = tmp_path / "child.pid"
+    code = ("import subprocess, sys\n"
+            f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            f"open({str(marker)!r}, 'w').write(str(child.pid))\nsys.exit(0)")
+    status, _, _, took = run_job([sys.executable, "-c", code], np=0)
+    pid = int(marker.read_text())
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        state = "gone"
+    assert state in ("gone", "Z"), state
+    assert took < supervise.STOP_GRACE_SECONDS + 10

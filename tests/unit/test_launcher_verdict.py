@@ -25,7 +25,9 @@ def test_when_every_failure_is_a_casualty_the_blamed_rank_is_named():
     text = verdict.describe_blamed(2, failures, exits)
     assert text.startswith("rank 2 (host h2) failed first: exited with status 0 while the others still ran")
     assert "rank 0 (host h0) reports: ShutdownError: peer rank 2 failed" in text
-    assert "reported nothing itself" in verdict.describe_blamed(2, failures, {})
+    unheard = verdict.describe_blamed(2, failures, {}, {0: "h0", 1: "h0", 2: "h2"})
+    # a rank cut off by the network, or stopped: blinkrun says what it saw, and where, not a cause
+    assert unheard.startswith("rank 2 (host h2) failed first: blinkrun heard neither a failure nor an end from it")
 
 
 def test_the_first_exit():

@@ -65,9 +65,18 @@ def test_allreduce_reduces_up_then_broadcasts_down_with_fused_ops():
     assert s.program(1)[1].deps == (0,)  # the final value overwrites what was sent up
 
 
-def test_trees_get_split_counts_ranges_and_own_channels():
+def test_trees_get_aligned_ranges_and_own_channels():
     trees = (Tree(0, 0.25, ((0, 1),)), Tree(1, 0.75, ((1, 0),)))
-    s = lower(Plan("allreduce", "t", (0, 1), trees, 1.0, 1.0), 10, chunk_elems=100)
+    s = lower(Plan("allreduce", "t", (0, 1), trees, 1.0, 1.0), 100, chunk_elems=1000)
+    sends = {(st.channel, st.offset, st.count) for st in s.program(1) if st.op == "send"}
+    # 6 whole units of 16 elements: 1.5 -> 2 to tree 0 (ties to the first tree), 4 and the 4
+    # elements after the last unit to tree 1.
+    assert sends == {(0, 0, 32), (1, 32, 68)}
+
+
+def test_trees_get_split_counts_ranges_without_alignment():
+    trees = (Tree(0, 0.25, ((0, 1),)), Tree(1, 0.75, ((1, 0),)))
+    s = lower(Plan("allreduce", "t", (0, 1), trees, 1.0, 1.0), 10, chunk_elems=100, align=1)
     sends = {(st.channel, st.offset, st.count) for st in s.program(1) if st.op == "send"}
     # tree 0 carries 2.5 -> 3 elements (largest remainder, ties to the first tree): device 1
     # reduces it up to 0, and broadcasts the 7 elements of tree 1, which it roots.
@@ -120,7 +129,9 @@ def test_three_phase_rejects_a_cross_group_on_the_wrong_device():
     bad = plan.cross[0].__class__(plan.cross[0].start, plan.cross[0].stop, (1, 3), plan.cross[1].plan)
     broken = Plan("allreduce", "t", plan.devices, (), 1.0, 1.0, intra=plan.intra, cross=(bad, plan.cross[1]))
     with pytest.raises(PlanError, match="reduced into device 0"):
-        lower(broken, 10)
+        lower(broken, 10, align=1)
+    with pytest.raises(PlanError, match="reduced into device 0"):
+        lower(broken, 100)
 
 
 # ---- the planner's own plans -----------------------------------------------------------------

@@ -102,3 +102,48 @@ def test_adasum_takes_its_own_algorithm_whatever_the_setting():
     assert choose("allreduce", 64 * MIB, 4, ONE_HOST, Config(), CPU, op=ReduceOp.SUM).algorithm == "single_copy"
     with pytest.raises(ConfigError, match="Adasum is an all-reduce"):
         choose("reducescatter", 100, 4, ONE_HOST, Config(), CPU, op=ReduceOp.ADASUM)
+
+
+def test_the_cuda_runner_chunk_fits_the_arena_inside_the_policy():
+    """The chunk the policy names is the chunk the cuda runner runs: the arena cap is the policy's."""
+    def chunk(hosts, ntrees, chunk_bytes, itemsize, nbytes, arena=256 * MIB):
+        layout = Layout(0, tuple(h for h, ranks in enumerate(hosts) for _ in ranks), tuple(range(sum(map(len, hosts)))))
+        caps = Capabilities("cuda", arena_bytes=arena)
+        choice = choose("allreduce", nbytes, itemsize, layout, Config(chunk_bytes=chunk_bytes), caps, ntrees=ntrees)
+        assert choice.algorithm == "runner"
+        return choice.chunk_elems(itemsize)
+
+    one_each = [(0,), (1,)]  # two hosts of one rank: slots of 256 MiB / (1 * 2 * 4) = 32 MiB
+    assert chunk(one_each, 2, 0, 4, 256 * MIB) == 16 * MIB // 4  # the policy's, at its largest
+    assert chunk(one_each, 2, 0, 4, 64 * MIB) == 4 * MIB // 4
+    assert chunk(one_each, 2, 4096, 4, 256 * MIB) == 1024  # configured wins
+    # Two local senders and three trees: slots of 256 MiB / (2 * 3 * 4), under 16 MiB, cap the chunk.
+    assert chunk([(0, 1)], 3, 0, 4, 256 * MIB) == (256 * MIB // 24) // 256 * 256 // 4
+    # Eight local senders (a host of 8 beside one of 4) and six trees: the largest host caps it, everywhere.
+    assert chunk([tuple(range(8)), tuple(range(8, 12))], 6, 0, 2, 256 * MIB) == (256 * MIB // 192) // 256 * 256 // 2
+    # Eight GPUs of one host, eight trees (hgx-h100): 1 MiB slots, so 1 MiB chunks, not the 16 MiB a
+    # sixteenth of 256 MiB would give.
+    assert chunk([tuple(range(8))], 8, 0, 4, 256 * MIB) == MIB // 4
+    assert chunk([(0, 1)], 1, 0, 4, 256 * MIB, arena=64 << 10) == (64 << 10) // 8 // 4  # a small arena
+    assert Capabilities("cuda").digest(ONE_HOST) != Capabilities("cuda", arena_bytes=MIB).digest(ONE_HOST)
+
+
+def test_nccl_where_the_plans_trees_do_not_beat_its_rings():
+    nccl = Capabilities("cuda", nccl=True)
+    equal = policy.PlanRates(257.14, 257.14)
+    better = policy.PlanRates(50.0, 6.67)
+    c = choose("allreduce", 256 * MIB, 4, ONE_HOST, Config(), nccl, rates=equal)
+    assert c.algorithm == "nccl" and "do not beat" in c.why
+    c = choose("allreduce", 256 * MIB, 4, ONE_HOST, Config(), nccl, rates=better)
+    assert c.algorithm == "runner" and "(50.0 GB/s) beat NCCL's rings (6.7 GB/s)" in c.why
+    assert choose("allreduce", 256 * MIB, 4, ONE_HOST, Config(), Capabilities("cuda"), rates=equal).algorithm == "runner"
+    assert choose("allreduce", 256 * MIB, 4, ONE_HOST, Config(), nccl).algorithm == "runner"  # rates unknown
+    assert choose("broadcast", 256 * MIB, 4, ONE_HOST, Config(), nccl, rates=equal).algorithm == "runner"
+    assert choose("allreduce", 256 * MIB, 4, ONE_HOST, Config(), CPU, rates=equal).algorithm == "single_copy"
+    # Asked for: where NCCL cannot run, a typed error; other collectives keep the policy's choice.
+    assert choose("allreduce", MIB, 4, ONE_HOST, Config(algorithm="nccl"), nccl, rates=better).algorithm == "nccl"
+    assert choose("allreduce", MIB, 4, ONE_HOST, Config(algorithm="nccl"), nccl).algorithm == "nccl"  # rates unknown
+    assert choose("broadcast", MIB, 4, ONE_HOST, Config(algorithm="nccl"), nccl, rates=better).algorithm == "runner"
+    with pytest.raises(ConfigError, match="no NCCL here"):
+        choose("allreduce", MIB, 4, ONE_HOST, Config(algorithm="nccl"), Capabilities("cuda"), rates=equal)
+    assert choose("allreduce", MIB, 4, ONE_HOST, Config(algorithm="nccl"), CPU).algorithm == "runner"

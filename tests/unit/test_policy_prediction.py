@@ -20,12 +20,15 @@ def _simulate(capsys, *argv):
     return out
 
 
-def test_gpu_topologies_predict_the_cuda_runner_at_its_chunk(capsys):
+def test_gpu_topologies_predict_the_cuda_runner_at_the_chunk_it_runs(capsys):
     out = _simulate(capsys, "--topology", "dgx1-v100", "--gpus", "0,1,4", "--collective", "allreduce",
                     "--size", "256MiB", "--json")
     policy = json.loads(out)["policy"]
     assert policy["backend"] == "cuda" and policy["algorithm"] == "runner"
-    assert policy["chunk_bytes"] == 16 << 20 and policy["simulated"] and policy["seconds"] > 0
+    # Three local senders, three trees, four slots: the 256 MiB arena caps the 16 MiB chunk.
+    assert policy["chunk_bytes"] == (256 << 20) // 36 // 256 * 256 and policy["simulated"] and policy["seconds"] > 0
+    assert "beat NCCL's rings" in policy["why"]
+    assert set(policy["algorithms"]) == {"runner", "device", "nccl"}
 
 
 def test_the_cpu_single_copy_is_not_simulated(capsys):
@@ -35,13 +38,34 @@ def test_the_cpu_single_copy_is_not_simulated(capsys):
     assert "policy (cpu backend): runner, chunk 4194304 bytes: predicted" in out
 
 
-def test_the_prediction_charges_the_algorithms_per_chunk_cost():
+def test_the_prediction_charges_the_algorithms_step_costs():
+    """The runner pays its measured host cost per action (serially, per rank); the device
+    executor one launch, a handshake per chunk and its connections' Little's-law rate."""
+    from blinkflow.schedule import step_costs
+
     topo = get_preset("hgx-h100")
     plan = make_plan(topo, "allreduce")
-    runner = predict(plan, topo, 256 << 20)
+    runner = predict(plan, topo, 256 << 20, config=Config(algorithm="runner"), caps=Capabilities("cuda"))
     device = predict(plan, topo, 256 << 20, config=Config(algorithm="device"),
                      caps=Capabilities("cuda", device_executor=True))
     assert (runner.choice.algorithm, device.choice.algorithm) == ("runner", "device")
-    again = simulate_plan(plan, topo, 256 << 20, chunk_elems=device.choice.chunk_elems(4),
-                          chunk_overhead_us=ALGORITHMS["device"].cost_us("cuda"))
-    assert device.seconds == again.result.seconds
+    links_only = simulate_plan(plan, topo, 256 << 20, chunk_elems=device.choice.chunk_elems(4),
+                               chunk_overhead_us=ALGORITHMS["device"].cost_us("cuda")).result.seconds
+    assert device.seconds > links_only + step_costs.DEVICE_LAUNCH_US * 1e-6 * 0.99
+    assert "host:" in runner.bound and runner.seconds > 100 * step_costs.RUNNER_US_PER_ACTION * 1e-6
+    assert step_costs.device_connection_gbps(2, 1.0) == pytest.approx(2 * 512 * 4 * 16 / 1e-6 / 1e9)
+
+
+def test_hgx_h100_prints_both_executors_with_their_chunks_and_picks_nccl(capsys):
+    """The issue's command: the runner's and the device executor's predictions side by side, each
+    at the chunk it really uses; the device executor at >= 300 GB/s bus bandwidth; NCCL chosen."""
+    out = _simulate(capsys, "--topology", "hgx-h100", "--collective", "allreduce", "--size", "256MiB")
+    assert "policy (cuda backend): nccl: predicted" in out
+    assert "why: the plan's trees (257.1 GB/s) do not beat NCCL's rings (257.1 GB/s)" in out
+    assert "runner (cuda backend): runner, chunk 1048576 bytes: predicted" in out  # 256 MiB / (8 * 8 * 4)
+    assert "device (cuda backend): device, chunk 1048576 bytes: predicted" in out
+    out = _simulate(capsys, "--topology", "hgx-h100", "--collective", "allreduce", "--size", "256MiB", "--json")
+    algorithms = json.loads(out)["policy"]["algorithms"]
+    assert algorithms["device"]["busbw_gbps"] >= 300
+    assert algorithms["runner"]["busbw_gbps"] < algorithms["device"]["busbw_gbps"]
+    assert algorithms["runner"]["chunk_bytes"] == 1 << 20 and algorithms["device"]["chunk_bytes"] == 1 << 20

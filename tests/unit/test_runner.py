@@ -442,7 +442,7 @@ def test_a_star_root_copies_its_shard_out_right_after_sending_it():
     from blinkflow.schedule.lower import lower
 
     plan = Plan("allreduce", "t", (0, 1), (Tree(0, 0.5, ((0, 1),)), Tree(1, 0.5, ((1, 0),))), 1.0, 1.0)
-    sched = lower(plan, 10, chunk_elems=10)
+    sched = lower(plan, 10, chunk_elems=10, align=1)
     for d in (0, 1):
         prog = compile_program(sched, d, {0: 0, 1: 1}, fuse_inputs=8)
         assert prog.untouched == ()

@@ -357,13 +357,17 @@ class _SilentSide:
         self.told.append((text, cause))
 
 
-def test_a_silent_neighbour_is_reported_then_stops_the_job():
+def test_a_silent_neighbour_is_reported_then_stops_the_job(monkeypatch):
     """Issue 18, finding 4: the heartbeat's silence, counted while the watchdog itself runs."""
     import os
+    import sys
     import threading
+    import types
 
     from blinkflow.runtime import liveness
 
+    cut_off = []   # blinkrun's hook: the wrapper stops this host's MPI daemon when the rank ends
+    monkeypatch.setitem(sys.modules, "sitecustomize", types.SimpleNamespace(blinkrun_cut_off=lambda: cut_off.append(1)))
     for beats in (False, True):
         side, errors, seen = _SilentSide(beats), [], threading.Event()
         dog = liveness.Watchdog(0, ["m", "n", "n"], ["m", "n", "n"], [os.getpid(), 1, 1],
@@ -375,6 +379,10 @@ def test_a_silent_neighbour_is_reported_then_stops_the_job():
             assert not stopped and not errors and not side.told
             continue
         assert stopped and errors[0].rank == 1 and "rank 1 (n) made no progress" in str(errors[0])
+        # rank 1 is on another machine: what was seen is said, not a guess at why (issue 38, finding 9)
+        assert "no heartbeat from it arrived; it runs on another host (n)" in str(errors[0]), errors[0]
+        assert "GIL" not in str(errors[0]), errors[0]
+        assert cut_off == [1]
         assert side.told and side.told[0][1] == 1 and "rank 0 stops the job" in side.told[0][0]
 
 

@@ -37,19 +37,18 @@ from .. import teardown
 from ..base import Backend, BackendContext
 from ..policy_agreement import agree_policy
 from ..wire import MpiWire
-from . import kernels
+from . import kernels, nccl
 from .device import cuda_aware_mpi, rank_device, require_cupy
-from .device_executor import CALL_TIMEOUT_S, DeviceExecutor
+from .device_executor import CALL_TIMEOUT_S, DeviceExecutor, NotCoResident
 from .ipc import IpcArena, local_links
 from .launch import dtype_name, scale as scale_kernel
-from .peers import PeerRoutes
+from .peers import PeerRoutes, ipc_works
 from .transport import CudaTransport, StreamSet
 
-DEFAULT_SLOTS = 4
+DEFAULT_SLOTS = policy.CUDA_RUNNER_SLOTS
 """Receive slots per (peer, tree): chunks a sender may run ahead of its receiver."""
-DEFAULT_ARENA_BYTES = 256 << 20
-"""Receive-slot memory per rank. Slots exist for every (local sender, tree, slot), so plans with
-many trees (28 on a full DGX-1) get smaller chunks rather than more memory."""
+DEFAULT_ARENA_BYTES = policy.CUDA_ARENA_BYTES
+"""Receive-slot memory per rank; the policy caps the runner's chunk so that its slots fit."""
 CLOSE_BARRIER_SECONDS = 10.0
 
 
@@ -82,13 +81,23 @@ class CudaBackend(Backend):
         self._wire_comm = self.comm.Dup()
         self.wire = MpiWire(self._wire_comm, failure=ctx.failure)
         self._streams = StreamSet()
-        self.transport = CudaTransport(self.wire, layout, self._streams, cuda_aware_mpi())
+        gpus = self.local_comm.allgather(self._routes.gpu)
+        self._ipc_pair = [[ipc_works(a, b) for b in gpus] for a in gpus]
+        """``[i][j]``: local ranks i and j exchange through the IPC arena (else over MPI: two MIG
+        instances of one GPU); the same matrix on every local rank."""
+        mine = layout.local_rank_of[layout.rank]
+        by_ipc = [layout.same_host(r) and self._ipc_pair[mine][layout.local_rank_of[r]] for r in range(layout.size)]
+        self.transport = CudaTransport(self.wire, layout, self._streams, cuda_aware_mpi(), by_ipc=by_ipc)
         self.state = SequenceState()
         config = ctx.config
         self.programs = Programs(ctx.plan_for, layout.devices, layout.rank, fuse_inputs=kernels.MAX_INPUTS - 1,
                                  schedule_for=schedule_for, check=bool(config is not None and config.check_schedules),
                                  window=policy.DEVICE_WINDOW, proven=config.check_cache if config is not None else None)
-        self.caps = policy.Capabilities("cuda", device_executor=self._every_local_pair_maps())
+        nccl_usable = schedule_for is None and nccl.usable(cupy, self.comm, self.local_comm, self._routes.bus_id)
+        self.caps = policy.Capabilities("cuda", device_executor=self._every_local_pair_maps(), nccl=nccl_usable,
+                                        arena_bytes=arena_bytes, runner_slots=nslots)
+        self._nccl = nccl.NcclAllreduce(cupy, self.comm, self.device) if nccl_usable else None
+        self._rates: Optional[policy.PlanRates] = None
         self.last_choice: Optional[policy.Choice] = None
         """The policy's choice for the latest collective (tests, debugging)."""
         agree_policy(self.comm, config, self.caps, layout)
@@ -112,7 +121,7 @@ class CudaBackend(Backend):
         runner, which stages such links through the host). Collective; the same on every rank."""
         from mpi4py import MPI
 
-        mine = all(self._routes.can_map(bus) is True for bus in self.local_comm.allgather(self._routes.bus_id))
+        mine = all(self._routes.can_map(gpu) is True for gpu in self.local_comm.allgather(self._routes.gpu))
         return bool(self.comm.allreduce(int(mine), op=MPI.MIN))
 
     # ---- buffers ----------------------------------------------------------------------------
@@ -217,11 +226,19 @@ class CudaBackend(Backend):
         try:
             with self._dev:
                 self._dev.synchronize()
-                self.executor.close()
+                if self._nccl is not None:
+                    self._nccl.close()
+                # Nobody may still write into (or map) memory we free: a slower peer's last
+                # block may still post a counter into the device executor's memory, or copy into
+                # the arena. So every rank unmaps its peers' memory, the host's ranks meet, and
+                # then each frees its own. After a peer failed the barrier never completes: then
+                # leave the memory to process exit.
+                self.executor.unmap_peers()
+                quiet = peers_quiet or _barrier_within(self.local_comm, CLOSE_BARRIER_SECONDS)
+                if quiet:
+                    self.executor.free()
                 if self._arena is not None:
-                    # Nobody may still copy into an arena we free. After a peer failed the
-                    # barrier never completes: then leave the memory to process exit.
-                    if peers_quiet or _barrier_within(self.local_comm, CLOSE_BARRIER_SECONDS):
+                    if quiet:
                         self._arena.close()
                     self._arena = None
                 self._streams.close()
@@ -254,20 +271,15 @@ class CudaBackend(Backend):
     def _choose(self, collective: str, nbytes: int, itemsize: int) -> policy.Choice:
         """The policy's algorithm and chunk for this call (the same on every rank: its inputs were
         agreed at construction, and the trees so far are every rank's)."""
+        rates = None
+        if self.caps.nccl and collective == "allreduce":
+            if self._rates is None:  # the agreed plan and topology: the same on every rank
+                self._rates = policy.plan_rates(self.ctx.plan_for("allreduce"), self.ctx.topology)
+            rates = self._rates
         choice = policy.choose(collective, nbytes, itemsize, self.layout, self.ctx.config, self.caps,
-                               ntrees=self._max_channels)
+                               ntrees=self._max_channels, rates=rates)
         self.last_choice = choice
         return choice
-
-    def _runner_chunk_elems(self, choice: policy.Choice, itemsize: int) -> int:
-        """The runner's chunk: the policy's, capped so that a slot for every (local sender, tree,
-        slot) fits ``arena_bytes`` on the largest host. The same on every rank (the schedule is
-        everyone's: hosts of 8 and 4 GPUs sized it by their own host and lowered different
-        chunks, whose transfers between hosts then did not match)."""
-        senders = max(len(ranks) for ranks in self.layout.host_ranks)
-        per_slot = self.arena_bytes // (senders * self._max_channels * self.nslots)
-        chunk_bytes = min(choice.chunk_bytes, max(256, per_slot // 256 * 256))
-        return max(1, chunk_bytes // itemsize)
 
     def _program(self, collective: str, nelems: int, itemsize: int, root=None, counts=None):
         """This call's choice and program. A schedule with more trees than any before changes
@@ -275,8 +287,9 @@ class CudaBackend(Backend):
         once more (on every rank: they all see the same schedules in the same order)."""
         while True:
             choice = self._choose(collective, nelems * itemsize, itemsize)
-            chunk = choice.chunk_elems(itemsize) if choice.algorithm == "device" \
-                else self._runner_chunk_elems(choice, itemsize)
+            if choice.algorithm == "nccl":
+                return choice, 0, None  # NCCL chunks on its own
+            chunk = choice.chunk_elems(itemsize)
             program = self.programs.get(collective, nelems, chunk, root=root, counts=counts)
             if program.nchannels <= self._max_channels:
                 return choice, chunk, program
@@ -288,8 +301,9 @@ class CudaBackend(Backend):
         chunk outgrows them)."""
         arena = self._arena
         rank_of, layout = self.programs.rank_of, self.layout
-        links = local_links(program.schedule, lambda d: layout.local_rank_of[rank_of[d]],
-                            lambda d: layout.same_host(rank_of[d]))
+        links = frozenset(link for link in local_links(program.schedule, lambda d: layout.local_rank_of[rank_of[d]],
+                                                       lambda d: layout.same_host(rank_of[d]))
+                          if self._ipc_pair[link[0]][link[1]])
         if arena is not None:
             if links <= arena.links and self._arena_channels == self._max_channels and slot_bytes <= arena.slot_bytes:
                 return
@@ -304,18 +318,25 @@ class CudaBackend(Backend):
         # Bytes: at least the smallest runner chunk (or the configured one), capped, so that
         # small programs share one arena; a larger buffer's chunk grows it (above), the same call
         # on every local rank.
-        runner_caps = dataclasses.replace(self.caps, device_executor=False)
-        per_slot = self._runner_chunk_elems(policy.choose("allreduce", 0, 1, layout, self.ctx.config, runner_caps), 1)
+        runner_caps = dataclasses.replace(self.caps, device_executor=False, nccl=False)
+        per_slot = policy.choose("allreduce", 0, 1, layout, self.ctx.config, runner_caps,
+                                 ntrees=self._max_channels).chunk_bytes
         self._arena = IpcArena(self.local_comm, links, self.nslots, max(slot_bytes, per_slot), self._routes)
         self._arena_channels = self._max_channels
 
     def _run(self, collective: str, buf, dtype: Optional[str], op: Optional[ReduceOp], root=None, counts=None) -> None:
         choice, chunk, program = self._program(collective, buf.size, buf.dtype.itemsize, root=root, counts=counts)
+        if choice.algorithm == "device":
+            tables = tables_for(program, self.programs.rank_of, choice.window, self.programs.fuse_inputs)
+            key = (collective, buf.size, chunk, root, None if counts is None else tuple(counts), buf.dtype.itemsize)
+            if not self._device_fits(key, tables, buf, dtype, op):
+                choice, chunk, program = self._program(collective, buf.size, buf.dtype.itemsize, root=root,
+                                                       counts=counts)
         self._mark("start", choice.phase)
         try:
-            if choice.algorithm == "device":
-                tables = tables_for(program, self.programs.rank_of, choice.window, self.programs.fuse_inputs)
-                key = (collective, buf.size, chunk, root, None if counts is None else tuple(counts), buf.dtype.itemsize)
+            if choice.algorithm == "nccl":
+                self._nccl.allreduce(buf, op)
+            elif choice.algorithm == "device":
                 self.executor.run(key, tables, buf, dtype, op)
             else:
                 self._ensure_arena(program, program.slot_elems * buf.dtype.itemsize)
@@ -323,6 +344,20 @@ class CudaBackend(Backend):
                 run_program(program, self.transport, self.state)
         finally:
             self._mark("end", choice.phase)
+
+    def _device_fits(self, key: tuple, tables, buf, dtype: Optional[str], op) -> bool:
+        """Whether the device executor can run this call shape (the same answer on every rank).
+        Where its grid cannot be co-resident, a job that chose it by policy continues on the
+        runner (the policy no longer offers the device executor); a job that asked for it
+        (``BLINKFLOW_ALGORITHM=device``) gets the BackendError."""
+        try:
+            self.executor.prepare(key, tables, buf, dtype, op)
+            return True
+        except NotCoResident:
+            if getattr(self.ctx.config, "algorithm", "auto") == "device":
+                raise
+            self.caps = dataclasses.replace(self.caps, device_executor=False)
+            return False
 
     def _mark(self, what: str, phase: str) -> None:
         """A phase on the runtime's timeline (the algorithm of the call), when one is on."""

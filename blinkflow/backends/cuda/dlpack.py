@@ -20,15 +20,40 @@ with ``sync=True`` (the default) the array's device â€” the memory's real one â€
 before the array is handed on, which orders TF's pending work before ours, and before a result
 goes back to TF. Callers that already synchronised (e.g. a whole fused batch at once) pass
 ``sync=False``.
+
+Lifetime: a result handed to TF is a block of CuPy's memory pool. When TF lets go of the tensor
+(at host time), CuPy would return the block to its pool at once and hand it to the next
+allocation, while a kernel TF queued on its own stream may still read it. So the array is held
+until the next device synchronize that starts after TF let go (:func:`synchronize`, which every
+crossing in either direction calls): that synchronize waits for TF's streams too, and then the
+block may be reused.
 """
 from __future__ import annotations
 
-from typing import Dict
+import collections
+import weakref
+from typing import Deque, Dict
 
 from . import capsule as dl
 
 _tf_label: Dict[int, int] = {}
 """CUDA ordinal -> TensorFlow's logical id of that GPU, as TF's own capsules showed it."""
+_let_go: Dict[int, Deque] = collections.defaultdict(collections.deque)
+"""CUDA ordinal -> results TF let go of, held until a device synchronize (see the module).
+Filled from finalizers, which run on any thread at any moment: only deque appends and pops."""
+
+
+def synchronize(cupy, ordinal: int) -> None:
+    """Synchronise the device ``ordinal`` (TF's streams included), then release the results TF
+    had let go of before it started."""
+    queue = _let_go[ordinal]
+    held = [queue.popleft() for _ in range(len(queue))]
+    cupy.cuda.Device(ordinal).synchronize()
+    held.clear()
+
+
+def _held_until_synchronized(ordinal: int, array) -> None:
+    _let_go[ordinal].append(array)
 
 
 def tf_to_cupy(tensor, sync: bool = True):
@@ -44,7 +69,7 @@ def tf_to_cupy(tensor, sync: bool = True):
         dl.set_device_id(capsule, ordinal)
     array = _from_capsule(cupy, capsule)
     if sync:
-        cupy.cuda.Device(array.device.id).synchronize()
+        synchronize(cupy, array.device.id)
     return array
 
 
@@ -75,8 +100,12 @@ def cupy_to_tf(array, sync: bool = True):
     import tensorflow as tf
 
     if sync:
-        cupy.cuda.Device(array.device.id).synchronize()  # our kernels ran on our streams
-    capsule = array.toDlpack() if hasattr(array, "toDlpack") else array.__dlpack__()
+        synchronize(cupy, array.device.id)  # our kernels ran on our streams
+    # TF holds ``lent`` (through the capsule); when TF lets go of it, ``array`` stays held
+    # until the next device synchronize (see the module).
+    lent = array.view()
+    weakref.finalize(lent, _held_until_synchronized, array.device.id, array)
+    capsule = lent.toDlpack() if hasattr(lent, "toDlpack") else lent.__dlpack__()
     dl.set_device_id(capsule, tf_label(array.device.id))
     return tf.experimental.dlpack.from_dlpack(capsule)
 

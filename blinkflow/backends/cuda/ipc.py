@@ -89,7 +89,7 @@ class IpcArena:
             for snd, c in incoming:
                 for s in range(self.nslots):
                     self.free_mine[(snd, c, s)] = self._event()
-            mine = (runtime.ipcGetMemHandle(self.base), routes.bus_id,
+            mine = (runtime.ipcGetMemHandle(self.base), routes.gpu,
                     {k: runtime.ipcGetEventHandle(e) for k, e in self.ready_mine.items()},
                     {k: runtime.ipcGetEventHandle(e) for k, e in self.free_mine.items()})
         except Exception as e:
@@ -102,13 +102,13 @@ class IpcArena:
         error = None
         try:
             for r in sorted({r for r, _ in outgoing}):
-                handle, bus_id = everyone[r][0], everyone[r][1]
-                verdict = routes.can_map(bus_id)
+                handle, gpu = everyone[r][0], everyone[r][1]
+                verdict = routes.can_map(gpu)
                 if verdict is not False:
                     try:
                         self.peer_base[r] = runtime.ipcOpenMemHandle(handle)
                         self._opened_mem.append(self.peer_base[r])
-                        routes.mapped(bus_id)
+                        routes.mapped(gpu)
                         continue
                     except Exception:
                         if verdict:  # CUDA said it can: a real failure

@@ -16,8 +16,11 @@ from ...scaling import kernel_factor
 from . import kernels
 from .device import multiprocessor_count
 
-THREADS = 256
-BLOCKS_PER_SM = 8
+THREADS = 512
+"""Threads per block of the reduce, scale and pack kernels: with ``BF_UNROLL`` 16-byte loads in
+flight per thread (``kernels/common.cuh``), 32 KiB per block (docs/cuda.md, "Keeping a link busy")."""
+BLOCKS_PER_SM = 4
+"""Grid cap per SM: 4 x 512 threads fill an SM's 2048; larger buffers loop (grid-stride)."""
 
 
 def dtype_name(dtype) -> str:

@@ -28,7 +28,7 @@ previous one's streams to finish.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -61,7 +61,10 @@ class StreamSet:
 class CudaTransport(Transport):
     """One rank's transfers; :meth:`prepare` points it at a call's buffer before a program."""
 
-    def __init__(self, wire: MpiWire, layout: Layout, streams: StreamSet, cuda_aware: bool):
+    def __init__(self, wire: MpiWire, layout: Layout, streams: StreamSet, cuda_aware: bool,
+                 by_ipc: Optional[Sequence[bool]] = None):
+        """``by_ipc[r]``: rank ``r``'s chunks go through the host's IPC arena (default: every
+        rank of this host); the others' travel over MPI."""
         import cupy
 
         self.cupy = cupy
@@ -70,7 +73,7 @@ class CudaTransport(Transport):
         self.layout = layout
         self.streams = streams
         self.cuda_aware = cuda_aware
-        self._local = [layout.same_host(r) for r in range(layout.size)]
+        self._local = list(by_ipc) if by_ipc is not None else [layout.same_host(r) for r in range(layout.size)]
         self._local_rank = layout.local_rank_of
         self.arena: Optional[IpcArena] = None
         self.trace: Optional[list] = None

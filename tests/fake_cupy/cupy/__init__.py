@@ -6,14 +6,15 @@ Writes to device memory (fills, copies, assignments, concatenation, kernels) are
 calling thread's current stream and run later, in stream order (:mod:`._streams`); new memory
 starts as garbage (:data:`POISON`), so reading a result before its work ran is visibly wrong.
 Host reads flush what CuPy's would synchronise: ``.get()``, ``asnumpy``, ``item()``, a scalar
-element, and the numpy ufuncs that stand in for CuPy's kernels flush the current stream."""
+element, and the numpy ufuncs that stand in for CuPy's kernels flush the current stream.
+Arrays are carved from a pool (:mod:`._pool`) that reuses blocks as CuPy's does and refuses a
+block TensorFlow may still read."""
 import re
 import sys
-import weakref
 
 import numpy as np
 
-from . import _devices, _dlpack, _streams, cuda  # noqa: F401
+from . import _devices, _dlpack, _pool, _streams, cuda  # noqa: F401
 
 uint8, uint16, int32, int64 = np.uint8, np.uint16, np.int32, np.int64
 float16, float32, float64 = np.float16, np.float32, np.float64
@@ -195,10 +196,8 @@ _ALIGN = 256  # cudaMalloc's alignment (TensorFlow checks 64 on the memory DLPac
 def _aligned_empty(shape, dtype):
     dtype = np.dtype(dtype)
     count = int(np.prod(shape, dtype=np.int64))
-    raw = np.full(count * dtype.itemsize + _ALIGN, POISON, dtype=np.uint8)
+    raw = _pool.take(count * dtype.itemsize + _ALIGN)
     start = raw.__array_interface__["data"][0]
-    _devices.memory.add(start, raw.nbytes, _devices.current())
-    weakref.finalize(raw, _devices.memory.remove, start)
     skip = -start % _ALIGN
     return raw[skip:skip + count * dtype.itemsize].view(dtype).reshape(shape)
 

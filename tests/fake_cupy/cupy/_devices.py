@@ -5,12 +5,16 @@ which device a pointer's memory lives on.
 and reorders it as CUDA does (indices or ``GPU-<uuid>`` entries; the list ends at the first
 entry that names no GPU), so ordinals here are the process's, and physical ids the machine's.
 ``FAKE_CUPY_NO_PEER=0-3,1-2`` lists physical pairs without peer access (a DGX-1's PCIe-only
-pairs). Every thread starts on ordinal 0, as a CUDA thread does.
+pairs). ``FAKE_CUPY_MIG=1`` makes the GPUs MIG instances of one board: one PCI bus id for all
+(the parent's, as CUDA reports it), a uuid each, no peer access between them. Every thread starts
+on ordinal 0, as a CUDA thread does.
 """
 import bisect
 import os
 import threading
 
+MIG = os.environ.get("FAKE_CUPY_MIG") == "1"
+"""The devices are MIG instances of one GPU."""
 PEER_LIMIT = 8
 """CUDA maps at most this many peers into one device (cudaErrorTooManyPeers past it)."""
 
@@ -24,7 +28,7 @@ def _physical_count() -> int:
 
 
 def uuid_of(physical: int) -> bytes:
-    return b"fakegpu-" + physical.to_bytes(8, "big")
+    return (b"fakemig-" if MIG else b"fakegpu-") + physical.to_bytes(8, "big")
 
 
 def uuid_text(physical: int) -> str:
@@ -33,6 +37,8 @@ def uuid_text(physical: int) -> str:
 
 
 def pci_bus(physical: int) -> int:
+    if MIG:
+        return 0x18  # every MIG instance reports its parent GPU's bus
     return 0x18 + 0x10 * physical  # distinct buses, spread like a real board's
 
 
@@ -94,7 +100,7 @@ def set_current(ordinal: int) -> None:
 def can_access_peer(ordinal: int, peer: int) -> bool:
     """cudaDeviceCanAccessPeer: never for a device and itself, else unless the pair is listed."""
     check(ordinal), check(peer)
-    return ordinal != peer and (VISIBLE[ordinal], VISIBLE[peer]) not in _NO_PEER
+    return ordinal != peer and not MIG and (VISIBLE[ordinal], VISIBLE[peer]) not in _NO_PEER
 
 
 def check_access(where: str, array_device: int, running_on: int) -> None:

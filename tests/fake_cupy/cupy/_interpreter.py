@@ -2,8 +2,18 @@
 the launch's blocks run blinkflow's numpy interpreter (``blinkflow.backends.device_emulator``),
 one thread each, on the launch arrays and raw addresses the real kernel receives (rings and
 counters in shared memory, written by peers in other processes). Like every fake kernel it is
-issued on the stream and runs when the stream is flushed (the host's wait for its event)."""
+issued on the stream and runs when the stream is flushed (the host's wait for its event).
+
+Residency is a GPU's: a device holds ``FAKE_CUPY_SMS`` x :data:`FAKE_BLOCKS_PER_SM` blocks, less
+:data:`OTHER_RESIDENT_BLOCKS` held by other work (TF/XLA kernels, another spinning kernel, an MPS
+share), which the occupancy query does not see. A cooperative launch
+(``enable_cooperative_groups=True``) of more blocks than are free fails at once
+(``cudaErrorCooperativeLaunchTooLarge``); a plain launch of them starts, and its blocks that got
+an SM wait for the others forever: they spin until the abort flag is raised, as on a GPU.
+:data:`FAIL_LAUNCHES` makes the next launches fail as a launch can (out of resources)."""
+import os
 import re
+import time
 
 import numpy as np
 
@@ -12,6 +22,21 @@ _DTYPES = {"bf_half": np.float16, "float": np.float32, "double": np.float64, "in
 _OPS = [np.add, np.minimum, np.maximum, np.multiply]
 FAKE_BLOCKS_PER_SM = 8
 """What the fake's occupancy query answers (``cupy.cuda.driver``)."""
+OTHER_RESIDENT_BLOCKS = int(os.environ.get("FAKE_CUPY_RESIDENT_BLOCKS", "0"))
+"""Blocks of other work resident on each device (a case may change it)."""
+FAIL_LAUNCHES = 0
+"""The next this many launches raise ``cudaErrorLaunchOutOfResources`` (a case sets it)."""
+STALL_LIMIT_S = 600.0
+"""A stalled launch whose abort flag nobody raises ends after this long (the test's timeout
+reports it first)."""
+
+
+def free_blocks() -> int:
+    """Blocks the current device can still hold at once."""
+    from .cuda import runtime
+
+    sms = int(runtime.getDeviceProperties(runtime.getDevice())["multiProcessorCount"])
+    return sms * FAKE_BLOCKS_PER_SM - OTHER_RESIDENT_BLOCKS
 
 
 class InterpreterKernel:
@@ -30,10 +55,31 @@ class InterpreterKernel:
         self.op = _OPS[int(m.group(2))]
         self.kernel = type("Function", (), {"ptr": id(self)})()
 
-    def __call__(self, grid, block, args, stream=None, **kwargs):
-        from . import _streams
+    def __call__(self, grid, block, args, shared_mem=0, stream=None, enable_cooperative_groups=False):
+        from . import _devices, _streams
 
-        _streams.launch(lambda: self._run(grid, args), None if stream is None else stream._queue)
+        global FAIL_LAUNCHES
+        if FAIL_LAUNCHES > 0:
+            FAIL_LAUNCHES -= 1
+            raise _devices.CUDARuntimeError("cudaErrorLaunchOutOfResources: too many resources requested for launch")
+        nblocks, free = int(grid[0]), free_blocks()
+        run = self._run
+        if nblocks > free:
+            if enable_cooperative_groups:
+                raise _devices.CUDARuntimeError(f"cudaErrorCooperativeLaunchTooLarge: {nblocks} blocks, {free} can be "
+                                                "resident on the device")
+            run = self._stall
+        queue = None if stream is None else stream._queue
+        _streams.launch(lambda: run(grid, args), queue)
+
+    def _stall(self, grid, args):
+        """The blocks that got an SM wait for those that never will, until the abort flag rises."""
+        from blinkflow.backends.device_emulator import view
+
+        abort = view(int(args[8]), 1, np.int32)
+        deadline = time.monotonic() + STALL_LIMIT_S
+        while not abort[0] and time.monotonic() < deadline:
+            time.sleep(0.001)
 
     def _run(self, grid, args):
         """Read the launch arrays back from the addresses the kernel gets (their lengths follow

@@ -133,6 +133,11 @@ def launch(fn, stream=None) -> None:
 
 
 def synchronize_device(device: int) -> None:
+    """Run every stream's work on ``device``; other readers of its memory (TensorFlow's streams)
+    are done too."""
+    from . import _pool
+
     with _lock:
         for queue in list(_per_device[device]):
             queue.flush()
+    _pool.device_synchronized(device)

@@ -12,7 +12,8 @@ TF's *logical* device id, which is not always the CUDA ordinal of the memory:
 
 Outbound capsules register their memory's range, so ``cudaPointerGetAttributes`` answers the
 real device. Inbound capsules (``tf.experimental.dlpack.from_dlpack``) must be CUDA capsules
-whose label names a GPU TF has, the memory's: TF refuses others.
+whose label names a GPU TF has, the memory's: TF refuses others; the memory is marked as read
+by TF's stream until the device is synchronised (:mod:`._pool`).
 """
 import os
 import sys
@@ -64,6 +65,9 @@ def install() -> None:
         if ordinal is not None and label != label_of(ordinal):
             raise ValueError(f"fake TensorFlow: the capsule says GPU:{label}, but its memory is on CUDA device "
                              f"{ordinal}, which TensorFlow calls GPU:{label_of(ordinal)}")
+        from . import _pool
+
+        _pool.tf_took(_dlpack.data_pointer(capsule))  # TF's stream may read it until a device synchronize
         return from_host(_dlpack.relabel(capsule, _dlpack.KDL_CPU, 0))
 
     dlpack.to_dlpack, dlpack.from_dlpack = to_dlpack, from_dlpack

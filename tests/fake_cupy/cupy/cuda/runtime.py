@@ -4,8 +4,17 @@ Strict where a real GPU would be silently wrong or would refuse: an IPC handle o
 of a ``malloc``, never opened by the process that made it, and opened only from a device that
 can access the owner's peer-to-peer, by at most 8 peer devices; an IPC event handle only for an
 event created with ``cudaEventInterprocess | cudaEventDisableTiming``; a stream wait on an event
-that was never recorded (on a GPU a no-op, i.e. a race) raises; so does an overlapping copy.
-Devices are those of :mod:`.._devices` (``FAKE_CUPY_DEVICES``, ``CUDA_VISIBLE_DEVICES``).
+that was never recorded (on a GPU a no-op, i.e. a race) raises; so does an overlapping copy;
+an IPC memory or event handle does not open on another MIG instance (``FAKE_CUPY_MIG=1``: CUDA
+IPC between MIG instances is unsupported). Devices are those of :mod:`.._devices` (``FAKE_CUPY_DEVICES``,
+``CUDA_VISIBLE_DEVICES``, ``FAKE_CUPY_MIG``).
+
+``malloc`` returns garbage (:data:`POISON` bytes) and ``memset`` is issued on the device's legacy
+default stream and runs late, as ``cudaMemset`` is asynchronous to the host: memory published to
+a peer before its memset ran gets the peer's writes overwritten when it does. Every process that
+opens an IPC handle marks the segment until it closes it; the owner's ``free`` while a live peer
+still has the memory mapped is recorded in :data:`freed_while_mapped` (on a GPU the peer's late
+writes land in memory that is no longer the ring it was).
 
 Copies are issued on their stream and run deferred (:mod:`.._streams`); recording an IPC event
 runs the stream's work before it, since the peer that waits on it cannot. ``cudaFree`` and
@@ -70,9 +79,38 @@ def pointerGetAttributes(ptr):
     return types.SimpleNamespace(type=2, device=device, devicePointer=int(ptr), hostPointer=0)
 
 
+POISON = 0xFF
+"""The bytes ``malloc`` returns (cudaMalloc does not clear memory)."""
+_OPENERS = 64
+"""Slots of the segment's trailer in which processes that opened its IPC handle write their pid
+(slot ``pid % _OPENERS``: two openers that collide hide each other, never invent one)."""
+_TRAILER = 8 * _OPENERS
+freed_while_mapped = []
+"""``(address, pids)`` of every ``free`` of memory that live peer processes still had mapped."""
+
+
+def _openers(shm):
+    """The trailer of a ``malloc`` segment: pids of the processes that have it mapped."""
+    import numpy as np
+
+    return np.ndarray((_OPENERS,), dtype=np.int64, buffer=shm.buf, offset=shm.size - _TRAILER)
+
+
+def _alive(pid):
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def malloc(nbytes):
-    shm = shared_memory.SharedMemory(create=True, size=max(1, nbytes))
+    shm = shared_memory.SharedMemory(create=True, size=max(1, nbytes) + _TRAILER)
     addr = _address(shm)
+    ctypes.memset(addr, POISON, max(1, nbytes))
+    _openers(shm)[:] = 0
     _segments[addr] = (shm, True, _devices.current())
     _devices.memory.add(addr, nbytes, _devices.current())
     return addr
@@ -83,8 +121,16 @@ def free(addr):
         _streams.synchronize_device(device)
     shm, owner, _ = _segments.pop(addr)
     _devices.memory.remove(addr)
+    pids = _openers(shm)
     if owner:
-        shm.unlink()  # the mapping itself goes with the process (ctypes still points into it)
+        still = [int(p) for p in pids if p and _alive(p)]
+        if still:
+            freed_while_mapped.append((addr, still))
+        shm.unlink()
+    else:
+        slot = os.getpid() % _OPENERS
+        if pids[slot] == os.getpid():
+            pids[slot] = 0  # the mapping itself goes with the process (ctypes still points into it)
 
 
 def ipcGetMemHandle(addr):
@@ -113,6 +159,9 @@ def ipcOpenMemHandle(handle, flags=1):
     if any(shm.name == name and owner for shm, owner, _ in _segments.values()):
         raise RuntimeError("fake cudaIpcOpenMemHandle: a process cannot open its own IPC handle")
     owner_gpu, here = handle[63], _devices.VISIBLE[_devices.current()]
+    if owner_gpu != here and _devices.MIG:
+        raise CUDARuntimeError(f"cudaErrorInvalidDevice: GPU {here} and GPU {owner_gpu} are MIG instances; CUDA IPC "
+                               "between MIG instances is not supported")
     if owner_gpu != here:
         if (here, owner_gpu) in _devices._NO_PEER:
             raise CUDARuntimeError(f"cudaErrorPeerAccessUnsupported: GPU {here} cannot map GPU {owner_gpu}'s memory "
@@ -125,7 +174,8 @@ def ipcOpenMemHandle(handle, flags=1):
     addr = _address(shm)
     ordinal = _devices.VISIBLE.index(owner_gpu) if owner_gpu in _devices.VISIBLE else _devices.current()
     _segments[addr] = (shm, False, ordinal)
-    _devices.memory.add(addr, shm.size, ordinal)
+    _devices.memory.add(addr, shm.size - _TRAILER, ordinal)
+    _openers(shm)[os.getpid() % _OPENERS] = os.getpid()
     return addr
 
 
@@ -152,12 +202,17 @@ def eventDestroy(event):
 def ipcGetEventHandle(event):
     if event not in _event_records or not _event_records[event][1]:
         raise RuntimeError("fake cudaIpcGetEventHandle: the event needs cudaEventInterprocess | cudaEventDisableTiming")
-    return _event_records[event][0].name.encode().ljust(64, b"\0")
+    # The handle names the segment and the (physical) GPU current when the handle was made.
+    return _event_records[event][0].name.encode().ljust(62, b"\0") + bytes([0, _devices.VISIBLE[_devices.current()]])
 
 
 def ipcOpenEventHandle(handle):
+    owner_gpu, here = handle[63], _devices.VISIBLE[_devices.current()]
+    if owner_gpu != here and _devices.MIG:
+        raise CUDARuntimeError(f"cudaErrorInvalidDevice: GPU {here} and GPU {owner_gpu} are MIG instances; CUDA IPC "
+                               "between MIG instances is not supported")
     event = next(_events)
-    _event_records[event] = (_attach(handle), False)
+    _event_records[event] = (_attach(handle[:62]), False)
     return event
 
 
@@ -223,7 +278,8 @@ def hostUnregister(addr):
 
 
 def memset(addr, value, nbytes):
-    ctypes.memset(addr, value, nbytes)
+    """cudaMemset: issued on the current device's legacy default stream, run late."""
+    _streams.null_stream(_devices.current()).issue(lambda: ctypes.memset(addr, value, nbytes))
 
 
 _host_allocs = {}  # address -> the buffer of a hostAlloc (kept alive until freeHost)
