@@ -3,6 +3,32 @@
 ``import blinkflow as bf`` is cheap: it imports neither MPI, TensorFlow nor CuPy. The runtime
 (and with it mpi4py, which initialises MPI) is loaded on first use of a runtime name, and the
 TensorFlow bindings on first use of a TensorFlow name, so this works on machines without them.
+
+Modules and subpackages, one job each:
+
+``api``            the public collective API, dispatched on the tensor's type
+``arrays``         what an argument is, recognised by the protocols it speaks
+``capabilities``   Horovod's build and capability queries (``mpi_built()``, ``nccl_built()``, ...)
+``child_process``  running a command that dies with this process, children included
+``compression``    gradient compression around a collective (Horovod's ``Compression``)
+``config``         the one configuration object: every ``BLINKFLOW_*`` variable read once
+``errors``         the one error hierarchy, under ``BlinkflowError``
+``ops``            reduction operations (Horovod's names)
+``processes``      whether a process lives, from its pid
+``scaling``        Horovod's pre/post-scale arithmetic, defined once
+``setting_text``   the one reader of a setting's text (environment, config file, flag)
+``sizes``          byte sizes as people write them, read and printed one way
+``version``        the one place the version is written
+``topology``       subpackage: the hardware graph, presets, parsers, JSON
+``planner``        subpackage: pure planning, Topology in, Plan out
+``schedule``       subpackage: what every executor runs (IR, lowering, checker, runner, policy)
+``sim``            subpackage: schedules in virtual time, NCCL baselines
+``runtime``        subpackage: the per-process engine (negotiation, fusion, executor, process sets)
+``backends``       subpackage: the executors of collectives (cpu, cuda)
+``tensorflow``     subpackage: the TensorFlow / Keras bindings
+``keras``          subpackage: ``blinkflow.keras``, the same module as ``blinkflow.tensorflow.keras``
+``elastic``        subpackage: elastic training (re-forming on the survivors, growing)
+``bench``          subpackage: the benchmarks (``python -m blinkflow.bench``)
 """
 from __future__ import annotations
 

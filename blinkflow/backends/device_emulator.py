@@ -23,10 +23,14 @@ ends every block; :func:`interpret_block` then returns what the block was waitin
 
 :func:`run_emulated` runs every rank of one call in one process, with slots and counters in
 numpy arrays the threads share (the unit tests compare it bitwise with the host runner).
+
+No production module imports this one (``tests/unit/test_layering.py`` checks it); it ships in
+the package because ``python -m blinkflow.bench gpu --loopback`` (:mod:`blinkflow.bench.gpu_loopback`)
+compares the real kernel with it on the lent GPU, and the fake CuPy of the tests runs it as its
+interpreter "kernel". The raw-address helpers both share live in :mod:`.host_memory`.
 """
 from __future__ import annotations
 
-import ctypes
 import threading
 import time
 from typing import List, Optional, Sequence
@@ -37,17 +41,7 @@ from ..errors import BackendError
 from ..schedule.device_tables import RankTables
 from . import device_abi as abi
 from .device_abi import EncodedTables
-
-
-def view(address: int, count: int, dtype) -> np.ndarray:
-    """``count`` elements of ``dtype`` at ``address`` (memory this process can reach)."""
-    dtype = np.dtype(dtype)
-    nbytes = max(1, count) * dtype.itemsize
-    return np.frombuffer((ctypes.c_char * nbytes).from_address(int(address)), dtype=dtype)[:count]
-
-
-def address(array: np.ndarray) -> int:
-    return array.__array_interface__["data"][0]
+from .host_memory import address, view
 
 
 def combiner(dtype, ufunc):

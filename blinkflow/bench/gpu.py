@@ -88,7 +88,7 @@ def _context(comm, schedule: str):
 
 
 def _chain_schedule_for(collective, root_device, nelems, chunk_elems, shard_counts=None, devices=()):
-    from ..schedule.shapes import chain_allreduce_schedule
+    from .hand_schedules import chain_allreduce_schedule
 
     if collective != "allreduce":
         from ..errors import PlanError

@@ -32,7 +32,13 @@ One module per job, in the order a tensor meets them:
 * ``launcher_hooks`` what a rank tells blinkrun about how the job ends on its host
 * ``timeline``     the Chrome-trace file
 * ``standalone``   a backend context for tests and benchmarks, made by the job's own set-up
-* ``messages``, ``log``, ``doorbell``  small shared pieces
+* ``autotune``     online search of the runtime's knobs while a job trains (``BLINKFLOW_AUTOTUNE``)
+* ``bayes_opt``    Bayesian optimisation of a noisy score over a box, for the autotuner
+* ``fences``       ``add_process_set`` / ``remove_process_set`` called by some ranks only: an error, not a stall
+* ``mpi_start``    MPI's own start-up, under a deadline that does not need this interpreter
+* ``messages``     the small control messages the background threads exchange
+* ``log``          the runtime's logger, lines prefixed with the rank
+* ``doorbell``     a ``threading.Event`` for one waiting thread, made of one raw lock
 
 Which thread makes which MPI call: the user's thread during ``init`` (the arrival census and the
 wait for set-up, a communicator made from a list of ranks, a process set given as a communicator

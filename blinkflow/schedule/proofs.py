@@ -10,6 +10,11 @@ leaves an empty file named by its digest there, and a schedule whose file exists
 again. Only proofs that held are written, so a schedule that fails fails in every process. The
 ranks of a job meet each new shape together: one claims the proof and the others wait for it
 (while the claimant lives), rather than every rank proving the same schedule at once.
+
+The test suite is this module's heaviest user, but it ships: ``BLINKFLOW_CHECK_SCHEDULES`` and
+``BLINKFLOW_CHECK_CACHE`` are user settings (docs/configuration.md), and a job run with them has
+the same many ranks meeting the same shapes; the claim protocol is what keeps them from proving
+one schedule once per rank.
 """
 from __future__ import annotations
 

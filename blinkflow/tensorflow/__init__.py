@@ -5,6 +5,44 @@ Importing this module imports TensorFlow and Keras (and checks their versions, s
 Collectives dispatch on the argument: TF tensors and variables give differentiable tensors
 (eagerly, in ``tf.function`` and in TF1 graphs run by ``tf.compat.v1.Session``), numpy arrays
 give numpy arrays. Every collective takes ``process_set=``.
+
+Modules and subpackages, one job each:
+
+``api``               ``hvd.allreduce`` & co. with Horovod's keyword arguments and positional order
+``ops``               collectives on tf.Tensor, tf.Variable and Keras variables, with Horovod's gradients
+``crossing``          one collective on a list of TF tensors as ONE runtime request
+``differentiable``    the collectives of ``crossing`` with Horovod's gradients
+``async_ops``         collectives on TF tensors in two halves: submit now, wait once for many
+``rank_ops``          ranks and sizes for the binding, and Horovod's ``size_op``, ``rank_op``, ...
+``objects``           ``broadcast_object``, ``broadcast_object_fn``, ``allgather_object``
+``variables``         ``broadcast_variables`` and the TF1 ``broadcast_global_variables`` / hook
+``optimizer``         ``DistributedOptimizer`` for any Keras 3 optimizer
+``legacy_optimizer``  ``DistributedOptimizer`` for TF1's ``tf.compat.v1.train.Optimizer``
+``gradient_tape``     ``DistributedGradientTape`` for custom loops
+``gradients``         averaging a step's gradients over ranks (optimizer and tape share it)
+``local_gradients``   gradients that stay on their rank (``register_local_var`` & co.)
+``buckets``           gradient buckets, in the order backprop produces them
+``submit_order``      making TensorFlow submit a bucket the moment backprop produced it
+``sparse``            all-reduce of ``tf.IndexedSlices`` by all-gather, Horovod's way
+``sparse_agreement``  agreeing which of a step's gradients travel sparse
+``sync_batch_norm``   ``SyncBatchNormalization``: batch statistics over every rank
+``callbacks``         Keras 3 callbacks (Horovod's names and behaviour)
+``best_checkpoint``   ``BestModelCheckpoint``: the best model, written by rank 0
+``fit_alignment``     ``model.fit`` aligning its epochs across ranks
+``uneven_epochs``     epochs of different lengths on different ranks in ``model.fit``
+``elastic``           ``hvd.elastic`` for TensorFlow: ``run`` and the TF / Keras states
+``gpu_setup``         what ``init()`` does to TensorFlow's GPUs before TF initialises them
+``keras2_calls``      Keras 2 calls of Horovod's examples, accepted under Keras 3
+``keras``             subpackage: ``blinkflow.tensorflow.keras``, Horovod's Keras names
+``_bridge``           the one crossing between TensorFlow and the runtime, by where memory lives
+``_compat``           every TensorFlow / Keras version check
+``_deprecated``       deprecated Horovod arguments that still work and warn once
+``_errors``           runtime errors as their ``tf.errors`` twins, in graphs and eagerly
+``_library_cache``    the op libraries' cache folder: what may be loaded, what a killed build left
+``_naming``           deterministic default names, so unnamed collectives match across ranks
+``_op_library``       the C++ ops, compiled on first use against the installed TensorFlow
+``_tf1``              collectives in TF1 graphs run by ``tf.compat.v1.Session``
+``_xla``              collectives inside XLA clusters (``jit_compile``)
 """
 from __future__ import annotations
 

@@ -3,6 +3,19 @@
 Imports only the standard library, numpy and networkx — never MPI, CuPy or TensorFlow. The
 protocol that probes every rank of a job and merges the answers is the runtime's
 (``blinkflow.runtime.discovery``); here are its pure halves (``probe``, ``merge``).
+
+Modules, one job each:
+
+``model``            the hardware graph: devices, switches, NICs and directed links
+``presets``          topologies of well-known machines, each with its figures' source
+``io``               blinkflow's own topology JSON, with a schema version
+``nvidia_smi``       parses ``nvidia-smi topo -m`` text (parsing only)
+``nccl_xml``         parses NCCL's topology dump
+``resolve``          one entry point for every way a user names a topology
+``table``            a device × device table of a Topology, like ``nvidia-smi topo -m``
+``probe``            reading this machine's GPUs (NVML, else ``nvidia-smi``)
+``merge``            rank 0's half of discovery: every rank's probe in, the job's topology out
+``visible_devices``  which GPU each local rank drives, by PCI bus id and uuid
 """
 from .io import load_topology, save_topology, topology_from_dict
 from .model import COMPUTE_KINDS, LINK_KINDS, NODE_KINDS, Link, Node, Topology, bidirectional

@@ -25,7 +25,7 @@ from blinkflow.backends.cuda import CudaBackend
 from blinkflow.config import Config
 from blinkflow.errors import PlanError
 from blinkflow.ops import ReduceOp
-from blinkflow.schedule.shapes import (chain_allreduce_schedule, chain_broadcast_schedule, direct_allgather_schedule,
+from blinkflow.bench.hand_schedules import (chain_allreduce_schedule, chain_broadcast_schedule, direct_allgather_schedule,
                                        direct_reducescatter_schedule)
 from harness import run_cases, skip
 

@@ -14,7 +14,7 @@ from blinkflow.planner import make_plan
 from blinkflow.schedule.deadlock import check_schedule, check_tables
 from blinkflow.schedule.device_tables import BlockTable, Connection, DeviceStep, RankTables
 from blinkflow.schedule.lower import lower
-from blinkflow.schedule.shapes import (chain_allreduce_schedule, chain_broadcast_schedule,
+from blinkflow.bench.hand_schedules import (chain_allreduce_schedule, chain_broadcast_schedule,
                                        direct_allgather_schedule, direct_reducescatter_schedule)
 from blinkflow.topology.presets import get_preset
 

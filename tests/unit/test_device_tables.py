@@ -10,7 +10,7 @@ from blinkflow.schedule.device_tables import RankTables, build_tables, tables_fo
 from blinkflow.schedule.device_tables import _tables as tables_in_order
 from blinkflow.schedule.lower import lower
 from blinkflow.schedule.program import compile_program
-from blinkflow.schedule.shapes import chain_allreduce_schedule, direct_allgather_schedule
+from blinkflow.bench.hand_schedules import chain_allreduce_schedule, direct_allgather_schedule
 
 from plan_factory import plan_for, three_phase_plan
 

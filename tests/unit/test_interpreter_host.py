@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from blinkflow.backends import device_abi as abi
-from blinkflow.backends.device_emulator import address, view
+from blinkflow.backends.host_memory import address, view
 from blinkflow.planner import make_plan
 from blinkflow.schedule.device_tables import BlockTable, DeviceStep, RankTables, build_tables
 from blinkflow.schedule.lower import lower

@@ -24,7 +24,7 @@ from blinkflow.schedule.builder import ScheduleBuilder
 from blinkflow.schedule.ir import Schedule, Step
 from blinkflow.schedule.program import _overlap, _ranges, compile_program
 from blinkflow.schedule.runner import SequenceState, run_program, settle
-from blinkflow.schedule.shapes import (chain_allreduce_schedule as chain_allreduce, chain_broadcast_schedule,
+from blinkflow.bench.hand_schedules import (chain_allreduce_schedule as chain_allreduce, chain_broadcast_schedule,
                                        direct_allgather_schedule, direct_reducescatter_schedule)
 from blinkflow.schedule.transport import FREE, READY, Transport
 

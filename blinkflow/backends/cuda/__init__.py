@@ -7,20 +7,19 @@ schedule IR lowered from the plan (``blinkflow.schedule.ir``) says what moves wh
 
 Modules, one job each:
 
-``kernels``    loads ``kernels/*.cu`` through ``cupy.RawModule`` (lazily, per device)
-``launch``     launches reduce / scale / pack kernels on pointers and cupy arrays
-``program``    pure: compiles one rank's schedule into ordered actions (no CuPy)
-``pipeline``   pure: the per-rank issue loop and the READY/FREE slot protocol (no CuPy)
-``schedules``  pure: one-hop and chain schedules built without the planner
-``ipc``        receive slots and events shared through CUDA IPC (or pinned host memory)
-``peers``      whether a local peer's memory can be mapped or must be staged
-``issuer``     enqueues actions on one stream per tree
-``messenger``  READY/FREE control messages over MPI
-``crosshost``  the cross-machine phase (NCCL, CUDA-aware MPI, or pinned host staging)
-``device``     which GPU a rank drives; what CUDA and MPI can do here
-``backend``    :class:`CudaBackend`, the :class:`~blinkflow.backends.base.Backend`
-``dlpack``     zero-copy TensorFlow <-> CuPy
-``capsule``    a DLPack capsule's device id, read and rewritten
+``backend``          ``CudaBackend``, the ``Backend``: tree collectives, one rank per GPU
+``device``           which GPU a rank drives; what CUDA and MPI can do here
+``kernels``          loads ``kernels/*.cu`` through ``cupy.RawModule`` (lazily, per device)
+``launch``           launches reduce / scale / pack kernels on pointers and cupy arrays
+``transport``        the runner's ``Transport``: actions on CUDA streams, IPC copies, MPI between hosts
+``ipc``              receive slots and handshake events shared through CUDA IPC
+``peers``            whether a local peer's memory can be mapped or must be staged
+``device_executor``  the device executor: one interpreter-kernel launch runs a rank's whole call
+``loopback``         the device executor's loopback mode: every virtual rank in one launch on one GPU
+``proxy``            the device executor's host thread: network edges' chunks and launch deadlines
+``nccl``             NCCL's all-reduce as one algorithm of the call-shape policy
+``dlpack``           zero-copy TensorFlow <-> CuPy
+``capsule``          a DLPack capsule's device id, read and rewritten
 
 Importing this package does not import CuPy; ``CudaBackend`` is resolved on first use.
 """

@@ -45,7 +45,7 @@ from ...errors import BackendError
 from ...schedule import device_geometry
 from ...schedule.device_tables import RankTables
 from .. import device_abi as abi
-from ..device_emulator import view
+from ..host_memory import view
 from ..stuck_blocks import describe, stuck_blocks
 from ..teardown import quietly
 from . import kernels

@@ -26,7 +26,7 @@ from ...schedule import policy
 from ...schedule.device_tables import RankTables, all_tables
 from ...schedule.ir import Schedule
 from .. import device_abi as abi
-from ..device_emulator import view
+from ..host_memory import view
 from ..stuck_blocks import conn_counters, describe, stuck_blocks
 from ..teardown import quietly
 from . import kernels

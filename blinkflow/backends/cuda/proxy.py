@@ -29,7 +29,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from ...errors import BackendError
-from ..device_emulator import view
+from ..host_memory import view
 from ..teardown import quietly
 
 

@@ -3,6 +3,11 @@
 The same objects as :mod:`blinkflow.tensorflow` (Keras 3 is TensorFlow's Keras), plus
 ``hvd.callbacks`` and the Keras ``hvd.elastic``; a Horovod Keras script ports by changing its
 import line (``blinkflow.keras`` is the same module, for ``import horovod.keras as hvd``).
+
+Modules, one job each:
+
+``callbacks``  ``hvd.callbacks`` (the classes of ``blinkflow.tensorflow.callbacks``)
+``elastic``    ``hvd.elastic`` for Keras: ``KerasState`` and its callbacks
 """
 from __future__ import annotations
 

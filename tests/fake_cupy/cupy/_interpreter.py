@@ -74,7 +74,7 @@ class InterpreterKernel:
 
     def _stall(self, grid, args):
         """The blocks that got an SM wait for those that never will, until the abort flag rises."""
-        from blinkflow.backends.device_emulator import view
+        from blinkflow.backends.host_memory import view
 
         abort = view(int(args[8]), 1, np.int32)
         deadline = time.monotonic() + STALL_LIMIT_S
@@ -85,7 +85,8 @@ class InterpreterKernel:
         """Read the launch arrays back from the addresses the kernel gets (their lengths follow
         from the steps, as the kernel's reads do) and run every block on its buffer."""
         from blinkflow.backends import device_abi as abi
-        from blinkflow.backends.device_emulator import run_blocks, view
+        from blinkflow.backends.device_emulator import run_blocks
+        from blinkflow.backends.host_memory import view
 
         buf, offsets, steps, inputs, waits, block_start, conns, progress, abort, call, window, slot_elems = args
         nblocks = int(grid[0])

@@ -10,6 +10,9 @@
 
 All go through :class:`~blinkflow.schedule.builder.ScheduleBuilder`, like the lowered plans, so
 their ``deps`` and rounds are derived and every one passes the symbolic checker (tested).
+
+No production module runs them: they live with the benchmarks because ``python -m blinkflow.bench
+gpu`` (:mod:`.gpu`) ships in the package and times the chain; the tests import them from here.
 """
 from __future__ import annotations
 
@@ -17,8 +20,8 @@ import dataclasses
 from typing import Sequence, Tuple
 
 from ..errors import ScheduleError
-from .builder import ScheduleBuilder
-from .ir import Schedule
+from ..schedule.builder import ScheduleBuilder
+from ..schedule.ir import Schedule
 
 
 def direct_allgather_schedule(devices: Tuple[int, ...], shards: Tuple[Tuple[int, int, int], ...],
