@@ -15,7 +15,8 @@
   rank begins MPI's initialisation (its ``mpi`` event), every other rank must begin it within
   this many seconds too: MPI's start-up waits for every rank, so a rank that exited before it
   (even with status 0) or is stuck before it would leave the others waiting inside it forever.
-  blinkrun then stops the job and names those ranks;
+  blinkrun then stops the job and names those ranks. (A rank that exits after another began
+  makes Open MPI's mpirun stop the job first: blinkrun names that rank the same way);
 - an elastic job whose ranks have all ended or been lost (the driver's ``finished``) but whose
   mpirun still runs a few seconds later is stopped: mpirun waits forever for a host that went
   silent, and the job ended well (status 0);
@@ -153,6 +154,12 @@ class Job:
         if not missing or self.proc.poll() is not None or self._stopping.is_set():
             return
         self.mpi_start_timed_out = True
+        self._say(self._never_began_mpi(missing, exits, f"did not begin it within {self.start_timeout:g} s of rank {first}; "
+                                        "stopping the job"))
+        self.stop()
+
+    def _never_began_mpi(self, missing: List[int], exits: Dict[int, dict], what_then: str) -> str:
+        """The ranks ``missing`` from MPI's start-up, each with how it stands, and ``what_then``."""
         said = []
         for rank in missing[:16]:
             ended = exits.get(rank)
@@ -160,11 +167,19 @@ class Job:
                    "is still running but has not started MPI (stuck, or slow before blinkflow.init())")
             said.append(f"rank {rank} (host {self.started.get(rank, '?')}) {how}")
         more = " ..." if len(missing) > 16 else ""
-        self._say(f"{'; '.join(said)}{more}: MPI's start-up waits for every rank, "
-                  f"and {len(missing)} of {self.np} did not begin it within {self.start_timeout:g} s of rank {first}; "
-                  "stopping the job. Every rank must call blinkflow.init() (or import mpi4py.MPI); raise "
-                  "--start-timeout for a slow start")
-        self.stop()
+        return (f"{'; '.join(said)}{more}: MPI's start-up waits for every rank, and {len(missing)} of {self.np} "
+                f"{what_then}. Every rank must call blinkflow.init() (or import mpi4py.MPI); raise --start-timeout "
+                "for a slow start")
+
+    def _ended_before_mpi(self) -> List[int]:
+        """Ranks that ended with status 0 without beginning MPI's start-up while another rank began
+        it, earliest first. Open MPI's mpirun stops the job for such a rank as soon as it ends if
+        another has begun by then (which comes first depends on how fast each rank starts), so
+        blinkrun's own start-up check may never fire: these ranks are the cause all the same."""
+        if not self.mpi_starting:
+            return []
+        ended = [e for r, e in self.exits.items() if r not in self.mpi_starting and e.get("status") == 0]
+        return [e["rank"] for e in sorted(ended, key=lambda e: e.get("time") or 0.0)]
 
     # -- output ----------------------------------------------------------------------------
     def _relay_stdout(self):
@@ -261,6 +276,11 @@ class Job:
             return 1
         if returncode != 0:
             status = returncode if returncode > 0 else 128 - returncode
+            early = self._ended_before_mpi()
+            if early:
+                self._say(self._never_began_mpi(early, self.exits, "ended without beginning it, so mpirun stopped "
+                                                f"the job (status {status})"))
+                return 1
             ended = verdict.first_exit(self.exits)
             if ended is not None:
                 self._say(f"mpirun exited with status {status}; no rank reported a failure, but rank {ended['rank']} "

@@ -47,7 +47,8 @@ def wait(request, wake=None,
 
 
 def until(test: Callable[[], Any], wake=None, failure: Optional[Callable[[], Optional[BaseException]]] = None,
-          spin_s: float = SPIN_S):
+          spin_s: float = SPIN_S, clock: Callable[[], float] = time.perf_counter,
+          sleep: Callable[[float], Any] = time.sleep):
     """Call ``test`` until it returns something true, and return that; growing sleeps between
     once ``spin_s`` has passed.
 
@@ -57,16 +58,18 @@ def until(test: Callable[[], Any], wake=None, failure: Optional[Callable[[], Opt
     the work, so it shortens the sleeps once, not forever.)
     ``failure`` is asked between sleeps; an error it returns (a peer found dead by the watchdog,
     whose part of the request may never come) is raised instead of waiting on.
+    ``clock`` and ``sleep`` are the time it reads and the pause it takes without ``wake``; tests
+    pass a fake pair to check the sleeps asked for without depending on the scheduler.
     """
     found = test()
     if found:
         return found
-    start = time.perf_counter()
+    start = clock()
     while True:
         found = test()
         if found:
             return found
-        waited = time.perf_counter() - start
+        waited = clock() - start
         if waited <= spin_s:
             # Give the core to a runnable thread while spinning, as MPI does when ranks
             # outnumber cores: the peer this waits for may be the one that needs it (4 ranks on
@@ -79,7 +82,7 @@ def until(test: Callable[[], Any], wake=None, failure: Optional[Callable[[], Opt
             raise error
         pause = min(MAX_SLEEP_S, waited * SLEEP_FRACTION)
         if wake is None:
-            time.sleep(pause)
+            sleep(pause)
         elif wake.wait(pause):
             wake = None
-            start = time.perf_counter()
+            start = clock()

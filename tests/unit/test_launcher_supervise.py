@@ -105,6 +105,22 @@ def test_mpirun_failing_after_a_rank_ended_early_names_it():
     assert status == 3 and "no rank reported a failure, but rank 1 (host h) ended first, with status 0" in err, err
 
 
+def mpi_starting(rank, at):
+    return events.encode({"event": events.MPI_STARTING, "rank": rank, "host": "h", "time": at})
+
+
+def test_mpirun_stopping_the_job_for_a_rank_that_ended_before_mpi_names_it_as_never_starting_mpi():
+    # Open MPI's mpirun ends the job itself when a rank that never began MPI exits after another
+    # began it, before blinkrun's start-up check fires: that rank is named as never starting MPI.
+    lines = [started(0), started(1), started(2), mpi_starting(0, 10.0), mpi_starting(2, 10.5), exited(1, 11.0, 0),
+             exited(0, 11.2, 143), exited(2, 11.3, 143)]
+    status, _, err, took = run_job(fake_mpirun(lines, exit_code=1), np=3)
+    assert status == 1 and took < 10, (status, took)
+    assert ("rank 1 (host h) exited with status 0 without starting MPI: MPI's start-up waits for every rank, and 1 of "
+            "3 ended without beginning it, so mpirun stopped the job (status 1)") in err, err
+    assert "ended first" not in err
+
+
 def test_an_elastic_job_whose_mpirun_waits_for_a_silent_host_is_stopped_once_its_ranks_ended(tmp_path):
     # Open MPI's mpirun waits forever for the daemon of a host that went silent; the survivors
     # said which ranks they lost and ended well: blinkrun stops mpirun, and the job succeeded

@@ -28,22 +28,69 @@ def test_waits_until_the_request_completes_with_few_tests():
     assert request.tests < 5000, request.tests
 
 
+class FakeTime:
+    """A clock that moves only when the wait sleeps or tests (each test costs ``test_s``): the
+    sleeps ``until`` asks for are then the same on a loaded host as on an idle one."""
+
+    def __init__(self, test_s=10e-6):
+        self.now = 0.0
+        self.test_s = test_s
+        self.sleeps = []  # (when, pause asked for)
+
+    def clock(self):
+        return self.now
+
+    def sleep(self, pause):
+        self.sleeps.append((self.now, pause))
+        self.now += pause
+
+
+class FakeWake:
+    """A ``threading.Event`` set at ``at_s`` on the fake clock: a wait across it returns then."""
+
+    def __init__(self, time_, at_s):
+        self.time, self.at_s = time_, at_s
+
+    def wait(self, pause):
+        self.time.sleeps.append((self.time.now, pause))
+        if self.time.now + pause >= self.at_s:
+            self.time.now = max(self.time.now, self.at_s)
+            return True
+        self.time.now += pause
+        return False
+
+
 def test_a_submission_restarts_the_sleeps_small():
+    fake = FakeTime()
+    done_at, wake_at = 0.3, 0.25  # new work 50 ms before the request completes
+
+    def test():
+        fake.now += fake.test_s
+        return fake.now >= done_at
+
+    quiet_wait.until(test, FakeWake(fake, wake_at), clock=fake.clock, sleep=fake.sleep)
+    before = [pause for when, pause in fake.sleeps if when < wake_at]
+    after = [(when, pause) for when, pause in fake.sleeps if when >= wake_at]
+    # Before the wake the sleeps grew to the longest one; none is longer.
+    assert before[-1] == quiet_wait.MAX_SLEEP_S, before[-5:]
+    assert max(pause for when, pause in fake.sleeps) == quiet_wait.MAX_SLEEP_S
+    # After it the wait spins again for its first 200 us, then sleeps small and grows anew.
+    first_when, first_pause = after[0]
+    assert first_when - wake_at >= quiet_wait.SPIN_S, after[:3]
+    assert first_pause <= 2 * quiet_wait.SPIN_S * quiet_wait.SLEEP_FRACTION, after[:3]
+    pauses = [pause for when, pause in after]
+    assert pauses == sorted(pauses) and pauses[-1] == quiet_wait.MAX_SLEEP_S, pauses
+    # Each sleep is a fraction of the time waited, so the request is found done promptly.
+    assert fake.now - done_at <= quiet_wait.MAX_SLEEP_S + fake.test_s
+
+
+def test_a_real_wake_cuts_a_sleep_short():
+    """The real ``threading.Event`` path: a set wake ends the wait's sleep and the wait goes on."""
     wake = threading.Event()
-
-    class Watched(Request):
-        after_wake = 0
-
-        def Test(self):
-            self.after_wake += wake.is_set()
-            return super().Test()
-
-    request = Watched(0.3)
-    threading.Timer(0.25, wake.set).start()  # new work 50 ms before the request completes
+    request = Request(0.05)
+    threading.Timer(0.01, wake.set).start()
     quiet_wait.wait(request, wake)
-    # Before the wake the tests came a millisecond apart (the longest sleep); after it the wait
-    # spins again for its first 200 us, so the last 50 ms see far more than 50 tests.
-    assert request.after_wake > 100, request.after_wake
+    assert time.perf_counter() >= request.done_at
 
 
 def test_a_failure_is_raised_instead_of_waiting_forever():
