@@ -9,8 +9,9 @@ created, and made so again when it is this user's). Anything else is removed and
 A build writes ``<library>.tmp-<host>-<pid>-<random>.so`` and renames it into place; a build
 killed before the rename leaves that file. The next build removes those of this host whose
 process is gone, and those of any host older than :data:`LEFTOVER_AGE_S` (a cache folder on a
-shared file system is written by several hosts; a build takes minutes at most), and the
-``tmpXXXXXXXX.so`` files builds named without host and process left, once as old.
+shared file system is written by several hosts; a build takes minutes at most). Older builds
+named their temporary file ``tmpXXXXXXXX.so``, without host or process; those are removed once
+they are as old.
 """
 from __future__ import annotations
 

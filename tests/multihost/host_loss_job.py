@@ -8,7 +8,7 @@ import re
 import sys
 import threading
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from blinkrun_helpers import blinkrun_argv
 
@@ -56,3 +56,16 @@ def context(proc) -> str:
     faulthandler prints after a crashed rank's stacks (thousands of characters each)."""
     err = re.sub(r"(?m)^.*Extension modules: .*$", "", proc.stderr)
     return proc.stdout[-4000:] + err[-12000:]
+
+
+FINAL = re.compile(r"^\[\d+\]<stdout>: FINAL rank (\d+) resets (\d+) epoch (\d+) weights (\w+)$", re.M)
+"""The line each rank of fit_script.py prints when it finished training."""
+
+
+def survivors(proc) -> List[int]:
+    """The ranks that finished training, in order, after checking that they agree: every one went
+    through exactly one reset, ended at the last epoch (6) and holds bitwise equal weights."""
+    final: List[Tuple[str, str, str, str]] = FINAL.findall(proc.stdout)
+    assert {(resets, epoch) for _, resets, epoch, _ in final} == {("1", "6")}, final
+    assert len({digest for *_, digest in final}) == 1, final
+    return sorted(int(rank) for rank, *_ in final)

@@ -28,11 +28,7 @@ def test_a_host_that_goes_away_mid_fit_leaves_the_other_hosts_ranks_training(clu
     proc = out.proc
     context = host_loss_job.context(proc)
     assert out.acted_at is not None, "rank 2 never reached the batch at which bfb goes away\n" + context
-    final = re.findall(r"^\[\d+\]<stdout>: FINAL rank (\d+) resets (\d+) epoch (\d+) weights (\w+)$",
-                       proc.stdout, re.M)
-    assert sorted(int(r) for r, *_ in final) == [0, 1], context
-    assert {(resets, epoch) for _, resets, epoch, _ in final} == {("1", "6")}, final
-    assert len({digest for *_, digest in final}) == 1, final  # bitwise identical on both survivors
+    assert host_loss_job.survivors(proc) == [0, 1], context  # one reset, the last epoch, equal weights
     losses = {}
     for rank, epoch, size, loss in re.findall(r"^\[\d+\]<stdout>: EPOCHLOSS rank (\d+) epoch (\d+) size (\d+) "
                                               r"loss (\S+)$", proc.stdout, re.M):

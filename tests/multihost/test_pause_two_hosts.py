@@ -33,13 +33,9 @@ def test_ranks_paused_longer_than_the_detector_timeout_are_lost_and_the_rest_go_
     context = host_loss_job.context(proc)
     assert out.acted_at is not None, "rank 2 never reached the batch at which bfb's ranks are paused\n" + context
     assert len(paused) == 2, paused
-    final = re.findall(r"^\[\d+\]<stdout>: FINAL rank (\d+) resets (\d+) epoch (\d+) weights (\w+)$",
-                       proc.stdout, re.M)
-    finished = sorted(int(r) for r, *_ in final)
+    finished = host_loss_job.survivors(proc)
     lost = [r for r in (2, 3) if r not in finished]
     assert finished[:2] == [0, 1] and lost, context
-    assert {(resets, epoch) for _, resets, epoch, _ in final} == {("1", "6")}, final
-    assert len({digest for *_, digest in final}) == 1, final
     for rank in lost:
         lines = (logdir / f"rank.{rank}").read_text()
         assert not re.search(r"^EPOCHLOSS rank \d+ epoch \d+ size [23] ", lines, re.M), lines
