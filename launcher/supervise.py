@@ -118,8 +118,7 @@ class Job:
                 self.proc.wait(timeout=STOP_GRACE_SECONDS + 2.0)
             except subprocess.TimeoutExpired:
                 pass
-            for pid in _session_members(self.proc.pid):
-                _signal(pid, signal.SIGKILL, group=False)
+            _kill_session(self.proc.pid)
 
     def _end_session(self) -> None:
         """mpirun has exited: what is left of its session (the wrappers of this host's ranks, which
@@ -128,8 +127,7 @@ class Job:
         deadline = time.monotonic() + STOP_GRACE_SECONDS + 2.0
         while _session_members(self.proc.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        for pid in _session_members(self.proc.pid):
-            _signal(pid, signal.SIGKILL, group=False)
+        _kill_session(self.proc.pid)
 
     def _on_signal(self, signum, _frame):
         if self.interrupted is None:
@@ -336,8 +334,9 @@ def _die_with_parent() -> None:
         pass
 
 
-def _session_members(sid: int) -> List[int]:
-    """The processes of session ``sid`` (Linux /proc; elsewhere none are found)."""
+def _session_members(sid: int, living: bool = False) -> List[int]:
+    """The processes of session ``sid`` (Linux /proc; elsewhere none are found); with ``living``,
+    not those that have already exited and wait to be reaped (zombies)."""
     members = []
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not entry.isdigit():
@@ -347,9 +346,20 @@ def _session_members(sid: int) -> List[int]:
                 fields = f.read().rsplit(")", 1)[1].split()   # after "(comm)": state ppid pgrp session
         except (OSError, IndexError):
             continue
-        if len(fields) > 3 and fields[3] == str(sid):
+        if len(fields) > 3 and fields[3] == str(sid) and not (living and fields[0] in "ZX"):
             members.append(int(entry))
     return members
+
+
+def _kill_session(sid: int, wait_s: float = 5.0) -> None:
+    """SIGKILL every living member of session ``sid`` and wait until none runs: the signal is
+    delivered asynchronously, and a process on another CPU keeps running until it next enters
+    the kernel, so returning right after ``kill`` could leave it alive for the caller to see."""
+    for pid in _session_members(sid, living=True):
+        _signal(pid, signal.SIGKILL, group=False)
+    deadline = time.monotonic() + wait_s
+    while _session_members(sid, living=True) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _signal(pid: int, sig: int, group: bool) -> None:

@@ -165,9 +165,24 @@ def cma_failure(setup: bool):
         single_copy.ChunkReducer.__init__ = no_memory
     elif r == n - 1:
         def refused(*args, **kwargs):
+            open(os.path.join(os.environ["FAULTS_DIR"], "refused"), "w").close()
             raise bf.BackendError("injected: process_vm_readv refused")
 
         backend.single_copy.memory.read = backend.single_copy.memory.read_span = refused
+    if not setup and r != n - 1:
+        # The others start reducing once the last rank's first read was refused: a rank that
+        # came late would otherwise find its shard done by its helper and its neighbour's by
+        # that neighbour, and read nothing at all (the all-reduce then rightly succeeds).
+        reduce_balanced = single_copy.reduce_balanced
+
+        def after_the_refusal(*args, **kwargs):
+            deadline = time.monotonic() + 60
+            refusal = os.path.join(os.environ["FAULTS_DIR"], "refused")
+            while not os.path.exists(refusal) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return reduce_balanced(*args, **kwargs)
+
+        single_copy.reduce_balanced = after_the_refusal
     try:
         bf.allreduce(np.ones(1 << 20, np.float32), op=bf.Sum, name="cma")
     except bf.ShutdownError as e:
