@@ -346,25 +346,27 @@ class DeviceExecutor:
     def run(self, key: tuple, tables: RankTables, buf, dtype: Optional[str], op) -> None:
         """One call of ``tables`` on ``buf`` (a contiguous cupy array on this rank's GPU)."""
         shape, kernel = self.prepare(key, tables, buf, dtype, op)
-        launched = self.proxy.start(shape.edges_of_call(), shape.abort, self.timeout)
+        call = self.proxy.start(shape.edges_of_call(), shape.abort, self.timeout)
         try:
             shape.launch.launch(kernel, buf, shape.progress, shape.abort.__array_interface__["data"][0], shape.calls)
+            call.issued.set()   # the proxy may post the call's transfers now
             # The one event: the launch's end (an aborted launch ends too: the proxy raises the
             # flag past the deadline, and every block returns).
             self.cupy.cuda.get_current_stream().record().synchronize()
         except Exception as e:
-            # No block of this rank ran the call: end the proxy's part of it (its error is this
-            # one's echo), then lower the flag, so the next call starts clean.
+            # No block of this rank ran the call: end the proxy's part of it (it posted nothing if
+            # the launch itself failed; its error is this one's echo), then lower the flag, so the
+            # next call starts clean.
             shape.abort[0] = 1
             try:
-                self.proxy.finish(launched)
+                self.proxy.finish(call)
             except BackendError:
                 pass
             shape.abort[0] = 0
             raise BackendError(f"the device executor's launch failed on rank {self.layout.rank}: "
                                f"{type(e).__name__}: {e}") from e
         try:
-            self.proxy.finish(launched)
+            self.proxy.finish(call)
         except BackendError as e:
             self._broken = str(e)
             where = shape.stuck(self.cupy.cuda.get_current_stream())

@@ -14,9 +14,14 @@ So the blocks see the same counters as on a connection inside the host. One tran
 connection is in flight at a time; MPI keeps a (source, tag) pair in order, so chunks of one
 connection arrive in sequence, across calls too.
 
-Every call, even one without network edges, goes through :meth:`Proxy.run`, whose deadline
-raises the launch's abort flag: a table that waits forever (a dead peer, a wrong table) ends
-every block, and the call raises a :class:`BackendError` instead of hanging.
+Every call, even one without network edges, goes through the proxy, whose deadline raises the
+launch's abort flag: a table that waits forever (a dead peer, a wrong table) ends every block,
+and the call raises a :class:`BackendError` instead of hanging.
+
+Nothing is posted for a call before its launch was issued: MPI matches a receive by (source,
+tag) alone, so a receive posted for a call whose launch then failed could take the peer's chunk
+of the *next* call (and raise the ring's tail for it) before its cancellation, and that call's own
+receive would wait for a chunk that already came.
 """
 from __future__ import annotations
 
@@ -57,6 +62,15 @@ class Edge:
         return view(self.ring + (seq % self.window) * self.slot_bytes, self.counts[k], np.uint8)
 
 
+@dataclasses.dataclass
+class ProxyCall:
+    """The launching thread's side of one call: ``issued`` once its launch returned (or failed,
+    with the abort flag raised first), ``launched`` once the launch ended."""
+
+    issued: threading.Event = dataclasses.field(default_factory=threading.Event)
+    launched: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+
 class Proxy:
     """One thread per backend serving calls in order (every call's edges, and its deadline)."""
 
@@ -67,17 +81,18 @@ class Proxy:
         self._thread = threading.Thread(target=self._main, name="blinkflow-device-proxy", daemon=True)
         self._thread.start()
 
-    def start(self, edges: List[Edge], abort: np.ndarray, timeout: float) -> threading.Event:
-        """Serve ``edges`` for the call about to launch and raise ``abort[0]`` if the call is not
-        done within ``timeout`` s; set the returned event once the launch completed."""
-        launched = threading.Event()
-        self._work.put((edges, abort, time.monotonic() + timeout, timeout, launched))
-        return launched
+    def start(self, edges: List[Edge], abort: np.ndarray, timeout: float) -> "ProxyCall":
+        """Serve ``edges`` for the call about to launch, once :meth:`ProxyCall.issued` says the
+        launch was issued, and raise ``abort[0]`` if the call is not done within ``timeout`` s."""
+        call = ProxyCall()
+        self._work.put((edges, abort, time.monotonic() + timeout, timeout, call))
+        return call
 
-    def finish(self, launched: threading.Event) -> None:
-        """After the launch ended: wait for the call's edges; raise the proxy's BackendError if
-        it failed or the deadline passed."""
-        launched.set()
+    def finish(self, call: "ProxyCall") -> None:
+        """After the launch ended (or failed: ``abort[0]`` raised first): wait for the call's
+        edges; raise the proxy's BackendError if it failed or the deadline passed."""
+        call.issued.set()
+        call.launched.set()
         error = self._done.get()
         if error is not None:
             raise BackendError(error)
@@ -93,9 +108,9 @@ class Proxy:
             item = self._work.get()
             if item is None:
                 return
-            edges, abort, deadline, timeout, launched = item
+            edges, abort, deadline, timeout, call = item
             try:
-                self._serve(MPI, edges, abort, deadline, timeout, launched)
+                self._serve(MPI, edges, abort, deadline, timeout, call)
                 self._done.put(None)
             except BaseException as e:  # noqa: BLE001 - reported to the calling thread
                 abort[0] = 1
@@ -105,7 +120,12 @@ class Proxy:
                 self._done.put(str(e) if isinstance(e, BackendError) else f"device proxy failed: {e!r}")
 
     def _serve(self, MPI, edges: List[Edge], abort: np.ndarray, deadline: float, timeout: float,
-               launched: threading.Event) -> None:
+               call: "ProxyCall") -> None:
+        call.issued.wait(max(0.0, deadline - time.monotonic()))
+        if abort[0] or not call.issued.is_set():
+            # the launch failed (abort raised before ``issued``) or never returned: post nothing
+            raise BackendError("the device executor's launch was aborted")
+        launched = call.launched
         counters = {}
 
         def counter(addr):
