@@ -12,7 +12,7 @@ Horovod's file is two levels of ``key: value`` (a section, then its settings), e
       warning_time_seconds: 60
 
 Each setting is turned into the horovodrun flag it stands for (:data:`KEYS`), so the file goes
-through the same table as the command line (horovod_flags.py) and a refused setting is refused
+through the same table as the command line (flag_table.py) and a refused setting is refused
 with the same hint. blinkflow depends on no YAML library; :func:`parse` reads this block-mapping
 subset of YAML (plain or quoted scalars) and names the line of anything else.
 
