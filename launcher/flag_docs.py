@@ -45,15 +45,25 @@ def spelled(names, value: str = "") -> str:
     return _cell(" ".join(codes))
 
 
+def config_setting(setting: str) -> str:
+    """``params.hierarchical_allreduce=true`` -> ```params.hierarchical_allreduce: true```."""
+    key, _, value = setting.partition("=")
+    return f"`{key}: {value}`" if value else f"`{key}`" if setting else ""
+
+
 def horovodrun_table() -> str:
-    """docs/launching.md's table: a row per horovodrun flag (a negation on its own row)."""
-    lines = ["| horovodrun flag | blinkrun | meaning here, or what to use instead |", "|---|---|---|"]
+    """docs/launching.md's table: a row per horovodrun flag (a negation on its own row), with the
+    setting that stands for it in Horovod's ``--config-file``."""
+    lines = ["| horovodrun flag | blinkrun | meaning here, or what to use instead | in `--config-file` |",
+             "|---|---|---|---|"]
     for row in FLAGS:
         if not row.horovodrun:
             continue
-        lines.append(f"| {spelled(row.names, value_word(row))} | {HANDLED[row.handling]} | {_cell(row.note)} |")
+        lines.append(f"| {spelled(row.names, value_word(row))} | {HANDLED[row.handling]} | {_cell(row.note)} "
+                     f"| {config_setting(row.config)} |")
         if row.negation:
-            lines.append(f"| {spelled([row.negation])} | {HANDLED[row.handling]} | {_cell(row.negation_note)} |")
+            lines.append(f"| {spelled([row.negation])} | {HANDLED[row.handling]} | {_cell(row.negation_note)} "
+                         f"| {config_setting(row.negation_config)} |")
     return "\n".join(lines)
 
 

