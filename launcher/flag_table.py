@@ -61,7 +61,7 @@ class Flag:
     nargs: int = 1                # values the flag takes (0: a switch)
     type: object = None           # click parameter type (None: text)
     field: str = ""               # SETTING: the Config field it sets
-    param_name: str = ""          # click's Python name when not derived from the first spelling
+    param_name: str = ""          # click's Python name when not derived from the long spelling
     metavar: Optional[str] = None
     multiple: bool = False        # repeatable; the values are collected
     default: object = None        # ELASTIC: Horovod's default (None: unset), shown in --help
