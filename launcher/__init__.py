@@ -6,8 +6,11 @@ Modules and subpackages, one job each:
 ``cli``                  entry point of the ``blinkrun`` console script
 ``one_line``             a click command whose every usage error is one line and exit status 2
 ``run_cmd``              ``blinkrun -np N ... COMMAND``: launch a job
-``flags``                the one table of flags that set runtime settings
-``horovod_flags``        every ``horovodrun`` flag and what ``blinkrun`` does with it
+``flag_table``           the one table of ``blinkrun``'s flags: spellings (``horovodrun``'s too),
+                         handling, what each feeds, help lines; the other flag lists are views of it
+``flag_docs``            the documented flag tables (docs/launching.md, docs/configuration.md),
+                         written from the flag table
+``flags``                the ranks' ``BLINKFLOW_*`` variables from the setting flags
 ``horovod_config_file``  ``--config-file F``: Horovod's YAML parameter file, read as flags
 ``hosts``                a job's hosts: ``-H``, a hostfile, or a discovery script's lines
 ``mpi_impl``             which MPI launches the job (Open MPI or an MPICH family member)
@@ -21,7 +24,7 @@ Modules and subpackages, one job each:
 ``verdict``              which rank failed first, from what the wrappers said
 ``daemon_loss``          which host's MPI daemon mpirun says it lost
 ``reclaim``              reclaiming what dead jobs left on this machine
-``elastic_flags``        the elastic flags, with Horovod's names, aliases and defaults
+``elastic_flags``        an elastic job's bounds (``ElasticSpec``) from the elastic flags
 ``elastic_launch``       what an elastic job changes in the launch
 ``elastic_driver``       blinkrun's side of an elastic job: where ranks are, free slots, spawns
 ``elastic_discovery``    host discovery for elastic jobs (``--host-discovery-script``, blacklist)

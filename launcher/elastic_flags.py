@@ -1,5 +1,5 @@
-"""``blinkrun``'s elastic flags, with Horovod's names, aliases and defaults (``horovodrun``'s
-"elastic arguments" and ``--host-discovery-script``).
+"""An elastic job's bounds from ``blinkrun``'s elastic flags (``horovodrun``'s "elastic arguments"
+and ``--host-discovery-script``; their spellings, types and defaults are rows of flag_table.py).
 
 A job is elastic when ``--host-discovery-script`` or ``--min-np`` is given (Horovod's rule);
 without them it is fixed-size exactly as before. An elastic job runs under ULFM
@@ -11,45 +11,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, Mapping, Optional, Tuple
 
-import click
-
 from blinkflow.config import Config
 from blinkflow.errors import ConfigError
+
+from .flag_table import ELASTIC_FLAGS, ELASTIC_TIMEOUT_DEFAULT_S
 
 #: Horovod's bounds on a blacklisted host's cooldown (horovod/runner/elastic/discovery.py).
 COOLDOWN_LOWEST_S = 1
 COOLDOWN_HIGHEST_S = 3600
-ELASTIC_TIMEOUT_DEFAULT_S = 600
-
-
-@dataclasses.dataclass(frozen=True)
-class ElasticFlag:
-    flag: str                   # "--min-np"
-    aliases: Tuple[str, ...]    # Horovod's other spellings ("--min-num-proc")
-    param: str                  # click's Python name; also the ElasticSpec field
-    type: object
-    default: object             # Horovod's default (None = unset)
-    help: str
-    nargs: int = 1
-
-
-ELASTIC_FLAGS = (
-    ElasticFlag("--min-np", ("--min-num-proc",), "min_np", click.IntRange(min=1), None,
-                "Fewest ranks training goes on with; an elastic job (default: -np)."),
-    ElasticFlag("--max-np", ("--max-num-proc",), "max_np", click.IntRange(min=1), None,
-                "Most ranks the job grows to as hosts appear (default: no bound)."),
-    ElasticFlag("--slots-per-host", (), "slots_per_host", click.IntRange(min=1), None,
-                "Slots of a discovered host whose line gives none (a host:slots line wins)."),
-    ElasticFlag("--host-discovery-script", (), "host_discovery_script", click.STRING, None,
-                "Executable printing one 'host[:slots]' line per available host, polled every second; "
-                "makes the job elastic."),
-    ElasticFlag("--elastic-timeout", (), "elastic_timeout", click.IntRange(min=1), ELASTIC_TIMEOUT_DEFAULT_S,
-                "Seconds a new rank may take to start; past it its host is blacklisted."),
-    ElasticFlag("--reset-limit", (), "reset_limit", click.IntRange(min=0), None,
-                "End the job after this many resets (ranks lost or gained; default: no limit)."),
-    ElasticFlag("--blacklist-cooldown-range", (), "blacklist_cooldown_range", click.INT, None,
-                "MIN MAX seconds a host whose rank failed stays blacklisted (default: for good).", nargs=2),
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,14 +43,6 @@ class ElasticSpec:
         if hosts_file:
             env[Config.env_name("elastic_hosts_file")] = hosts_file
         return env
-
-
-def elastic_options(func):
-    """Adds every flag of :data:`ELASTIC_FLAGS` to a click command."""
-    for flag in reversed(ELASTIC_FLAGS):
-        func = click.option(flag.flag, *flag.aliases, flag.param, type=flag.type, default=None, nargs=flag.nargs,
-                            help=flag.help + (f" [default: {flag.default}]" if flag.default is not None else ""))(func)
-    return func
 
 
 def elastic_spec(values: Mapping[str, object], np: Optional[int]) -> Optional[ElasticSpec]:
@@ -117,4 +78,4 @@ def elastic_spec(values: Mapping[str, object], np: Optional[int]) -> Optional[El
                        reset_limit=given["reset_limit"], blacklist_cooldown_range=cooldown)
 
 
-__all__ = ["ELASTIC_FLAGS", "ElasticFlag", "ElasticSpec", "elastic_options", "elastic_spec"]
+__all__ = ["ELASTIC_FLAGS", "ElasticSpec", "elastic_spec"]

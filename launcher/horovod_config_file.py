@@ -11,10 +11,11 @@ Horovod's file is two levels of ``key: value`` (a section, then its settings), e
       enabled: true
       warning_time_seconds: 60
 
-Each setting is turned into the horovodrun flag it stands for (:data:`KEYS`), so the file goes
-through the same table as the command line (horovod_flags.py) and a refused setting is refused
-with the same hint. blinkflow depends on no YAML library; :func:`parse` reads this block-mapping
-subset of YAML (plain or quoted scalars) and names the line of anything else.
+Each setting is turned into the horovodrun flag it stands for (:data:`KEYS`, the ``config``
+column of flag_table.py), so the file goes through the same table as the command line and a
+refused setting is refused with the same hint. blinkflow depends on no YAML library;
+:func:`parse` reads this block-mapping subset of YAML (plain or quoted scalars) and names the line
+of anything else.
 
 A value is kept as the text written and read by the flag's own parser
 (:mod:`blinkflow.setting_text`), as on the command line: ``cache_capacity: 2.9`` is refused as
@@ -29,35 +30,32 @@ from typing import Dict, List, Optional, Tuple, Union
 from blinkflow.errors import ConfigError
 from blinkflow.setting_text import parse_switch
 
+from .flag_table import FLAGS
+
 Scalar = Optional[str]
 
-#: (section, key) -> flag for a value, or (flag if true, flag if false) for a boolean.
-KEYS: Dict[Tuple[str, str], Union[str, Tuple[str, str]]] = {
-    ("params", "fusion_threshold_mb"): "--fusion-threshold-mb",
-    ("params", "cycle_time_ms"): "--cycle-time-ms",
-    ("params", "cache_capacity"): "--cache-capacity",
-    ("params", "hierarchical_allreduce"): ("--hierarchical-allreduce", "--no-hierarchical-allreduce"),
-    ("params", "hierarchical_allgather"): ("--hierarchical-allgather", "--no-hierarchical-allgather"),
-    ("params", "torus_allreduce"): ("--torus-allreduce", "--no-torus-allreduce"),
-    ("autotune", "enabled"): ("--autotune", "--no-autotune"),
-    ("autotune", "log_file"): "--autotune-log-file",
-    ("autotune", "warmup_samples"): "--autotune-warmup-samples",
-    ("autotune", "steps_per_sample"): "--autotune-steps-per-sample",
-    ("autotune", "bayes_opt_max_samples"): "--autotune-bayes-opt-max-samples",
-    ("autotune", "gaussian_process_noise"): "--autotune-gaussian-process-noise",
-    ("timeline", "filename"): "--timeline-filename",
-    ("timeline", "mark_cycles"): ("--timeline-mark-cycles", "--no-timeline-mark-cycles"),
-    ("stall_check", "enabled"): ("--stall-check", "--no-stall-check"),
-    ("stall_check", "warning_time_seconds"): "--stall-check-warning-time-seconds",
-    ("stall_check", "shutdown_time_seconds"): "--stall-check-shutdown-time-seconds",
-    ("library_options", "mpi_threads_disable"): ("--mpi-threads-disable", "--no-mpi-threads-disable"),
-    ("library_options", "num_nccl_streams"): "--num-nccl-streams",
-    ("library_options", "thread_affinity"): "--thread-affinity",
-    ("library_options", "gloo_timeout_seconds"): "--gloo-timeout-seconds",
-    ("logging", "level"): "--log-level",
-    ("logging", "with_timestamp"): ("--log-with-timestamp", "--log-without-timestamp"),
-}
-CONTROLLERS = {"mpi": "--mpi", "gloo": "--gloo"}
+
+def _config_settings():
+    """The flag table's ``config`` column as this reader looks it up: (section, key) -> the flag
+    for a value, or (flag if true, flag if false) for a switch; and controller name -> flag."""
+    keys: Dict[Tuple[str, str], Union[str, List[str]]] = {}
+    controllers: Dict[str, str] = {}
+    for row in FLAGS:
+        for flag, setting in ((row.name, row.config), (row.negation, row.negation_config)):
+            if not setting:
+                continue
+            key, _, value = setting.partition("=")
+            if key == "controller":
+                controllers[value] = flag
+            elif not value:
+                keys[tuple(key.split("."))] = flag
+            else:
+                keys.setdefault(tuple(key.split(".")), [None, None])[0 if value == "true" else 1] = flag
+    return {key: tuple(flag) if isinstance(flag, list) else flag for key, flag in keys.items()}, controllers
+
+
+#: (section, key) -> flag for a value, or (flag if true, flag if false) for a boolean; controller -> flag.
+KEYS, CONTROLLERS = _config_settings()
 
 _KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*:(?:\s+(?P<value>.*))?$")
 

@@ -1,9 +1,9 @@
 """``blinkrun -np N [-H host:slots,... | --hostfile F] [flags] COMMAND ...``: launch a job.
 
-Turns the command line into a :class:`LaunchSpec` (flags -> ``BLINKFLOW_*`` through the one
-table in flags.py), detects the MPI, builds mpirun's argv (mpirun_argv.py, pure) and hands it to
-:class:`supervise.Job`. Bad usage exits 2 with click's message on one line (one_line.py), before
-anything starts.
+Its options are the rows of the one flag table (flag_table.py), declared in the table's order.
+Turns the command line into a :class:`LaunchSpec` (setting flags -> ``BLINKFLOW_*`` by flags.py),
+detects the MPI, builds mpirun's argv (mpirun_argv.py, pure) and hands it to :class:`supervise.Job`.
+Bad usage exits 2 with click's message on one line (one_line.py), before anything starts.
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from blinkflow.errors import ConfigError
 from blinkflow.version import __version__
 
 from . import horovod_config_file
-from .elastic_flags import elastic_options, elastic_spec
-from .flags import SETTING_FLAGS, settings_env
-from .horovod_flags import ACCEPTED, REFUSED, by_name, generated_rows
+from .elastic_flags import elastic_spec
+from .flag_table import ACCEPTED, ACTION, CLICK_OWN, FLAGS, NATIVE, REFUSED, SETTING_FLAGS, by_name
+from .flags import settings_env
 from .hosts import hosts_arg, mpich_hostfile_text, parse_hostfile, parse_hosts_arg
 from .mpi_impl import MPICH, detect
 from .mpirun_argv import LaunchSpec, build_mpirun_argv, format_argv
@@ -83,59 +83,51 @@ def _hosts(ctx, param, value):
         raise click.BadParameter(str(e), ctx=ctx, param=param) from None
 
 
-def _setting_options(func):
-    for setting in reversed(SETTING_FLAGS):
-        if setting.negation:
-            option = click.option(f"{setting.flag}/{setting.negation}", setting.param, default=None,
-                                  help=f"{setting.help} [{setting.env_name}]")
-        else:
-            option = click.option(setting.flag, setting.param, type=setting.type, default=None,
-                                  help=f"{setting.help} [{setting.env_name}]")
-        func = option(func)
+#: The rows whose values blinkrun checks or acts on as click parses them.
+_CALLBACKS = {"hosts": _hosts, "check_build": _check_build}
+
+
+def _options(func):
+    """Every row of the flag table as a click option, in the table's order (``--help``'s)."""
+    for row in reversed(FLAGS):
+        option = _option(row)
+        if option is not None:
+            func = option(func)
     return func
 
 
-def _horovod_options(func):
-    """horovodrun's flags that blinkrun takes without effect or refuses (horovod_flags.py)."""
-    for row in generated_rows():
-        def callback(ctx, _param, value, row=row):
+def _option(row):
+    """The click option of one row of the flag table (None: ``--help``, click's own)."""
+    if row.handling != NATIVE:   # taken without effect, or refused: hidden
+        def refuse(ctx, _param, value, row=row):
             if value and row.handling == REFUSED and not ctx.resilient_parsing:
                 raise click.UsageError(row.refusal())
         kind = dict(is_flag=True) if row.nargs == 0 else dict(nargs=row.nargs, type=click.UNPROCESSED)
-        func = click.option(*row.names, expose_value=False, hidden=True, callback=callback, **kind)(func)
-    return func
+        return click.option(*row.names, row.param, expose_value=False, hidden=True, callback=refuse, **kind)
+    if row.param == "help":
+        return None
+    if row.param == "version":
+        return click.version_option(__version__, *row.names, prog_name="blinkflow",
+                                    message="%(prog)s %(version)s", help=row.help_line())
+    spelled = (f"{row.flag}/{row.negation}",) if row.negation else row.names
+    kwargs = dict(help=row.help_line(), metavar=row.metavar, multiple=row.multiple)
+    if row.nargs == 0 and not row.negation:   # "--autotune/--no-autotune": click makes the pair a switch
+        kwargs["is_flag"] = True
+    elif row.nargs:
+        kwargs.update(type=row.type, nargs=row.nargs)
+    if row.click_default is not CLICK_OWN:
+        kwargs["default"] = row.click_default
+    if row.feeds == ACTION:
+        kwargs.update(expose_value=False, is_eager=True)
+    callback = _CALLBACKS.get(row.param)
+    if callback is not None:
+        kwargs["callback"] = callback
+    return click.option(*spelled, row.param, **kwargs)
 
 
-@click.command(cls=OneLineErrorCommand,
-               context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]})
-@click.option("-np", "--num-proc", "np", type=click.IntRange(min=1), help="Number of ranks to start.")
-@click.option("-H", "--hosts", "hosts", callback=_hosts, metavar="HOST:SLOTS,...",
-              help="Hosts and their slots, e.g. a:4,b:4 (default: this machine only).")
-@click.option("-hostfile", "--hostfile", type=click.Path(dir_okay=False), help="File of 'host slots=N' lines.")
-@_setting_options
-@elastic_options
-@click.option("--no-stall-check", is_flag=True, default=None,
-              help="No stall warnings and no stall shutdown (both times 0).")
-@click.option("--config-file", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Horovod's YAML parameter file; flags on the command line win over it.")
-@click.option("--network-interfaces", "network_interfaces", multiple=True, metavar="NIC,...",
-              help="Network interfaces MPI's traffic may use, comma-separated.")
-@click.option("--network-interface", "network_interface", multiple=True, metavar="NIC",
-              help="A network interface MPI's traffic may use (repeatable).")
-@click.option("-p", "--ssh-port", type=click.IntRange(1, 65535), help="ssh port of every host.")
-@click.option("-i", "--ssh-identity-file", type=click.Path(dir_okay=False), help="ssh private key for every host.")
-@click.option("--tcp", "tcp_only", is_flag=True, default=None, help="MPI's traffic over TCP only.")
-@click.option("--binding-args", metavar="'ARGS'", help="mpirun's process binding arguments (default: --bind-to none).")
-@click.option("--mpi-args", default="", metavar="'ARGS'", help="Extra arguments for mpirun, as one quoted string.")
-@click.option("--output-filename", type=click.Path(file_okay=False), metavar="DIR",
-              help="Also write each rank's output to DIR/rank.N/stdout and stderr.")
-@click.option("-prefix-timestamp", "--prefix-output-with-timestamp", "timestamp_output", is_flag=True, default=None,
-              help="Start every output line with the time.")
-@click.option("--verbose", is_flag=True, help="Print the exact mpirun command before running it, and the GPU each rank drives.")
-@click.option("-cb", "--check-build", is_flag=True, expose_value=False, is_eager=True, callback=_check_build,
-              help="Show what this installation can use (frameworks, MPI, GPU support) and exit.")
-@click.version_option(__version__, "-v", "--version", prog_name="blinkflow", message="%(prog)s %(version)s")
-@_horovod_options
+@click.command(cls=OneLineErrorCommand, context_settings={"allow_interspersed_args": False,
+                                                          "help_option_names": list(by_name()["--help"].names)})
+@_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(**options):
     """Run COMMAND on N ranks with MPI; every output line is tagged with its rank.

@@ -1,10 +1,9 @@
 """Every horovodrun flag of Horovod 0.28 is taken by blinkrun with Horovod's meaning, or refused on
-one line that says what to use instead (launcher/horovod_flags.py)."""
+one line that says what to use instead (launcher/flag_table.py)."""
 import pytest
 from click.testing import CliRunner
 
-from blinkflow.launcher import horovod_flags
-from blinkflow.launcher.horovod_flags import ACCEPTED, ELASTIC, HOROVOD_FLAGS, NATIVE, REFUSED, by_name
+from blinkflow.launcher.flag_table import ACCEPTED, ELASTIC, HOROVOD_FLAGS, NATIVE, REFUSED, by_name
 from blinkflow.launcher.run_cmd import command, spec_from_options
 
 # The flags of horovod/runner/launch.py (v0.28.1, parse_args), every spelling, with the number of
@@ -189,7 +188,7 @@ def test_unknown_flags_and_aliases_that_were_misread_before():
     assert {"-cb", "-hostfile", "-prefix-timestamp", "-np", "-v", "-p", "-i", "-H"} <= names
     result = CliRunner().invoke(command, ["-np", "2", "--no-such-flag", "python"], prog_name="blinkrun")
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
-    assert horovod_flags.by_name()["--gloo"].refusal().count("\n") == 0
+    assert by_name()["--gloo"].refusal().count("\n") == 0
 
 
 def test_autotune_flags_set_the_autotune_settings(tmp_path):
