@@ -53,33 +53,32 @@ def _receiving_edge(words: np.ndarray, ring: np.ndarray) -> Edge:
                 base=0, counts=[64, 64], window=2, slot_bytes=64)
 
 
-def test_a_call_whose_launch_failed_posts_nothing_and_moves_no_counter():
+@pytest.fixture
+def served():
+    """A proxy on a :class:`RecordingComm`, one receiving connection, the call's ring words
+    (``[tail, head]``) and its abort flag; the proxy is closed afterwards."""
     comm = RecordingComm()
     proxy = Proxy(comm)
     words, ring = np.zeros(2, np.int64), np.zeros(128, np.uint8)
     abort = np.zeros(1, np.int32)
-    try:
-        call = proxy.start([_receiving_edge(words, ring)], abort, timeout=30.0)
-        time.sleep(0.3)        # the proxy thread has long picked the call up
-        abort[0] = 1           # the launch failed: the executor raises the flag, then finishes
-        with pytest.raises(BackendError, match="aborted"):
-            proxy.finish(call)
-        assert comm.posted == [], "the proxy posted transfers for a call whose launch failed"
-        assert words[0] == 0, "the proxy raised a ring's tail for a call whose launch failed"
-    finally:
-        proxy.close()
+    call = proxy.start([_receiving_edge(words, ring)], abort, timeout=30.0)
+    yield proxy, call, comm, words, abort
+    proxy.close()
 
 
-def test_a_call_whose_launch_was_issued_is_served():
-    comm = RecordingComm()
-    proxy = Proxy(comm)
-    words, ring = np.zeros(2, np.int64), np.zeros(128, np.uint8)
-    abort = np.zeros(1, np.int32)
-    try:
-        call = proxy.start([_receiving_edge(words, ring)], abort, timeout=30.0)
-        call.issued.set()
-        proxy.finish(call)     # the launch ended
-        assert comm.posted == [("recv", 1, 3), ("recv", 1, 3)]
-        assert words[0] == 2
-    finally:
-        proxy.close()
+def test_a_call_whose_launch_failed_posts_nothing_and_moves_no_counter(served):
+    proxy, call, comm, words, abort = served
+    time.sleep(0.3)        # the proxy thread has long picked the call up
+    abort[0] = 1           # the launch failed: the executor raises the flag, then finishes
+    with pytest.raises(BackendError, match="aborted"):
+        proxy.finish(call)
+    assert comm.posted == [], "the proxy posted transfers for a call whose launch failed"
+    assert words[0] == 0, "the proxy raised a ring's tail for a call whose launch failed"
+
+
+def test_a_call_whose_launch_was_issued_is_served(served):
+    proxy, call, comm, words, abort = served
+    call.issued.set()
+    proxy.finish(call)     # the launch ended
+    assert comm.posted == [("recv", 1, 3), ("recv", 1, 3)]
+    assert words[0] == 2
