@@ -25,6 +25,7 @@ from blinkflow.backends.cuda import CudaBackend
 from blinkflow.config import Config
 from blinkflow.errors import PlanError
 from blinkflow.ops import ReduceOp
+from blinkflow.schedule import policy
 from blinkflow.bench.hand_schedules import (chain_allreduce_schedule, chain_broadcast_schedule, direct_allgather_schedule,
                                        direct_reducescatter_schedule)
 from harness import run_cases, skip
@@ -137,6 +138,34 @@ def case_the_policy_ran_the_algorithm_asked_for(rank, size):
     if ALGORITHM == "auto":
         skip("BLINKFLOW_ALGORITHM=auto: the policy chooses, nothing was asked for")
     assert ALGORITHMS == {ALGORITHM}, f"the all-reduces ran on {sorted(ALGORITHMS)}, BLINKFLOW_ALGORITHM={ALGORITHM}"
+
+
+def case_the_policy_is_asked_once_per_call_shape(rank, size):
+    """The algorithm and chunk of an all-reduce are decided at its shape's first call; later
+    calls of the shape run what was decided, without asking the policy again."""
+    if n == 1:
+        skip("one rank moves no data: nothing is decided")
+    asked = []
+    choose = policy.choose
+
+    def counting(collective, nbytes, *args, **kwargs):
+        asked.append((collective, nbytes))
+        return choose(collective, nbytes, *args, **kwargs)
+
+    shapes = (777, 4321)
+    for nelems in shapes:   # the first call of each shape decides it
+        backend().allreduce(cupy.asarray(inputs(3 + me, "float32", nelems, ReduceOp.SUM)), ReduceOp.SUM)
+    policy.choose = counting
+    try:
+        for _ in range(3):
+            for nelems in shapes:
+                buf = cupy.asarray(inputs(5 + me, "float32", nelems, ReduceOp.SUM))
+                backend().allreduce(buf, ReduceOp.SUM)
+                check(f"allreduce of {nelems} again", cupy.asnumpy(buf),
+                      sum(inputs(5 + r, "float32", nelems, ReduceOp.SUM) for r in range(n)))
+    finally:
+        policy.choose = choose
+    assert asked == [], f"the policy was asked again for shapes it had decided: {asked}"
 
 
 def case_average_is_sum_then_scale(rank, size):

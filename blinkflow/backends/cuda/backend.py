@@ -22,6 +22,7 @@ MPI, on device memory when MPI is CUDA-aware, otherwise through host memory.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Optional, Sequence
 
@@ -100,6 +101,8 @@ class CudaBackend(Backend):
         self._rates: Optional[policy.PlanRates] = None
         self.last_choice: Optional[policy.Choice] = None
         """The policy's choice for the latest collective (tests, debugging)."""
+        self._call_shapes: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
+        """Call shape -> (choice, chunk, program): the policy is asked once per shape (see :meth:`_program`)."""
         agree_policy(self.comm, config, self.caps, layout)
         self._device_comm = self.comm.Dup()  # the proxy's network edges only
         self.executor = DeviceExecutor(cupy, self._device_comm, self.local_comm, layout, self._routes,
@@ -282,18 +285,34 @@ class CudaBackend(Backend):
         return choice
 
     def _program(self, collective: str, nelems: int, itemsize: int, root=None, counts=None):
-        """This call's choice and program. A schedule with more trees than any before changes
-        the chunk (the runner's arena share, the device executor's per-tree chunk), so it is made
-        once more (on every rank: they all see the same schedules in the same order)."""
+        """This call's choice, chunk and program, decided once per call shape: the policy's
+        other inputs are fixed, except the most trees of any schedule so far and whether the
+        device executor is offered, and when either changes every shape is decided afresh (on
+        every rank: they all see the same schedules in the same order). A schedule with more
+        trees than any before changes the chunk (the runner's arena share, the device
+        executor's per-tree chunk), so its own shape is decided once more."""
+        key = (collective, nelems, itemsize, root, None if counts is None else tuple(counts))
+        known = self._call_shapes.get(key)
+        if known is not None:
+            self._call_shapes.move_to_end(key)
+            self.last_choice = known[0]
+            return known
         while True:
             choice = self._choose(collective, nelems * itemsize, itemsize)
             if choice.algorithm == "nccl":
-                return choice, 0, None  # NCCL chunks on its own
+                decided = (choice, 0, None)  # NCCL chunks on its own
+                break
             chunk = choice.chunk_elems(itemsize)
             program = self.programs.get(collective, nelems, chunk, root=root, counts=counts)
             if program.nchannels <= self._max_channels:
-                return choice, chunk, program
+                decided = (choice, chunk, program)
+                break
             self._max_channels = program.nchannels
+            self._call_shapes.clear()
+        self._call_shapes[key] = decided
+        if len(self._call_shapes) > self.programs.capacity:
+            self._call_shapes.popitem(last=False)
+        return decided
 
     def _ensure_arena(self, program, slot_bytes: int) -> None:
         """Receive slots for the host's links that the schedules so far use (rebuilt when a
@@ -357,6 +376,7 @@ class CudaBackend(Backend):
             if getattr(self.ctx.config, "algorithm", "auto") == "device":
                 raise
             self.caps = dataclasses.replace(self.caps, device_executor=False)
+            self._call_shapes.clear()   # every shape's choice offered the device executor
             return False
 
     def _mark(self, what: str, phase: str) -> None:
