@@ -27,11 +27,8 @@ from ..schedule.ir import Schedule
 def direct_allgather_schedule(devices: Tuple[int, ...], shards: Tuple[Tuple[int, int, int], ...],
                               nelems: int, chunk_elems: int) -> Schedule:
     """An all-gather in one hop: every device sends its shard, chunk by chunk, straight to every
-    other device (one channel per destination offset so the copies overlap).
-
-    Used where no tree plan fits the call: shards of uneven size chosen by the caller (the
-    runtime's ``counts``) and the last phase of the three-phase all-reduce, where the shards
-    are the cross-host pieces. On NVSwitch machines one hop is also what the trees would do.
+    other device (one channel per destination offset so the copies overlap). ``shards`` may be
+    uneven or empty, as a caller's ``counts`` can be: the runner's tests drive those through it.
     """
     if chunk_elems <= 0:
         raise ScheduleError("chunk_elems must be positive")
