@@ -175,6 +175,9 @@ class ElasticDriver:
                         self.say(f"new rank {slot_id} (host {slot.host}) {how} before it began MPI's start-up; "
                                  "the ranks starting it cannot go on (MPI_Comm_spawn waits for it): stopping the job")
                         return True
+                    if event.get("declared_dead"):
+                        how = (f"no heartbeat from it reached the other ranks in time; Open MPI's failure detector "
+                               f"declared it dead and ended it ({how}) once it ran again")
                     self.say(f"rank {slot_id} (host {slot.host}) lost: {how}; host blacklisted")
             elif kind == events.EXITED and slot.state != LOST:
                 slot.state, slot.since = DONE, now

@@ -15,6 +15,8 @@ MAX_LINE = 3500           # stay below PIPE_BUF (4096) so the line is written at
 STARTED = "started"
 FAILED = "failed"
 EXITED = "exited"
+"""The rank's process ended: its ``status``, and ``declared_dead`` when Open MPI aborted it as a
+rank its failure detector had declared dead (the loss's cause is then the missing heartbeat)."""
 MPI_STARTING = "mpi"
 """The rank's process begins MPI's initialisation (it imports ``mpi4py.MPI``)."""
 LOST = "lost"

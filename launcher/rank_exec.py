@@ -49,6 +49,12 @@ LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
 SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 STOP_GRACE_SECONDS = 3.0
 TAIL_LINES = 40
+#: What Open MPI's failure detector prints on a rank it declared dead once that rank runs again
+#: (after a pause longer than the detector's timeout), just before it aborts the rank.
+REPORTED_DEAD = "I have been reported dead by someone else"
+#: How long the wrapper waits for an aborted rank's last output to be read (a process the rank
+#: started may hold its stderr open, and then the pipe never ends).
+DRAIN_S = 2.0
 ELASTIC_EVENT_GRACE_S = 0.5
 DAEMONS = ("prted", "orted")
 """Open MPI's per-host daemons (5.x, 4.x): the process that starts the wrappers on a host."""
@@ -277,7 +283,15 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
             pump.start()
         returncode = child.wait()
         ended = time.time()
-        emit({"event": events.EXITED, "status": exit_status(returncode), "time": ended})
+        exited = {"event": events.EXITED, "status": exit_status(returncode), "time": ended}
+        if returncode == -signal.SIGABRT:
+            # Open MPI aborts a rank its detector declared dead when that rank runs again: the
+            # rank's last words say so, and blinkrun names the loss by its cause (no heartbeat),
+            # not by the abort. They were written before the rank ended: read them first.
+            pumps[1].join(timeout=DRAIN_S)
+            if any(REPORTED_DEAD in line for line in tail):
+                exited["declared_dead"] = True
+        emit(exited)
         _terminate_group(child.pid, own_group)   # leftovers of the rank's own children hold the pipes
         for pump in pumps:
             pump.join(timeout=2.0)

@@ -195,6 +195,23 @@ def test_ranks_the_survivors_went_on_without_are_lost_once_and_the_job_can_finis
     assert driver.finished()
 
 
+def test_a_rank_open_mpi_ended_as_declared_dead_is_lost_for_want_of_a_heartbeat_whoever_reports_first(tmp_path):
+    # two ranks paused past the detector's timeout: one is declared dead, and both run again at
+    # once; the declared one is aborted by Open MPI as the survivors (the other one among them)
+    # report it lost, in either order
+    first = {}
+    for order in ("wrapper first", "survivors first"):
+        driver, said, _ = make(tmp_path, [], np=4, hosts=(("a", 2), ("b", 2)))
+        ended = {"event": events.EXITED, "rank": 3, "status": 134, "declared_dead": True}
+        lost = {"event": events.LOST, "ranks": [3]}
+        for event in ((ended, lost) if order == "wrapper first" else (lost, ended)):
+            driver.on_event(event)
+        assert len(said) == 1 and said[0].startswith("rank 3 (host b) lost: no heartbeat from it reached the other "
+                                                     "ranks"), (order, said)
+        first[order] = said[0]
+    assert "declared it dead and ended it (killed by SIGABRT) once it ran again" in first["wrapper first"], first
+
+
 def test_a_new_rank_still_before_mpi_when_the_ranks_starting_it_are_gone_stops_the_job(tmp_path):
     driver, said, _ = make(tmp_path, [{"localhost": 3}] * 2)
     driver.poll()

@@ -60,6 +60,17 @@ def test_exit_status_and_signal_are_reported():
     assert (failed["status"], failed["signal"]) == (137, "SIGKILL")
 
 
+def test_a_rank_open_mpi_ended_as_declared_dead_says_so_in_its_exit_event():
+    # after a pause longer than the failure detector's timeout, Open MPI prints this and aborts
+    said = "[h:1] ompi_proc_mark_as_failed: I have been reported dead by someone else. Aborting."
+    proc = wrap([PY, "-c", f"import os, sys; print({said!r}, file=sys.stderr, flush=True); os.abort()"])
+    exited = next(e for e in split_events(proc.stderr)[1] if e["event"] == events.EXITED)
+    assert (exited["status"], exited.get("declared_dead")) == (134, True), proc.stderr
+    proc = wrap([PY, "-c", "import os, sys; print('something else', file=sys.stderr, flush=True); os.abort()"])
+    exited = next(e for e in split_events(proc.stderr)[1] if e["event"] == events.EXITED)
+    assert (exited["status"], exited.get("declared_dead")) == (134, None), proc.stderr
+
+
 def test_missing_command_is_127():
     proc = wrap(["no-such-command-blinkflow"])
     assert proc.returncode == 127
