@@ -79,8 +79,9 @@ def returns_early(fn: Callable) -> Optional[int]:
     return None
 
 
-def record(case: str, rank: int, status: str, text: str = "") -> None:
-    line = json.dumps({"case": case, "rank": rank, "status": status, "text": text[-_TEXT_LIMIT:]})
+def record(case: str, rank: int, status: str, text: str = "", seconds: float = 0.0) -> None:
+    line = json.dumps({"case": case, "rank": rank, "status": status, "text": text[-_TEXT_LIMIT:],
+                       "seconds": round(seconds, 3)})
     print(f"\n{RECORD}{line}", flush=True)
 
 
@@ -121,15 +122,16 @@ def run_cases(namespace: Mapping[str, object], rank: int, size: int, only: Seque
                                               "apply calls skip(reason), so the harness reports it skipped")
             stop()
             continue
+        began = time.monotonic()
         try:
             fn(rank, size)
         except Skip as e:
-            record(prefix + name, rank, SKIP, str(e))
+            record(prefix + name, rank, SKIP, str(e), time.monotonic() - began)
         except BaseException:  # noqa: BLE001 - any failure, reported with its traceback
-            record(prefix + name, rank, FAIL, traceback.format_exc())
+            record(prefix + name, rank, FAIL, traceback.format_exc(), time.monotonic() - began)
             stop()
         else:
-            record(prefix + name, rank, PASS)
+            record(prefix + name, rank, PASS, seconds=time.monotonic() - began)
     if finish:
         done(rank)
 
@@ -426,9 +428,32 @@ _LAUNCHES: Dict[tuple, Launch] = {}
 SCRIPTS_RUNNER = os.path.join(TESTS, "run_case_scripts.py")
 
 
+#: A file to which every launch appends its wall time and its cases' (slowest rank's) seconds, one
+#: JSON line per launch, when the suite runs with this variable set: where the suite's time goes.
+CASE_TIMES = "TESTS_CASE_TIMES"
+
+
+def _note_times(argv: Sequence[str], n: int, seconds: float, stdout: str) -> None:
+    path = os.environ.get(CASE_TIMES)
+    if not path:
+        return
+    cases: Dict[str, float] = {}
+    for line in stdout.splitlines():
+        if line.startswith(RECORD):
+            try:
+                item = json.loads(line[len(RECORD):])
+            except ValueError:
+                continue
+            cases[item["case"]] = max(cases.get(item["case"], 0.0), float(item.get("seconds", 0.0)))
+    with open(path, "a") as f:
+        f.write(json.dumps({"argv": [os.path.basename(a) for a in argv[1:]], "n": n, "seconds": round(seconds, 2),
+                            "cases": cases}) + "\n")
+
+
 def _launch(key: tuple, n: int, argv: Sequence[str], order: List[str], env: Optional[Mapping[str, str]],
             timeout: float, mpi_options: Sequence[str] = (), alone: bool = False) -> Launch:
     if key not in _LAUNCHES:
+        began = time.monotonic()
         try:
             if alone:
                 proc = run_alone(list(argv), env=env, timeout=timeout, check=False)
@@ -437,6 +462,7 @@ def _launch(key: tuple, n: int, argv: Sequence[str], order: List[str], env: Opti
             result = Launch(n, proc.stdout, proc.stderr, proc.returncode, order)
         except LaunchTimeout as e:
             result = Launch(n, e.stdout, e.stderr, None, order)
+        _note_times(argv, n, time.monotonic() - began, result.stdout)
         _LAUNCHES[key] = result
     return _LAUNCHES[key]
 
