@@ -145,3 +145,29 @@ def _recorded_groups(path, wait_s=60.0):
             return json.load(f)
     except OSError:
         return {}
+
+
+#: A file to which every test appends its wall and CPU seconds (its own process and every child it
+#: waited for: the ranks of its launches), one JSON line per test, when the suite runs with this
+#: variable set: which tests wait and which compute (the suite's two workers share two cores).
+CPU_TIMES = "TESTS_CPU_TIMES"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    path = os.environ.get(CPU_TIMES)
+    if not path:
+        yield
+        return
+    import resource
+    import time
+
+    def cpu():
+        return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                     resource.getrusage(resource.RUSAGE_CHILDREN)))
+    began, used = time.monotonic(), cpu()
+    yield
+    with open(path, "a") as f:
+        f.write(json.dumps({"test": item.nodeid, "wall": round(time.monotonic() - began, 2),
+                            "cpu": round(cpu() - used, 2)}) + "\n")
+
