@@ -1,9 +1,11 @@
 """The interface every executor implements, so the runtime never asks which backend it drives.
 
-The runtime hands a backend flat, 1-D, C-contiguous buffers of one dtype (the fusion buffer or
-a single large tensor) and asks for one collective at a time, always in the same order on every
-rank. Averaging, pre- and post-scaling are separate :meth:`Backend.scale` calls, so ``op`` here is
-always an elementwise combiner (``ReduceOp.combiner``: SUM, MIN, MAX or PRODUCT).
+The runtime hands a backend flat, 1-D, C-contiguous buffers of one dtype (a fused batch's
+tensors, as pieces, or a single tensor) and asks for one collective at a time, always in the same
+order on every rank: an all-reduce is :meth:`Backend.allreduce_pieces`, with a float's pre- and
+postscale factors folded in; an integer's scaling, and every other collective's, are separate
+:meth:`Backend.scale` calls. So ``op`` here is always an elementwise combiner
+(``ReduceOp.combiner``: SUM, MIN, MAX or PRODUCT).
 
 A backend gets everything it needs in a :class:`BackendContext`; communicators are passed in,
 never fished from globals, so a process set or a test can hand a backend its own.

@@ -1,9 +1,11 @@
 """Runs the responses of a cycle on the backend and completes the entries they answer.
 
 Called on the background thread with the cycle's responses (identical on every rank). All-reduces
-are fused (see :mod:`fusion`): packed into ``backend.buffer``, scaled, reduced, scaled, unpacked
-into new arrays. Other collectives run one by one on fresh arrays. A rank that has *joined*
-takes part in collectives it did not submit with zeros (all-reduce) or nothing (all-gather).
+are fused (see :mod:`fusion`) and each batch is one ``backend.allreduce_pieces`` call on every
+backend (packed or read in place, prescaled, reduced, written scaled into a private array), then
+unpacked into views of that array. Other collectives run one by one on fresh arrays. A rank that
+has *joined* takes part in collectives it did not submit with zeros (all-reduce) or nothing
+(all-gather).
 Results are always new arrays; inputs are never written.
 """
 from __future__ import annotations
@@ -306,31 +308,19 @@ class Executor:
                     inputs.append(array.ravel())  # contiguous: a strided 1-d view is copied, not passed on
         if not op.elementwise:
             return self._adasum(step, backend, inputs)
-        # The result goes to a private array that every result is a slice of (the backend's
-        # buffer is reused by the next batch). On the host the backend writes it directly, with a
-        # float Average's scaling folded in; device buffers are copied out afterwards.
+        # One route on every backend: the backend packs the inputs (timeline: COPY_IN) or reads
+        # them in place, reduces, and writes the result into a private array (every result is a
+        # slice of it; the backend's buffer is reused by the next batch), a float Average's or
+        # postscale's factor folded into that last write. An integer's scaling follows here,
+        # with Horovod's integer arithmetic.
         scale = first.postscale / self.size if op is ReduceOp.AVERAGE else first.postscale
-        on_host = first.device == "cpu"
-        if on_host:
-            private = self.results.empty(total * dtype.itemsize).view(dtype)
-            folded = scale if dtype.kind in "fc" else 1.0
-            # The backend packs the inputs (timeline: COPY_IN), a stage at a time, or reads them
-            # in place: no whole packed copy beside the inputs and the result.
-            backend.allreduce_pieces(inputs, op.combiner, out=private, scale=folded, prescale=first.prescale)
-        else:
-            buf = backend.buffer(total, dtype)
-            self._mark(names, "B", "COPY_IN")
-            xp.concatenate(inputs, out=buf)  # one call packs them all (hundreds of gradients per step)
-            self._mark(names, "E", "COPY_IN")
-            backend.scale(buf, first.prescale)
-            backend.allreduce(buf, op.combiner)
-            private = buf.copy()
-        if on_host and folded != 1.0:
-            scale = 1.0  # already applied by the backend
-        self._mark(names, "B", "COPY_OUT")  # on the host only the unpacking: the copy ran in the backend
+        folded = scale if dtype.kind in "fc" else 1.0
+        private = self._result(first.device, total, dtype)
+        backend.allreduce_pieces(inputs, op.combiner, out=private, scale=folded, prescale=first.prescale)
+        self._mark(names, "B", "COPY_OUT")  # the unpacking: the copy out ran in the backend
         if op is ReduceOp.AVERAGE and dtype.kind in "iu":
             scaling.average(private, self.size, first.postscale, scale=backend.scale)
-        else:
+        elif folded == 1.0:
             backend.scale(private, scale)
         slices, shaped = batch.views  # hundreds of gradients: a C-level map over slices made once
         results = list(map(private.__getitem__, slices))
@@ -338,6 +328,13 @@ class Executor:
             results[i] = results[i].reshape(shape)
         self._mark(names, "E", "COPY_OUT")
         return results
+
+    def _result(self, device: str, nelems: int, dtype: np.dtype):
+        """A private array for a batch's result, where the batch's tensors live: recycled host
+        memory (:class:`ResultPool`), or new memory on this rank's GPU."""
+        if device == "cpu":
+            return self.results.empty(nelems * dtype.itemsize).view(dtype)
+        return _xp(device).empty(nelems, dtype)
 
     def _adasum(self, step: _Step, backend, inputs: List[Any]) -> List[Any]:
         """An Adasum batch: packed on the host (a device tensor is copied there and its result

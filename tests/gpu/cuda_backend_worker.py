@@ -168,13 +168,18 @@ def case_the_policy_is_asked_once_per_call_shape(rank, size):
     assert asked == [], f"the policy was asked again for shapes it had decided: {asked}"
 
 
-def case_average_is_sum_then_scale(rank, size):
-    """As the runtime does it."""
-    buf = cupy.asarray(inputs(7 + me, "float32", 5000, ReduceOp.SUM))
-    want = sum(inputs(7 + r, "float32", 5000, ReduceOp.SUM) for r in range(n)).astype(np.float32)
-    backend().allreduce(buf, ReduceOp.AVERAGE)
-    backend().scale(buf, 1.0 / n)
-    check("average", cupy.asnumpy(buf), want * np.float32(1.0 / n))
+def case_average_is_the_pieces_reduced_with_the_factors_folded_in(rank, size):
+    """As the runtime does it (Executor._allreduce): a batch's tensors as pieces, prescaled, and
+    the Average's factor applied to the result, which lands in a private array."""
+    sizes = (3, 4000, 0, 997)
+    mine = [cupy.asarray(inputs(7 + me * 10 + i, "float32", k, ReduceOp.SUM)) for i, k in enumerate(sizes)]
+    out = cupy.empty(sum(sizes), np.float32)
+    backend().allreduce_pieces(mine, ReduceOp.SUM, out=out, scale=1.0 / n, prescale=2.0)
+    want = sum(np.concatenate([inputs(7 + r * 10 + i, "float32", k, ReduceOp.SUM) for i, k in enumerate(sizes)]) * 2
+               for r in range(n)).astype(np.float32)
+    check("average of pieces", cupy.asnumpy(out), want * np.float32(1.0 / n))
+    for piece, k, i in zip(mine, sizes, range(len(sizes))):  # the inputs are only read
+        check(f"piece {i} per-rank", cupy.asnumpy(piece), inputs(7 + me * 10 + i, "float32", k, ReduceOp.SUM))
 
 
 def case_the_fusion_buffer_is_reused_across_sizes(rank, size):
