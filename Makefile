@@ -20,9 +20,11 @@ demo: $(STAMP)
 	$(BIN)/blinkrun -np 2 python examples/keras_mnist.py
 
 # Unit, multi-process (mpirun at 1 to 4 ranks), TensorFlow and GPU tests (skipped without a GPU).
-# Two pytest workers: many multi-process tests mostly wait (fault deadlines, stalls, signals), so
-# a second worker fills the cores; the cases of one launch stay on one worker (tests/conftest.py).
-TEST_WORKERS ?= 2
+# Four pytest workers on two cores: a third of the suite's test time is waiting (fault deadlines,
+# stalls, failure detectors, signals), which other workers' tests fill; measured on a 2-core VM,
+# 2 workers took 11:17, 3 took 9:51, 4 took 9:07 (tests/README.md). The cases of one launch
+# stay on one worker (tests/conftest.py).
+TEST_WORKERS ?= 4
 # Bytecode for the repository's own modules first: pip compiles what it installs, but not an
 # editable install's sources, and under PYTHONDONTWRITEBYTECODE (set on many CI images) every
 # rank of every multi-process test would compile blinkflow again (about 0.1 s of CPU each).

@@ -68,7 +68,7 @@ def pytest_collection_modifyitems(config, items):
     ``case`` read one launch per set of their other parameters (tests/harness.py runs it once
     per process): under pytest-xdist's ``--dist loadgroup`` those tests form one group, so the
     launch runs once, on one worker. A test may name its group itself (``@pytest.mark.xdist_group``) when several test functions share a launch. The
-    two-host tests share one session-wide cluster of network namespaces, which two workers would
+    two-host tests share one session-wide cluster of network namespaces, which several workers would
     each build under the same names: they form one group too."""
     items.sort(key=_folder_order)   # stable: within a folder, the order pytest found them in
     for item in items:
@@ -149,7 +149,7 @@ def _recorded_groups(path, wait_s=60.0):
 
 #: A file to which every test appends its wall and CPU seconds (its own process and every child it
 #: waited for: the ranks of its launches), one JSON line per test, when the suite runs with this
-#: variable set: which tests wait and which compute (the suite's two workers share two cores).
+#: variable set: which tests wait and which compute (the suite's workers share two cores).
 CPU_TIMES = "TESTS_CPU_TIMES"
 
 
