@@ -13,10 +13,13 @@ never fished from globals, so a process set or a test can hand a backend its own
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import functools
+import itertools
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+import numpy as np
 
 from .. import scaling
 from ..config import Config
@@ -122,7 +125,10 @@ class BackendContext:
 
 
 class Backend(abc.ABC):
-    """Executes collectives on flat contiguous buffers; every call is collective over ``comm``."""
+    """Executes collectives on flat contiguous buffers; every call is collective over ``comm``.
+    A backend sets ``self.ctx`` (its :class:`BackendContext`) and ``self.caps`` (its
+    :class:`~blinkflow.schedule.policy.Capabilities`): the collectives written once here for
+    every backend (the all-to-all, Adasum) use them."""
 
     name: str = "abstract"
 
@@ -173,10 +179,45 @@ class Backend(abc.ABC):
     def reducescatter(self, send, recv, counts: Sequence[int], op: ReduceOp) -> None:
         """Combine ``send`` (``sum(counts)`` elements) across ranks; rank r gets slice r in ``recv``."""
 
-    @abc.abstractmethod
     def alltoall(self, send, send_counts: Sequence[int], recv, recv_counts: Sequence[int]) -> None:
         """Rank r sends ``send_counts[q]`` elements to rank q (in rank order) and receives
-        ``recv_counts[q]`` from each."""
+        ``recv_counts[q]`` from each. One implementation for every backend: Blink has no trees for
+        it (every pair exchanges different data), so it is MPI's ``Alltoallv`` over the context's
+        communicator, on the memory :meth:`_mpi_buffers` hands MPI."""
+        from mpi4py import MPI
+
+        item = send.dtype.itemsize
+        sc = [int(c) * item for c in send_counts]
+        rc = [int(c) * item for c in recv_counts]
+        size = self.ctx.layout.size
+        if len(sc) != size or len(rc) != size or sum(sc) > send.nbytes or sum(rc) > recv.nbytes:
+            raise BackendError(f"alltoall: counts {list(send_counts)} / {list(recv_counts)} do not fit buffers of "
+                               f"{send.size} / {recv.size} elements on {size} ranks")
+        sd = [0] + list(itertools.accumulate(sc))[:-1]
+        rd = [0] + list(itertools.accumulate(rc))[:-1]
+        choice = self._choose("alltoall", sum(sc), item)
+        self._mark("start", choice.phase)
+        try:
+            with self._mpi_buffers(send, recv) as (send_bytes, recv_bytes):
+                self.ctx.comm.Alltoallv([send_bytes, (sc, sd), MPI.BYTE], [recv_bytes, (rc, rd), MPI.BYTE])
+        finally:
+            self._mark("end", choice.phase)
+
+    @contextlib.contextmanager
+    def _mpi_buffers(self, send, recv):
+        """``send`` and ``recv`` as flat byte arrays MPI can read and write, for the time of the
+        call; what MPI wrote into the second is in ``recv`` afterwards. Host memory: themselves."""
+        yield send.reshape(-1).view(np.uint8), recv.reshape(-1).view(np.uint8)
+
+    def _choose(self, collective: str, nbytes: int, itemsize: int) -> policy.Choice:
+        """The call-shape policy's choice for a call (backends add what they know: trees, chunks)."""
+        return policy.choose(collective, nbytes, itemsize, self.ctx.layout, self.ctx.config, self.caps)
+
+    def _mark(self, what: str, phase: str) -> None:
+        """A phase on the runtime's timeline (``what``: "start" or "end"), when one is on."""
+        timeline = getattr(self.ctx, "timeline", None)
+        if timeline is not None:
+            getattr(timeline, what)("collective", phase)
 
     def adasum(self, buf, counts: Sequence[int]) -> None:
         """Replace ``buf`` (flat, host memory: tensors of ``counts`` elements back to back, whose
@@ -188,13 +229,11 @@ class Backend(abc.ABC):
         ctx = self.ctx
         choice = policy.choose("allreduce", buf.nbytes, buf.itemsize, ctx.layout, ctx.config, self.caps,
                                op=ReduceOp.ADASUM)
-        if ctx.timeline is not None:
-            ctx.timeline.start("collective", choice.phase)
+        self._mark("start", choice.phase)
         try:
             adasum.allreduce(ctx.comm, buf, counts)
         finally:
-            if ctx.timeline is not None:
-                ctx.timeline.end("collective", choice.phase)
+            self._mark("end", choice.phase)
 
     def scale(self, buf, factor: float) -> None:
         """Multiply ``buf`` by ``factor`` in place (Average, pre/postscale) with Horovod's

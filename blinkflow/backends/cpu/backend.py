@@ -237,12 +237,6 @@ class CpuBackend(Backend):
         run_program(program, self.transport, self.state, defer=slot)
         self._mark("end", "RUN_SCHEDULE")
 
-    def _mark(self, what: str, phase: str) -> None:
-        """A phase on the runtime's timeline (Horovod-style activity names), when one is on."""
-        timeline = self.ctx.timeline
-        if timeline is not None:
-            getattr(timeline, what)("collective", phase)
-
     # ---- collectives ---------------------------------------------------------------------------
     def allreduce(self, buf, op: ReduceOp, out=None, scale: float = 1.0) -> None:
         buf = _flat(buf)
@@ -385,27 +379,6 @@ class CpuBackend(Backend):
         choice, program = self._program("reducescatter", total, send.itemsize, counts=counts)
         self._run(choice, program, work, ufunc)
         np.copyto(recv[:n], work[lo:lo + n])
-
-    def alltoall(self, send, send_counts: Sequence[int], recv, recv_counts: Sequence[int]) -> None:
-        send, recv = _flat(send), _flat(recv)
-        item = send.dtype.itemsize
-        sc = [int(c) * item for c in send_counts]
-        rc = [int(c) * item for c in recv_counts]
-        if len(sc) != self.size or len(rc) != self.size or sum(sc) > send.nbytes or sum(rc) > recv.nbytes:
-            raise BackendError(f"alltoall: counts {list(send_counts)} / {list(recv_counts)} do not fit buffers of "
-                               f"{send.shape[0]} / {recv.shape[0]} elements on {self.size} ranks")
-        sd = [0] + list(np.cumsum(sc)[:-1])
-        rd = [0] + list(np.cumsum(rc)[:-1])
-        from mpi4py import MPI
-
-        # No plan: an all-to-all moves different data between every pair (Blink has no trees for it).
-        choice = self._choose("alltoall", sum(sc), item)
-        self._mark("start", choice.phase)
-        try:
-            self.comm.Alltoallv([send.view(np.uint8), (sc, [int(x) for x in sd]), MPI.BYTE],
-                                [recv.view(np.uint8), (rc, [int(x) for x in rd]), MPI.BYTE])
-        finally:
-            self._mark("end", choice.phase)
 
     def close(self) -> None:
         if not self._closed:

@@ -23,6 +23,7 @@ MPI, on device memory when MPI is CUDA-aware, otherwise through host memory.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 from typing import Optional, Sequence
 
@@ -198,26 +199,18 @@ class CudaBackend(Backend):
                 self._run("reducescatter", work, name, as_reduce_op(op).combiner, counts=counts)
             recv.reshape(-1)[...] = work[offsets[me]:offsets[me + 1]]
 
-    def alltoall(self, send, send_counts: Sequence[int], recv, recv_counts: Sequence[int]) -> None:
-        send_counts = [int(c) for c in send_counts]
-        recv_counts = [int(c) for c in recv_counts]
-        choice = self._choose("alltoall", sum(send_counts) * send.dtype.itemsize, send.dtype.itemsize)
-        self._mark("start", choice.phase)
-        try:
-            self._alltoall(send, send_counts, recv, recv_counts)
-        finally:
-            self._mark("end", choice.phase)
-
-    def _alltoall(self, send, send_counts, recv, recv_counts) -> None:
+    @contextlib.contextmanager
+    def _mpi_buffers(self, send, recv):
+        """The all-to-all's memory for MPI (see Backend.alltoall): device memory itself where MPI
+        is CUDA-aware (after the stream's work on it), else host copies staged through."""
         with self._dev:
             if cuda_aware_mpi():
                 self.cupy.cuda.get_current_stream().synchronize()
-                self.comm.Alltoallv([send, send_counts], [recv, recv_counts])
+                yield send.reshape(-1).view(self.cupy.uint8), recv.reshape(-1).view(self.cupy.uint8)
                 return
-            host_send = self.cupy.asnumpy(send.reshape(-1))
-            host_recv = np.empty(recv.size, dtype=host_send.dtype)
-            self.comm.Alltoallv([host_send, send_counts], [host_recv, recv_counts])
-            recv.reshape(-1).set(host_recv)
+            host_recv = np.empty(recv.nbytes, dtype=np.uint8)
+            yield self.cupy.asnumpy(send.reshape(-1)).view(np.uint8), host_recv
+            recv.reshape(-1).set(host_recv.view(recv.dtype))
 
     def scale(self, buf, factor: float) -> None:
         if factor == 1.0 or buf.size == 0:
@@ -392,12 +385,6 @@ class CudaBackend(Backend):
             self.caps = dataclasses.replace(self.caps, device_executor=False)
             self._call_shapes.clear()   # every shape's choice offered the device executor
             return False
-
-    def _mark(self, what: str, phase: str) -> None:
-        """A phase on the runtime's timeline (the algorithm of the call), when one is on."""
-        timeline = getattr(self.ctx, "timeline", None)
-        if timeline is not None:
-            getattr(timeline, what)("collective", phase)
 
 
 def _barrier_within(comm, seconds: float) -> bool:
