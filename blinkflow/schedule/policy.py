@@ -96,6 +96,9 @@ ALGORITHMS = {a.name: a for a in (
 
 CPU_RUNNER_CHUNK_BYTES = 4 << 20
 CPU_REDUCE_BLOCK_BYTES = 1 << 20
+CPU_STAGE_BYTES = 8 << 20
+"""The most of a packed cpu all-reduce staged in the shared window at once (whole chunks, at
+least one): the window's memory, not the pipeline, bounds it."""
 CUDA_MIN_CHUNK_BYTES, CUDA_MAX_CHUNK_BYTES, CUDA_CHUNKS_PER_BUFFER = 1 << 20, 16 << 20, 16
 SINGLE_COPY_MIN_CHUNK_BYTES, SINGLE_COPY_MAX_CHUNK_BYTES = 256 << 10, 1 << 20
 SINGLE_COPY_MIN_SHARD_BYTES = 4 << 20
@@ -181,14 +184,23 @@ class Choice:
     """The cpu reduction's cache block."""
     window: int = 0
     """Slots per connection (device executor)."""
+    stage_bytes: int = 0
+    """The cpu runner's stage: a packed all-reduce runs a stage at a time (0: whole)."""
     why: str = ""
     """Why this algorithm (``blinkrun simulate`` prints it)."""
 
     def chunk_elems(self, itemsize: int) -> int:
-        """The chunk in elements of ``itemsize`` bytes: whole units of
-        :data:`~blinkflow.schedule.lower.SPAN_ALIGN_ELEMS` (at least one), so every chunk of a
-        16-byte aligned tree range starts 16-byte aligned too."""
-        return max(1, self.chunk_bytes // itemsize // SPAN_ALIGN_ELEMS) * SPAN_ALIGN_ELEMS
+        """The chunk in elements of ``itemsize`` bytes (:func:`chunk_elems`)."""
+        return chunk_elems(self.chunk_bytes, itemsize)
+
+    def stage_elems(self, n: int, itemsize: int) -> int:
+        """Elements of one stage of an ``n``-element packed all-reduce: ``n`` when it fits one (or
+        nothing is staged), else whole chunks, at least one, within ``stage_bytes``."""
+        if not self.stage_bytes:
+            return n
+        chunk = self.chunk_elems(itemsize)
+        stage = max(chunk, self.stage_bytes // itemsize // chunk * chunk)
+        return n if n <= stage else stage
 
     @property
     def phase(self) -> str:
@@ -247,7 +259,22 @@ def choose(collective: str, nbytes: int, itemsize: int, layout, config, caps: Ca
     if caps.backend == "cuda":
         chunk = cuda_runner_slot_cap(fixed or cuda_runner_chunk_bytes(nbytes), layout, ntrees, caps)
         return Choice("runner", chunk, why=nccl or "")
-    return Choice("runner", fixed or CPU_RUNNER_CHUNK_BYTES, block_bytes=fixed or CPU_REDUCE_BLOCK_BYTES)
+    return Choice("runner", cpu_runner_chunk_bytes(config), block_bytes=fixed or CPU_REDUCE_BLOCK_BYTES,
+                  stage_bytes=CPU_STAGE_BYTES)
+
+
+def chunk_elems(chunk_bytes: int, itemsize: int) -> int:
+    """A chunk of ``chunk_bytes`` in elements of ``itemsize`` bytes: whole units of
+    :data:`~blinkflow.schedule.lower.SPAN_ALIGN_ELEMS` (at least one), so every chunk of a
+    16-byte aligned tree range starts 16-byte aligned too."""
+    return max(1, chunk_bytes // itemsize // SPAN_ALIGN_ELEMS) * SPAN_ALIGN_ELEMS
+
+
+def cpu_runner_chunk_bytes(config) -> int:
+    """The cpu runner's chunk: ``BLINKFLOW_CHUNK_BYTES``, else :data:`CPU_RUNNER_CHUNK_BYTES`
+    whatever the call's size (so the single copy, which runs the runner's schedule, reads its
+    stars off the program the runner would run, without asking :func:`choose` first)."""
+    return (config.chunk_bytes if config is not None else 0) or CPU_RUNNER_CHUNK_BYTES
 
 
 def _nccl_reason(collective: str, caps: Capabilities, rates: Optional[PlanRates]) -> Optional[str]:

@@ -297,17 +297,17 @@ def run_packed_in_stages(be):
     """A packed all-reduce longer than a stage runs stage by stage through the shared window,
     pieces straddling the stages' boundaries, the last stage shorter: the result is the
     whole call's."""
-    from blinkflow.backends.cpu import backend as cpu_backend
+    from blinkflow.schedule import policy
 
-    single_copy, stage_bytes = be.single_copy, cpu_backend.STAGE_BYTES
+    single_copy, stage_bytes = be.single_copy, policy.CPU_STAGE_BYTES
     be.single_copy = None  # the packed path, whatever this machine allows
     try:
         for seed, (dtype, op) in enumerate([(np.float32, ReduceOp.SUM), (np.int32, ReduceOp.MAX)]):
             itemsize = np.dtype(dtype).itemsize
             chunk = be._choose("allreduce", 1 << 30, itemsize).chunk_elems(itemsize)
-            cpu_backend.STAGE_BYTES = chunk * itemsize  # a stage of one chunk
+            policy.CPU_STAGE_BYTES = chunk * itemsize  # a stage of one chunk
             n = 2 * chunk + chunk // 2 + 7
-            assert cpu_backend.staged_elems(n, itemsize, chunk * itemsize) == chunk
+            assert be._choose("allreduce", n * itemsize, itemsize).stage_elems(n, itemsize) == chunk
             inputs = [data(r, n, dtype, 40 + seed) for r in range(SIZE)]
             mine = inputs[RANK]
             cuts = [0, 5, chunk - 3, chunk + 1, 2 * chunk + 11, n]
@@ -323,13 +323,13 @@ def run_packed_in_stages(be):
             expect_reduced(out / both if both != 1 else out, inputs, op, what)
             check_same_everywhere(out, what)
     finally:
-        be.single_copy, cpu_backend.STAGE_BYTES = single_copy, stage_bytes
+        be.single_copy, policy.CPU_STAGE_BYTES = single_copy, stage_bytes
 
 
 def run_shape_decided_once(be):
-    """The policy decides an all-reduce's algorithm and stages on the first call of its shape;
-    later calls of that shape (a training loop's every step) reuse the decision and still
-    reduce correctly."""
+    """The policy decides an all-reduce's algorithm and stages on the first call of its shape,
+    asked once; later calls of that shape (a training loop's every step) reuse the decision and
+    still reduce correctly."""
     from blinkflow.schedule import policy
 
     asked = []
@@ -345,6 +345,7 @@ def run_shape_decided_once(be):
             expect_reduced(out, inputs, ReduceOp.SUM, f"call {call} of one shape")
             if call == 0:
                 first = len(asked)
+        assert SIZE == 1 or first == 1, f"the policy was asked {first} times for a new shape: {asked}"
         assert len(asked) == first, f"the policy was asked again for a known shape: {asked[first:]}"
     finally:
         policy.choose = choose

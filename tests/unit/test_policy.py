@@ -23,6 +23,23 @@ def test_cpu_runner_chunks_and_reduce_block():
     assert c.chunk_elems(4) == MIB and c.phase == "ALGORITHM_RUNNER"
 
 
+def test_the_cpu_runner_stages_a_packed_allreduce_in_whole_chunks_and_its_chunk_needs_no_call():
+    c = choose("allreduce", 64 * MIB, 4, ONE_HOST, Config(), dataclasses.replace(CPU, single_copy=False))
+    assert c.stage_bytes == policy.CPU_STAGE_BYTES == 8 * MIB
+    assert c.stage_elems(2 * MIB, 4) == 2 * MIB          # 8 MiB of float32: one stage
+    assert c.stage_elems(2 * MIB + 1, 4) == 2 * MIB      # two chunks of 1 Mi elements
+    assert c.stage_elems(5 * MIB, 2) == 4 * MIB          # two whole chunks of 2 Mi float16 within 8 MiB
+    small = choose("allreduce", 64 * MIB, 4, ONE_HOST, Config(chunk_bytes=3 * MIB), dataclasses.replace(CPU, single_copy=False))
+    assert small.stage_elems(10 * MIB, 4) == 2 * small.chunk_elems(4)   # two chunks fit 8 MiB, three do not
+    big = choose("allreduce", 64 * MIB, 4, ONE_HOST, Config(chunk_bytes=16 * MIB), dataclasses.replace(CPU, single_copy=False))
+    assert big.stage_elems(10 * MIB, 4) == big.chunk_elems(4)   # at least one chunk
+    assert choose("allreduce", 64 * MIB, 4, ONE_HOST, Config(), CPU).stage_elems(5, 4) == 5   # the single copy: none
+    for config in (Config(), Config(chunk_bytes=4096), None):   # the runner's chunk, whatever the call
+        for nbytes in (4, 64 * MIB):
+            runner = choose("broadcast", nbytes, 4, ONE_HOST, config, CPU)
+            assert runner.chunk_bytes == policy.cpu_runner_chunk_bytes(config), (config, nbytes)
+
+
 def test_single_copy_takes_large_allreduces_of_large_pieces():
     assert choose("allreduce", 16 * MIB * 4, 4, ONE_HOST, Config(), CPU).algorithm == "single_copy"
     assert choose("allreduce", 16 * MIB * 4, 4, ONE_HOST, Config(), CPU).chunk_bytes == 512 << 10  # 2 MiB of L2

@@ -56,17 +56,6 @@ FUSE_INPUTS = 64
 #: stages big instead of one more copy of the whole tensor each: a 600 MiB out-of-place call peaks
 #: at its input and result plus a few stages, not twice the tensor more. A stage holds whole
 #: pipeline chunks, and one stage is long enough that its start costs little against its copy.
-STAGE_BYTES = 8 << 20
-
-
-def staged_elems(n: int, itemsize: int, chunk_bytes: int) -> int:
-    """Elements of one stage of an ``n``-element packed all-reduce (``n`` when it fits one):
-    whole chunks of ``chunk_bytes``, at least one, and no more than :data:`STAGE_BYTES`."""
-    chunk = max(1, chunk_bytes // itemsize)
-    stage = max(chunk, STAGE_BYTES // itemsize // chunk * chunk)
-    return n if n <= stage else stage
-
-
 def _pack_range(pieces: Sequence[np.ndarray], starts: Sequence[int], lo: int, out: np.ndarray) -> None:
     """Copy elements ``[lo, lo + out.size)`` of the concatenation of ``pieces`` into ``out``;
     ``starts[i]`` is where piece ``i`` begins in it (so a stage finds its first piece at once).
@@ -202,11 +191,15 @@ class CpuBackend(Backend):
         stars = collective == "allreduce" and self.single_copy is not None and program is not None \
             and self.single_copy.shape(program).usable
         caps = self.caps if stars or not self.caps.single_copy else dataclasses.replace(self.caps, single_copy=False)
-        config = self.config if self.config is None or self.config.chunk_bytes == self.chunk_bytes \
-            else dataclasses.replace(self.config, chunk_bytes=self.chunk_bytes)
-        choice = policy.choose(collective, nbytes, itemsize, self.layout, config, caps, npieces=npieces)
+        choice = policy.choose(collective, nbytes, itemsize, self.layout, self._config(), caps, npieces=npieces)
         self.last_choice = choice
         return choice
+
+    def _config(self):
+        """The job's settings with the chunk this backend runs (tests set ``chunk_bytes`` live)."""
+        if self.config is None or self.config.chunk_bytes == self.chunk_bytes:
+            return self.config
+        return dataclasses.replace(self.config, chunk_bytes=self.chunk_bytes)
 
     def _program(self, collective: str, n: int, itemsize: int, root=None, counts=None):
         """The call's choice (pipelined runner or device executor) and its program."""
@@ -311,21 +304,26 @@ class CpuBackend(Backend):
     def _allreduce_shape(self, n: int, itemsize: int, npieces: int, in_place: bool) -> _AllreduceShape:
         """The policy's decision for an all-reduce of ``n`` elements of ``itemsize`` bytes in
         ``npieces`` tensors (``in_place``: the single copy may read them where they lie, i.e.
-        no prescale), remembered per call shape. Every input of the decision is in the key: the
-        call's shape, and what a test may change on a live backend (the chunk, the single copy,
-        the stage size)."""
-        key = (n, itemsize, npieces, in_place, self.chunk_bytes, self.single_copy is not None, STAGE_BYTES)
+        no prescale), asked once and remembered per call shape. The single copy runs the
+        runner's schedule, so whether it can run this shape is read off the program at the
+        runner's chunk (a rule of the policy's that depends on no call) before the policy is
+        asked. Every input of the decision is in the key: the call's shape, and what a test may
+        change on a live backend (the chunk, the single copy, the policy's stage size)."""
+        key = (n, itemsize, npieces, in_place, self.chunk_bytes, self.single_copy is not None, policy.CPU_STAGE_BYTES)
         shape = self._allreduce_shapes.get(key)
         if shape is not None:
             self._allreduce_shapes.move_to_end(key)
             return shape
-        _, program = self._program("allreduce", n, itemsize)
+        runner_chunk = policy.chunk_elems(policy.cpu_runner_chunk_bytes(self._config()), itemsize)
+        program = self.programs.get("allreduce", n, runner_chunk)
         choice = self._choose("allreduce", n * itemsize, itemsize, npieces=npieces,
                               program=program if in_place else None)
         stage, last = n, program
         if choice.algorithm != "single_copy":
             chunk = choice.chunk_elems(itemsize)
-            stage = staged_elems(n, itemsize, choice.chunk_bytes)
+            stage = choice.stage_elems(n, itemsize)
+            if chunk != runner_chunk:
+                program = last = self.programs.get("allreduce", n, chunk)
             if stage < n:
                 program = self.programs.get("allreduce", stage, chunk)
                 last = program if n % stage == 0 else self.programs.get("allreduce", n % stage, chunk)
