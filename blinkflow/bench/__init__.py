@@ -12,6 +12,7 @@ Modules, one job each:
 ``runner_actions``       ``runner-actions``: the cuda runner's host cost per action
 ``gpu``                  ``gpu``: the cuda backend against its peers on this machine
 ``gpu_loopback``         ``gpu --loopback``: the device executor's loopback mode on one GPU
+``loopback_executor``    that mode: every virtual rank of a schedule in one launch on one GPU
 ``hand_schedules``       schedules built by hand without the planner (chains, one-hop), for ``gpu`` and
                          tests
 ``autotune``             ``autotune``: the autotuner's settings against the defaults, in alternating jobs

@@ -2,7 +2,7 @@
 
 Per virtual rank count and size (bytes of one rank's buffer): the planner's all-reduce trees on
 the first GPUs of an HGX H100, lowered with the policy's device chunk, every virtual rank's
-blocks in one launch (:mod:`blinkflow.backends.cuda.loopback`). Reported:
+blocks in one launch (:mod:`blinkflow.bench.loopback_executor`). Reported:
 
 * ``gpu_s``: median launch time by CUDA events; ``busbw_gbps``: 2 (n - 1) / n × size / gpu_s;
 * ``host_us``: median host time to issue one collective (the launch call, no wait);
@@ -54,7 +54,7 @@ def loopback_rows(counts: List[int], sizes: List[int], iters: int, time_fn) -> L
     import cupy
 
     from ..backends.cuda.ipc import _MEMCPY_DEFAULT
-    from ..backends.cuda.loopback import LoopbackExecutor, loopback_tables, schedule_bytes
+    from .loopback_executor import LoopbackExecutor, loopback_tables, schedule_bytes
     from ..ops import ReduceOp
 
     rows = []

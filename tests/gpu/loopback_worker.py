@@ -24,7 +24,7 @@ sys.path[:0] = [os.path.join(HERE, os.pardir), os.path.join(HERE, os.pardir, "un
 import cupy  # noqa: E402
 import numpy as np  # noqa: E402
 
-from blinkflow.backends.cuda.loopback import LoopbackExecutor, loopback_tables  # noqa: E402
+from blinkflow.bench.loopback_executor import LoopbackExecutor, loopback_tables  # noqa: E402
 from blinkflow.errors import BackendError  # noqa: E402
 from blinkflow.ops import ReduceOp  # noqa: E402
 from blinkflow.planner import make_plan  # noqa: E402

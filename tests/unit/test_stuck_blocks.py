@@ -7,7 +7,7 @@ import pytest
 
 from blinkflow.backends.device_emulator import EmulatedLoopback
 from blinkflow.backends.stuck_blocks import conn_counters, describe, stuck_blocks
-from blinkflow.backends.cuda.loopback import loopback_tables
+from blinkflow.bench.loopback_executor import loopback_tables
 from blinkflow.planner import make_plan
 from blinkflow.schedule.lower import lower
 from blinkflow.topology.presets import get_preset

@@ -15,7 +15,6 @@ Modules, one job each:
 ``ipc``              receive slots and handshake events shared through CUDA IPC
 ``peers``            whether a local peer's memory can be mapped or must be staged
 ``device_executor``  the device executor: one interpreter-kernel launch runs a rank's whole call
-``loopback``         the device executor's loopback mode: every virtual rank in one launch on one GPU
 ``proxy``            the device executor's host thread: network edges' chunks and launch deadlines
 ``nccl``             NCCL's all-reduce as one algorithm of the call-shape policy
 ``dlpack``           zero-copy TensorFlow <-> CuPy

@@ -1,5 +1,7 @@
 """The device executor's loopback mode: one process runs every virtual rank of a schedule in one
 launch of ``kernels/interpreter.cu`` on one GPU, with every ring and counter in that GPU's memory.
+A measuring tool (``bench gpu --loopback``, tests/gpu/loopback_worker.py), not a data path: no
+job's collective runs it, so it lives with the benchmarks.
 
 It is how the kernel and its protocol are measured on the single GPU this project is lent: the
 same tables (:mod:`blinkflow.schedule.device_tables`), launch arrays
@@ -21,16 +23,16 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ...errors import BackendError
-from ...schedule import policy
-from ...schedule.device_tables import RankTables, all_tables
-from ...schedule.ir import Schedule
-from .. import device_abi as abi
-from ..host_memory import view
-from ..stuck_blocks import conn_counters, describe, stuck_blocks
-from ..teardown import quietly
-from . import kernels
-from .device_executor import CALL_TIMEOUT_S, LaunchArrays, check_co_residency, interpreter_name
+from ..backends import device_abi as abi
+from ..backends.cuda import kernels
+from ..backends.cuda.device_executor import CALL_TIMEOUT_S, LaunchArrays, check_co_residency, interpreter_name
+from ..backends.host_memory import view
+from ..backends.stuck_blocks import conn_counters, describe, stuck_blocks
+from ..backends.teardown import quietly
+from ..errors import BackendError
+from ..schedule import policy
+from ..schedule.device_tables import RankTables, all_tables
+from ..schedule.ir import Schedule
 
 _HOST_ALLOC_FLAGS = 0x1 | 0x2  # cudaHostAllocPortable | cudaHostAllocMapped
 
