@@ -266,7 +266,7 @@ def run_single_copy_helping(be):
         skip("no cross-memory attach here, or the three-phase path (not balanced)")
     thresholds = policy.SINGLE_COPY_MIN_SHARD_BYTES, policy.SINGLE_COPY_MIN_PIECE_BYTES
     policy.SINGLE_COPY_MIN_SHARD_BYTES = policy.SINGLE_COPY_MIN_PIECE_BYTES = 0
-    chunk_bytes, be.single_copy.chunk_bytes = be.single_copy.chunk_bytes, 4096  # many chunks per shard
+    chunk_bytes, be.chunk_bytes = be.chunk_bytes, 4096  # BLINKFLOW_CHUNK_BYTES: many chunks per shard
     run = single_copy.ChunkReducer.run
     if RANK == 0:
         def slow(self, *args):
@@ -283,13 +283,14 @@ def run_single_copy_helping(be):
             out = np.empty(n, dtype)
             be.allreduce_pieces([mine[:20_001], mine[20_001:20_500], mine[20_500:]], op, out=out)
             what = f"single-copy helped n={n} {np.dtype(dtype).name} {op.name}"
+            assert (be.last_choice.algorithm, be.last_choice.chunk_bytes) == ("single_copy", 4096), be.last_choice
             expect_reduced(out, inputs, op, what)
             check_same_everywhere(out, what)
         helped = comm.allgather(be.stats["helped_chunks"] - before)
         assert helped[SIZE - 1] > 0, f"rank 0 was slowed down but nobody helped it: {helped}"
     finally:
         single_copy.ChunkReducer.run = run
-        be.single_copy.chunk_bytes = chunk_bytes
+        be.chunk_bytes = chunk_bytes
         policy.SINGLE_COPY_MIN_SHARD_BYTES, policy.SINGLE_COPY_MIN_PIECE_BYTES = thresholds
 
 

@@ -158,9 +158,8 @@ class CpuBackend(Backend):
                 cma.disallow_peers()
         if memory is None:
             return None
-        chunk = self.chunk_bytes or policy.single_copy_chunk_bytes(self.l2_bytes)
         return SingleCopyAllreduce(layout, self.local, self.comm, self.arena, memory, pids, self.transport,
-                                   self.state, chunk, self._mark)
+                                   self.state, self._mark)
 
     # ---- plumbing ----------------------------------------------------------------------------
     def buffer(self, nelems: int, dtype):
@@ -273,7 +272,8 @@ class CpuBackend(Backend):
             before = self.single_copy.helped_chunks
             self._mark("start", choice.phase)
             try:
-                self.single_copy.run(program, [_flat(p) for p in pieces], kernels.combiner(op), result, scale)
+                self.single_copy.run(program, [_flat(p) for p in pieces], kernels.combiner(op), result, scale,
+                                     choice.chunk_bytes)
             finally:
                 self._mark("end", choice.phase)
             self.stats["helped_chunks"] += self.single_copy.helped_chunks - before

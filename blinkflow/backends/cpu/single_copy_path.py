@@ -71,7 +71,7 @@ class SingleCopyAllreduce:
     """The path, for one backend. ``peer_memory`` / ``pids`` come from :func:`.cma.probe`."""
 
     def __init__(self, layout: Layout, local_comm, comm, arena, peer_memory: cma.PeerMemory, pids: Sequence[int],
-                 transport: CpuTransport, state: SequenceState, chunk_bytes: int, mark: Callable[[str, str], None]):
+                 transport: CpuTransport, state: SequenceState, mark: Callable[[str, str], None]):
         self.layout = layout
         self.local = local_comm
         self.comm = comm
@@ -80,7 +80,6 @@ class SingleCopyAllreduce:
         self.pids = list(pids)
         self.transport = transport
         self.state = state
-        self.chunk_bytes = chunk_bytes
         self.mark = mark
         self.rank_of = {d: r for r, d in enumerate(layout.devices)}
         self._shapes: Dict[int, _Shape] = {}  # id(program) -> shape; programs are cached by the backend
@@ -98,11 +97,14 @@ class SingleCopyAllreduce:
                 self._shapes.pop(next(iter(self._shapes)))
         return shape
 
-    def run(self, program: RankProgram, pieces: Sequence[np.ndarray], ufunc, result: np.ndarray, scale: float) -> None:
+    def run(self, program: RankProgram, pieces: Sequence[np.ndarray], ufunc, result: np.ndarray, scale: float,
+            chunk_bytes: int) -> None:
+        """All-reduce ``pieces`` into ``result`` times ``scale`` by the stars of ``program``'s
+        schedule, a chunk of ``chunk_bytes`` (the policy's) at a time."""
         shape = self.shape(program)
         layout, me, mark = self.layout, self.layout.local_rank, self.mark
         one_host = layout.nhosts == 1
-        chunk = max(1, min(self.chunk_bytes, cma.MAX_CALL_BYTES) // result.dtype.itemsize)
+        chunk = max(1, min(chunk_bytes, cma.MAX_CALL_BYTES) // result.dtype.itemsize)
         words = self._control_words()
         if shape.by_owner is not None:
             star, _ = shape.stars[shape.by_owner[me][0]]
