@@ -151,19 +151,12 @@ class CudaBackend(Backend):
                 out[...] = buf
                 self.scale(out, scale)
 
-    def allreduce_pieces(self, pieces, op: ReduceOp, out, scale: float = 1.0, prescale: float = 1.0) -> None:
-        """All-reduce the concatenation of ``pieces`` into ``out`` (see Backend.allreduce_pieces):
-        packed into :meth:`buffer` by one kernel launch (hundreds of gradients per step),
-        prescaled there, reduced in place, copied into ``out`` and scaled."""
-        n = out.size
-        with self._dev:
-            self._mark("start", "COPY_IN")
-            buf = self.buffer(n, out.dtype)
-            if pieces:
+    def _pack(self, pieces, buf) -> None:
+        """Backend.allreduce_pieces' packing, on this rank's GPU: one kernel launch for a step's
+        hundreds of gradients."""
+        if pieces:
+            with self._dev:
                 self.cupy.concatenate(pieces, out=buf)
-            self.scale(buf, prescale)
-            self._mark("end", "COPY_IN")
-            self.allreduce(buf, op, out=out, scale=scale)
 
     def broadcast(self, buf, root: int) -> None:
         self._check(buf, reduce=False)
