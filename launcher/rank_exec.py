@@ -289,7 +289,7 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
             # rank's last words say so, and blinkrun names the loss by its cause (no heartbeat),
             # not by the abort. They were written before the rank ended: read them first.
             pumps[1].join(timeout=DRAIN_S)
-            if any(REPORTED_DEAD in line for line in tail):
+            if any(REPORTED_DEAD in line for line in list(tail)):   # a copy: the pump may still append
                 exited["declared_dead"] = True
         emit(exited)
         _terminate_group(child.pid, own_group)   # leftovers of the rank's own children hold the pipes
