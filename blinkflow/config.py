@@ -27,7 +27,7 @@ ENV_PREFIX = "BLINKFLOW_"
 AGREED_FIELDS = ("fusion_threshold", "cache_capacity", "backend", "chunk_bytes", "cpu_single_copy", "cpu_control",
                  "split_hosts", "topology", "bucket_bytes", "algorithm", "check_schedules", "autotune")
 BACKENDS = ("auto", "cpu", "cuda")
-ALGORITHMS = ("auto", "runner", "device", "nccl", "single_copy")
+ALGORITHMS = ("auto", "runner", "device", "nccl", "single_copy", "mpi")
 CPU_CONTROLS = ("auto", "shm", "mpi")
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 _DAY_S = 86400.0
@@ -94,10 +94,12 @@ class Config:
     the receive arena and CuPy's pool; 0: leave TensorFlow's allocator as it is."""
     algorithm: str = "auto"
     """Which registered algorithm runs the collectives (``blinkflow.schedule.policy``): auto (the
-    policy decides per call), runner (the host-driven schedule runner), device (the device
-    executor; on the cpu backend its numpy emulator), nccl (the cuda backend's all-reduces by
-    NCCL, where every rank drives its own GPU) or single_copy (cpu all-reduces that read peers'
-    tensors in place, where they can)."""
+    policy decides per call), runner (the host-driven schedule runner), device (the cuda
+    backend's device executor), nccl (the cuda backend's all-reduces by NCCL, where every rank
+    drives its own GPU), single_copy (cpu all-reduces that read peers' tensors in place, where
+    they can) or mpi (cpu all-reduces of MPI's dtypes by MPI's own all-reduce). A setting for
+    one backend's algorithm leaves the other backend's calls, and calls its algorithm cannot
+    run, to auto."""
     check_schedules: int = 0
     """1: prove every new call shape's schedule before it first runs (its collective's
     postcondition by symbolic execution, and that the device executor's tables cannot

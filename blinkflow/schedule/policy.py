@@ -89,6 +89,8 @@ ALGORITHMS = {a.name: a for a in (
               chunk_cost_us=(("cuda", step_costs.NCCL_STEP_US),)),
     Algorithm("single_copy", ("allreduce",), ("cpu",), False,
               "the cpu all-reduce that reads peers' tensors in place (cross-memory attach)"),
+    Algorithm("mpi", ("allreduce",), ("cpu",), False,
+              "MPI's own all-reduce (MPI_Iallreduce), for calls too small for a pipelined schedule to pay off"),
     Algorithm("alltoall", ("alltoall",), ("cpu", "cuda"), False, "one MPI Alltoallv"),
     Algorithm("adasum", ("allreduce",), ("cpu", "cuda"), False,
               "Horovod's adaptive summation (op=Adasum): vector halving, distance doubling, on the host over MPI"),
@@ -105,6 +107,14 @@ SINGLE_COPY_MIN_SHARD_BYTES = 4 << 20
 """Reading tensors in place pays system calls, page pinning and a second synchronisation: it wins
 only for shards of at least this many bytes (measured at 2 and 4 ranks: level at 4 MiB shards,
 13-25 % faster at 8-16 MiB, slower below)."""
+MPI_ALLREDUCE_MAX_BYTES = 256 << 10
+"""The largest cpu all-reduce ``auto`` hands to MPI's own all-reduce. A small call is latency
+bound: the runner's chunk costs every rank a few control messages and Python actions (a 1-float
+call spent ~60 us in the runner against ~3 us in ``MPI_Iallreduce``, 2 ranks, docs/overlap.md),
+while the trees pay off only once the bytes dominate (measured: docs/benchmarks.md)."""
+MPI_DTYPES = frozenset({"float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                        "uint64"})
+"""The dtypes MPI's predefined reductions combine (MPI has no float16 or bfloat16 arithmetic)."""
 SINGLE_COPY_MIN_PIECE_BYTES = 64 << 10
 """... and tensors of at least this many bytes on average (below, a system call per tensor and
 chunk costs more than packing them)."""
@@ -209,12 +219,14 @@ class Choice:
 
 
 def choose(collective: str, nbytes: int, itemsize: int, layout, config, caps: Capabilities,
-           npieces: int = 1, ntrees: int = 1, op=None, rates: Optional[PlanRates] = None) -> Choice:
+           npieces: int = 1, ntrees: int = 1, op=None, rates: Optional[PlanRates] = None,
+           dtype: Optional[str] = None) -> Choice:
     """The algorithm and chunk of one call: ``nbytes`` of elements of ``itemsize`` bytes
     (``npieces`` tensors of an all-reduce that were not packed; ``ntrees`` of the call's plan,
     which the device executor cuts its chunks by and the cuda runner's arena shares its slots
     among; ``op`` its reduce op, None for an elementwise one; ``rates`` the plan's and NCCL's,
-    None when unknown: ``auto`` then keeps the trees). Raises ConfigError when
+    None when unknown: ``auto`` then keeps the trees; ``dtype`` its element type's name, None when
+    unknown: only a dtype of :data:`MPI_DTYPES` may take ``mpi``). Raises ConfigError when
     ``BLINKFLOW_ALGORITHM`` names an algorithm that cannot run this call. An Adasum all-reduce
     always takes ``adasum``: it is not elementwise, so no tree runs it, and
     ``BLINKFLOW_ALGORITHM`` (a choice among the trees' algorithms) does not apply to it."""
@@ -249,6 +261,13 @@ def choose(collective: str, nbytes: int, itemsize: int, layout, config, caps: Ca
         return Choice("nccl", 0, why="BLINKFLOW_ALGORITHM=nccl")
     if wanted == "auto" and nccl is not None and not nccl.startswith("no NCCL") and not rates.trees_win:
         return Choice("nccl", 0, why=nccl)
+    mpi = collective == "allreduce" and caps.backend in ALGORITHMS["mpi"].backends and dtype in MPI_DTYPES
+    if wanted == "mpi" and mpi:
+        return Choice("mpi", 0, why="BLINKFLOW_ALGORITHM=mpi")
+    if wanted == "mpi":
+        wanted = "auto"  # MPI reduces all-reduces of its dtypes: the job's other calls keep the policy's choice
+    if wanted == "auto" and mpi and nbytes <= MPI_ALLREDUCE_MAX_BYTES:
+        return Choice("mpi", 0, why=f"{nbytes} bytes: latency bound (at most {MPI_ALLREDUCE_MAX_BYTES})")
     single = (collective == "allreduce" and caps.single_copy and nbytes >= SINGLE_COPY_MIN_SHARD_BYTES * layout.local_size
               and nbytes >= SINGLE_COPY_MIN_PIECE_BYTES * max(1, npieces))
     if wanted == "single_copy" and not (collective == "allreduce" and caps.single_copy):

@@ -5,6 +5,7 @@ Each rank rebuilds every peer's input from a seed, so it checks its own result a
 bitwise identical. Each case reports through the test harness (tests/harness.py); the chunk size
 comes from BLINKFLOW_CHUNK_BYTES.
 """
+import contextlib
 import dataclasses
 import faulthandler
 import hashlib
@@ -70,27 +71,82 @@ def expect_reduced(res, inputs, op, what):
             raise AssertionError(f"{what}: element {i} is {res[i]!r}, expected {ref[i]!r}")
 
 
+@contextlib.contextmanager
+def algorithm(be, name):
+    """``BLINKFLOW_ALGORITHM=name`` on the live backend for the block."""
+    config = be.config
+    be.config = dataclasses.replace(config, algorithm=name)
+    try:
+        yield
+    finally:
+        be.config = config
+
+
 def run_allreduce(be, sizes):
-    for seed, n in enumerate(sizes):
-        for dtype in (DTYPES if n < 5000 else (np.float32, np.float16, np.int32, np.bool_)):
-            for op in OPS:
-                inputs = [data(r, n, dtype, seed) for r in range(SIZE)]
-                for shared in (True, False):
-                    buf = be.buffer(n, dtype) if shared else np.empty(n, dtype)
-                    buf[...] = inputs[RANK]
-                    be.allreduce(buf, op)
-                    what = f"allreduce n={n} {np.dtype(dtype).name} {op.name} shared={shared}"
-                    expect_reduced(buf, inputs, op, what)
-                    check_same_everywhere(buf, what)
-                if np.dtype(dtype) in (np.float32, np.float64):  # into a private array, scaled (the runtime's path);
-                    # float16 is left out: scaling a subnormal by 0.25 is not undone exactly by 4
-                    buf = be.buffer(n, dtype)
-                    buf[...] = inputs[RANK]
-                    out = np.empty(n, dtype)
-                    be.allreduce(buf, op, out=out, scale=0.25)  # a power of two: exactly undone below
-                    what = f"allreduce into out n={n} {np.dtype(dtype).name} {op.name}"
-                    expect_reduced(out * np.dtype(dtype).type(4), inputs, op, what)
-                    check_same_everywhere(out, what)
+    """Every size, dtype and op by the runner's trees and by MPI's own all-reduce (which takes
+    the dtypes MPI reduces; the others stay on the runner)."""
+    from blinkflow.schedule import policy
+
+    for forced in ("runner", "mpi"):
+        with algorithm(be, forced):
+            for seed, n in enumerate(sizes):
+                for dtype in (DTYPES if n < 5000 else (np.float32, np.float16, np.int32, np.bool_)):
+                    expected = "mpi" if forced == "mpi" and np.dtype(dtype).name in policy.MPI_DTYPES else "runner"
+                    for op in OPS:
+                        run_allreduce_once(be, n, dtype, op, seed, expected)
+
+
+def run_allreduce_once(be, n, dtype, op, seed, expected):
+    inputs = [data(r, n, dtype, seed) for r in range(SIZE)]
+    reduces = SIZE > 1 and n > 0
+    for shared in (True, False):
+        buf = be.buffer(n, dtype) if shared else np.empty(n, dtype)
+        buf[...] = inputs[RANK]
+        be.last_choice = None
+        be.allreduce(buf, op)
+        what = f"allreduce n={n} {np.dtype(dtype).name} {op.name} shared={shared} ({expected})"
+        assert not reduces or be.last_choice.algorithm == expected, (what, be.last_choice)
+        expect_reduced(buf, inputs, op, what)
+        check_same_everywhere(buf, what)
+    if np.dtype(dtype) in (np.float32, np.float64):  # into a private array, scaled (the runtime's path);
+        # float16 is left out: scaling a subnormal by 0.25 is not undone exactly by 4
+        buf = be.buffer(n, dtype)
+        buf[...] = inputs[RANK]
+        out = np.empty(n, dtype)
+        be.allreduce(buf, op, out=out, scale=0.25)  # a power of two: exactly undone below
+        what = f"allreduce into out n={n} {np.dtype(dtype).name} {op.name} ({expected})"
+        expect_reduced(out * np.dtype(dtype).type(4), inputs, op, what)
+        check_same_everywhere(out, what)
+
+
+def run_mpi_pieces(be):
+    """The runtime's call (pieces, prescale, scale) of a small all-reduce under ``auto``: MPI's
+    own all-reduce for MPI's dtypes, one piece read in place or several packed, every op; a
+    dtype MPI cannot reduce (float16) stays on the runner."""
+    from blinkflow.schedule import policy
+
+    n = 1001
+    for seed, dtype in enumerate((np.float32, np.float64, np.int32, np.uint8, np.float16)):
+        for op in OPS:
+            for cuts in ([0, n], [0, 1, 500, n]):
+                inputs = [data(r, n, dtype, 90 + seed) for r in range(SIZE)]
+                pieces = [inputs[RANK][a:b] for a, b in zip(cuts, cuts[1:])]
+                before = [p.copy() for p in pieces]
+                kind = np.dtype(dtype).kind
+                scale, prescale = (0.25, 2.0) if kind == "f" and op == ReduceOp.SUM else (1.0, 1.0)
+                out = np.empty(n, dtype)
+                counted = dict(be.stats)
+                with algorithm(be, "auto"):
+                    be.allreduce_pieces(pieces, op, out=out, scale=scale, prescale=prescale)
+                what = f"pieces {np.dtype(dtype).name} {op.name} in {len(pieces)} (prescale {prescale}, scale {scale})"
+                mpi = np.dtype(dtype).name in policy.MPI_DTYPES
+                if SIZE > 1:
+                    assert be.stats["mpi"] == counted["mpi"] + mpi, (what, counted, be.stats)
+                    assert be.stats["packed"] == counted["packed"] + (not mpi), (what, counted, be.stats)
+                assert all(np.array_equal(p, b) for p, b in zip(pieces, before)), f"{what}: a piece was written"
+                both = np.dtype(dtype).type(scale * prescale)
+                expect_reduced(out / both if both != 1 else out, inputs, op, what)
+                check_same_everywhere(out, what)
 
 
 def run_broadcast(be):
@@ -264,8 +320,9 @@ def run_single_copy_helping(be):
 
     if be.single_copy is None or be.layout.nhosts > 1:
         skip("no cross-memory attach here, or the three-phase path (not balanced)")
-    thresholds = policy.SINGLE_COPY_MIN_SHARD_BYTES, policy.SINGLE_COPY_MIN_PIECE_BYTES
-    policy.SINGLE_COPY_MIN_SHARD_BYTES = policy.SINGLE_COPY_MIN_PIECE_BYTES = 0
+    thresholds = policy.SINGLE_COPY_MIN_SHARD_BYTES, policy.SINGLE_COPY_MIN_PIECE_BYTES, policy.MPI_ALLREDUCE_MAX_BYTES
+    # small calls by the single copy: below its size threshold, and not MPI's own all-reduce
+    policy.SINGLE_COPY_MIN_SHARD_BYTES = policy.SINGLE_COPY_MIN_PIECE_BYTES = policy.MPI_ALLREDUCE_MAX_BYTES = 0
     chunk_bytes, be.chunk_bytes = be.chunk_bytes, 4096  # BLINKFLOW_CHUNK_BYTES: many chunks per shard
     run = single_copy.ChunkReducer.run
     if RANK == 0:
@@ -291,7 +348,7 @@ def run_single_copy_helping(be):
     finally:
         single_copy.ChunkReducer.run = run
         be.chunk_bytes = chunk_bytes
-        policy.SINGLE_COPY_MIN_SHARD_BYTES, policy.SINGLE_COPY_MIN_PIECE_BYTES = thresholds
+        policy.SINGLE_COPY_MIN_SHARD_BYTES, policy.SINGLE_COPY_MIN_PIECE_BYTES, policy.MPI_ALLREDUCE_MAX_BYTES = thresholds
 
 
 def run_packed_in_stages(be):
@@ -300,8 +357,9 @@ def run_packed_in_stages(be):
     whole call's."""
     from blinkflow.schedule import policy
 
-    single_copy, stage_bytes = be.single_copy, policy.CPU_STAGE_BYTES
+    single_copy, stage_bytes, config = be.single_copy, policy.CPU_STAGE_BYTES, be.config
     be.single_copy = None  # the packed path, whatever this machine allows
+    be.config = dataclasses.replace(config, algorithm="runner")  # small chunks make a small call: not MPI's
     try:
         for seed, (dtype, op) in enumerate([(np.float32, ReduceOp.SUM), (np.int32, ReduceOp.MAX)]):
             itemsize = np.dtype(dtype).itemsize
@@ -324,7 +382,7 @@ def run_packed_in_stages(be):
             expect_reduced(out / both if both != 1 else out, inputs, op, what)
             check_same_everywhere(out, what)
     finally:
-        be.single_copy, policy.CPU_STAGE_BYTES = single_copy, stage_bytes
+        be.single_copy, policy.CPU_STAGE_BYTES, be.config = single_copy, stage_bytes, config
 
 
 def run_shape_decided_once(be):
@@ -510,6 +568,10 @@ def run_spilled_sends_progress():
 
 def case_allreduce(r, n):
     run_allreduce(BACKEND, [0, 1, 2, 7, n + 1, 1001, 20011])
+
+
+def case_mpi_pieces(r, n):
+    run_mpi_pieces(BACKEND)
 
 
 def case_allreduce_large(r, n):

@@ -464,12 +464,13 @@ def case_single_copy(r, n):
     if used:
         assert backend.stats["single_copy"] == counted["single_copy"] + 1, (counted, backend.stats)
     threshold, cpu_backend.SINGLE_COPY_MIN_SHARD_BYTES = cpu_backend.SINGLE_COPY_MIN_SHARD_BYTES, 0
+    latency_bound, cpu_backend.MPI_ALLREDUCE_MAX_BYTES = cpu_backend.MPI_ALLREDUCE_MAX_BYTES, 0  # small: not MPI's
     try:
         _single_copy_cases(r, n, backend, used)
         if os.environ.get("SINGLE_COPY_MANY_PIECES") == "1":
             _single_copy_many_pieces(r, n, cpu_backend, backend, used)
     finally:
-        cpu_backend.SINGLE_COPY_MIN_SHARD_BYTES = threshold
+        cpu_backend.SINGLE_COPY_MIN_SHARD_BYTES, cpu_backend.MPI_ALLREDUCE_MAX_BYTES = threshold, latency_bound
     if os.environ.get("BLINKFLOW_CPU_SINGLE_COPY") == "0":
         assert backend.stats["single_copy"] == 0, backend.stats
 
@@ -484,6 +485,7 @@ def case_contested_chunks(r, n):
 
     calls = int(os.environ.get("CONTESTED_CALLS", "20"))
     threshold, cpu_backend.SINGLE_COPY_MIN_SHARD_BYTES = cpu_backend.SINGLE_COPY_MIN_SHARD_BYTES, 0
+    latency_bound, cpu_backend.MPI_ALLREDUCE_MAX_BYTES = cpu_backend.MPI_ALLREDUCE_MAX_BYTES, 0  # small: not MPI's
     try:
         ints, floats = value(r, (70_001,), "int32"), value(r, (70_001,), "float32")
         want_sum = expected_allreduce((70_001,), "int32", bf.Sum, n)
@@ -503,7 +505,7 @@ def case_contested_chunks(r, n):
         if os.environ.get("EXPECT_SINGLE_COPY") == "1" and n > 1:
             assert backend.stats["single_copy"] - counted == calls, (counted, backend.stats)
     finally:
-        cpu_backend.SINGLE_COPY_MIN_SHARD_BYTES = threshold
+        cpu_backend.SINGLE_COPY_MIN_SHARD_BYTES, cpu_backend.MPI_ALLREDUCE_MAX_BYTES = threshold, latency_bound
 
 
 def _single_copy_many_pieces(r, n, cpu_backend, backend, used):

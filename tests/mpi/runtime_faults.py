@@ -111,6 +111,7 @@ def timeline(abort=False):
     hs = [rt.allreduce_async(np.ones(1000, np.float32), name=f"tl.{i}") for i in range(4)]
     for h in hs:
         rt.synchronize(h)
+    bf.allreduce(np.ones(1 << 17, np.float32), name="tl.large")  # 512 KiB: the runner's schedule, not MPI's call
     bf.broadcast(np.ones(3), 0, name="tl.bcast")
     bf.allgather(np.ones((r + 1, 2)), name="tl.gather")
     try:  # an error response closes its NEGOTIATE too

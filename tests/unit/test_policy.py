@@ -89,6 +89,36 @@ def test_a_setting_for_the_other_backend_leaves_a_call_to_auto():
         Config(algorithm="fast")
 
 
+def test_a_small_cpu_allreduce_of_an_mpi_dtype_is_mpis_own():
+    """Latency bound: up to MPI_ALLREDUCE_MAX_BYTES of a dtype MPI reduces, MPI's all-reduce,
+    above it (and for float16, bfloat16, bool, unknown dtypes, other collectives) the trees."""
+    top = policy.MPI_ALLREDUCE_MAX_BYTES
+    for dtype in ("float32", "float64", "int8", "int64", "uint32"):
+        for layout in (ONE_HOST, TWO_HOSTS):
+            c = choose("allreduce", top, 4, layout, Config(), CPU, dtype=dtype)
+            assert (c.algorithm, c.chunk_bytes, c.phase) == ("mpi", 0, "ALGORITHM_MPI"), (dtype, layout)
+            assert "latency bound" in c.why
+    assert choose("allreduce", 4, 4, ONE_HOST, Config(), CPU, dtype="float32").algorithm == "mpi"
+    assert choose("allreduce", top + 1, 1, ONE_HOST, Config(), CPU, dtype="int8").algorithm == "runner"
+    for dtype in ("float16", "bfloat16", "bool", None):
+        assert choose("allreduce", 4, 2, ONE_HOST, Config(), CPU, dtype=dtype).algorithm == "runner", dtype
+    for collective in ("broadcast", "allgather", "reducescatter"):
+        assert choose(collective, 4, 4, ONE_HOST, Config(), CPU, dtype="float32").algorithm == "runner"
+    assert choose("allreduce", 4, 4, ONE_HOST, Config(), Capabilities("cuda"), dtype="float32").algorithm == "runner"
+    assert choose("allreduce", 4, 4, ONE_HOST, Config(algorithm="runner"), CPU, dtype="float32").algorithm == "runner"
+
+
+def test_the_mpi_setting_forces_mpi_where_it_can_run_and_leaves_the_rest_to_auto():
+    forced = Config(algorithm="mpi")
+    c = choose("allreduce", 64 * MIB, 4, ONE_HOST, forced, CPU, dtype="float32")
+    assert (c.algorithm, c.why) == ("mpi", "BLINKFLOW_ALGORITHM=mpi")
+    for collective, dtype in (("allreduce", "float16"), ("broadcast", "float32"), ("allreduce", None)):
+        assert choose(collective, 64 * MIB, 4, ONE_HOST, forced, CPU, dtype=dtype) == \
+            choose(collective, 64 * MIB, 4, ONE_HOST, Config(), CPU, dtype=dtype), (collective, dtype)
+    assert choose("allreduce", 4, 4, ONE_HOST, forced, Capabilities("cuda"), dtype="float32") == \
+        choose("allreduce", 4, 4, ONE_HOST, Config(), Capabilities("cuda"), dtype="float32")
+
+
 def test_alltoall_is_its_own_algorithm():
     assert choose("alltoall", 100, 4, ONE_HOST, Config(), CPU).algorithm == "alltoall"
 

@@ -7,7 +7,9 @@ inside a host a receiver reads the sender's chunk in place from a shared window,
 the chunk travels as an MPI message. The CUDA backend runs the same runner over its own
 transport, and the simulator simulates the same schedule.
 
-One named fast path: where the host's ranks can read and write each other's memory (Linux
+Two named paths besides: a small all-reduce (the policy's ``mpi``: a few hundred KiB at most)
+is MPI's own all-reduce (:mod:`.mpi_allreduce`), whose one C call costs less than the runner's
+per-chunk messages; and where the host's ranks can read and write each other's memory (Linux
 cross-memory attach) and the schedule's trees inside a host are one-hop stars, a large all-reduce
 reads every rank's tensors where they lie instead of packing them into shared memory first
 (:mod:`.single_copy_path`); it combines each range in the schedule's order, so its bits are the
@@ -42,6 +44,7 @@ from ..policy_agreement import agree_policy
 from ..wire import MpiWire
 from . import cma, kernels, single_copy
 from .mailbox import Mailbox, shared_memory_ordered
+from .mpi_allreduce import MpiAllreduce
 from .shm import SharedArena
 from .single_copy_path import SingleCopyAllreduce
 from .transport import CpuTransport, scaled_copy
@@ -117,10 +120,11 @@ class CpuBackend(Backend):
                                  window=policy.DEVICE_WINDOW, proven=config.check_cache if config is not None else None)
         self.trace: Optional[list] = None
         """Set to a list to record every transfer the runner makes (tests)."""
-        self.stats = {"single_copy": 0, "packed": 0, "helped_chunks": 0}
+        self.stats = {"single_copy": 0, "packed": 0, "mpi": 0, "helped_chunks": 0}
         """All-reduces of pieces by path, and chunks done for a slower neighbour (tests, debugging)."""
         self.l2_bytes = single_copy.l2_bytes()
         self.single_copy: Optional[SingleCopyAllreduce] = self._probe_single_copy(config)
+        self.mpi_allreduce = MpiAllreduce(self.comm, ctx.failure, self._mark)
         self.caps = policy.Capabilities("cpu", single_copy=self.single_copy is not None, l2_bytes=self.l2_bytes)
         self.last_choice: Optional[policy.Choice] = None
         """The policy's choice for the latest collective (tests, debugging)."""
@@ -184,13 +188,15 @@ class CpuBackend(Backend):
         np.copyto(work, arr)
         return work
 
-    def _choose(self, collective: str, nbytes: int, itemsize: int, npieces: int = 1, program=None) -> policy.Choice:
+    def _choose(self, collective: str, nbytes: int, itemsize: int, npieces: int = 1, program=None,
+                dtype: Optional[np.dtype] = None) -> policy.Choice:
         """The policy's algorithm and chunk for this call (the same on every rank: its inputs
         were agreed at construction, and every rank makes the same call)."""
         stars = collective == "allreduce" and self.single_copy is not None and program is not None \
             and self.single_copy.shape(program).usable
         caps = self.caps if stars or not self.caps.single_copy else dataclasses.replace(self.caps, single_copy=False)
-        choice = policy.choose(collective, nbytes, itemsize, self.layout, self._config(), caps, npieces=npieces)
+        choice = policy.choose(collective, nbytes, itemsize, self.layout, self._config(), caps, npieces=npieces,
+                               dtype=None if dtype is None else dtype.name)
         self.last_choice = choice
         return choice
 
@@ -200,9 +206,9 @@ class CpuBackend(Backend):
             return self.config
         return dataclasses.replace(self.config, chunk_bytes=self.chunk_bytes)
 
-    def _program(self, collective: str, n: int, itemsize: int, root=None, counts=None):
-        """The call's choice (pipelined runner or device executor) and its program."""
-        choice = self._choose(collective, n * itemsize, itemsize)
+    def _program(self, collective: str, n: int, itemsize: int, root=None, counts=None, dtype=None):
+        """The call's choice and the runner's program for it."""
+        choice = self._choose(collective, n * itemsize, itemsize, dtype=dtype)
         return choice, self.programs.get(collective, n, choice.chunk_elems(itemsize), root=root, counts=counts)
 
     def _run(self, choice: policy.Choice, program, buf: np.ndarray, ufunc=None, out: Optional[np.ndarray] = None,
@@ -239,8 +245,12 @@ class CpuBackend(Backend):
             if result is not None:
                 scaled_copy(buf, result, scale)
             return
+        choice, program = self._program("allreduce", n, buf.itemsize, dtype=buf.dtype)
+        if choice.algorithm == "mpi":
+            self._run_mpi(choice, lambda: self.mpi_allreduce.run_in_place(buf, op) if result is None
+                          else self.mpi_allreduce.run([buf], op, result, scale))
+            return
         work = self._shared(buf)
-        choice, program = self._program("allreduce", n, buf.itemsize)
         if result is None:
             self._run(choice, program, work, ufunc)
             if work is not buf:
@@ -264,9 +274,12 @@ class CpuBackend(Backend):
                 if scale != 1.0:
                     scaled_copy(result, result, scale)
             return
-        shape = self._allreduce_shape(n, result.itemsize, len(pieces), in_place=prescale == 1.0)
+        shape = self._allreduce_shape(n, result.dtype, len(pieces), in_place=prescale == 1.0)
         choice, program = shape.choice, shape.program
         self.last_choice = choice
+        if choice.algorithm == "mpi":
+            self._run_mpi(choice, lambda: self.mpi_allreduce.run(pieces, op, result, scale, prescale))
+            return
         if choice.algorithm == "single_copy":
             self.stats["single_copy"] += 1
             before = self.single_copy.helped_chunks
@@ -301,15 +314,25 @@ class CpuBackend(Backend):
             self._mark("end", "COPY_IN")
             self._run(choice, program if hi - lo == stage else shape.last, buf, ufunc, out=result[lo:hi], scale=scale)
 
-    def _allreduce_shape(self, n: int, itemsize: int, npieces: int, in_place: bool) -> _AllreduceShape:
-        """The policy's decision for an all-reduce of ``n`` elements of ``itemsize`` bytes in
+    def _run_mpi(self, choice: policy.Choice, run) -> None:
+        self.stats["mpi"] += 1
+        self._mark("start", choice.phase)
+        try:
+            run()
+        finally:
+            self._mark("end", choice.phase)
+
+    def _allreduce_shape(self, n: int, dtype: np.dtype, npieces: int, in_place: bool) -> _AllreduceShape:
+        """The policy's decision for an all-reduce of ``n`` elements of ``dtype`` in
         ``npieces`` tensors (``in_place``: the single copy may read them where they lie, i.e.
         no prescale), asked once and remembered per call shape. The single copy runs the
         runner's schedule, so whether it can run this shape is read off the program at the
         runner's chunk (a rule of the policy's that depends on no call) before the policy is
         asked. Every input of the decision is in the key: the call's shape, and what a test may
         change on a live backend (the chunk, the single copy, the policy's stage size)."""
-        key = (n, itemsize, npieces, in_place, self.chunk_bytes, self.single_copy is not None, policy.CPU_STAGE_BYTES)
+        itemsize = dtype.itemsize
+        key = (n, dtype, npieces, in_place, self.chunk_bytes, self.single_copy is not None, policy.CPU_STAGE_BYTES,
+               self.config.algorithm if self.config is not None else None)
         shape = self._allreduce_shapes.get(key)
         if shape is not None:
             self._allreduce_shapes.move_to_end(key)
@@ -317,9 +340,9 @@ class CpuBackend(Backend):
         runner_chunk = policy.chunk_elems(policy.cpu_runner_chunk_bytes(self._config()), itemsize)
         program = self.programs.get("allreduce", n, runner_chunk)
         choice = self._choose("allreduce", n * itemsize, itemsize, npieces=npieces,
-                              program=program if in_place else None)
+                              program=program if in_place else None, dtype=dtype)
         stage, last = n, program
-        if choice.algorithm != "single_copy":
+        if choice.algorithm == "runner":
             chunk = choice.chunk_elems(itemsize)
             stage = choice.stage_elems(n, itemsize)
             if chunk != runner_chunk:
