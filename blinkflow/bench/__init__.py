@@ -7,6 +7,8 @@ Modules, one job each:
 ``allreduce``            ``allreduce``: blinkflow's all-reduce against MPI_Allreduce, in the same processes
 ``separate``             ``separate``: blinkflow's all-reduce and MPI's, each in its own job, in turn
 ``timing_worker``        one side of ``separate``, run under mpirun as a plain script
+``latency``              ``latency``: one small all-reduce's latency, hop by hop, beside MPI's and TF's floor
+``latency_worker``       one job of ``latency``, run under mpirun as a plain script
 ``call_counts``          Python and C calls per all-reduce: the runtime's per-call cost, counted
 ``control``              ``control``: one control message's round trip, shared-memory rings against MPI
 ``runner_actions``       ``runner-actions``: the cuda runner's host cost per action

@@ -11,6 +11,7 @@ SUITES = {
     "paper": "blinkflow.bench.paper",
     "allreduce": "blinkflow.bench.allreduce",
     "separate": "blinkflow.bench.separate",
+    "latency": "blinkflow.bench.latency",
     "gpu": "blinkflow.bench.gpu",
     "runner-actions": "blinkflow.bench.runner_actions",
     "tf-peers": "blinkflow.bench.tf_peers",

@@ -55,3 +55,25 @@ def test_bench_control_times_both_paths():
     times = dict(re.findall(r"^  (mpi|shm): ([0-9.]+) us", out, flags=re.M))
     assert set(times) == {"mpi", "shm"}, out
     assert all(float(t) > 0 for t in times.values())
+
+
+@pytest.mark.mpi
+def test_bench_latency_stamps_the_route_a_small_allreduce_takes():
+    """``bench latency``: a 1-float all-reduce's median beside MPI's, and its route stamped hop by
+    hop: user thread, background thread, one negotiation round, the backend's one MPI call (the
+    policy's ``mpi`` algorithm for a call this small), the result handed back."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "blinkflow.bench", "latency", "--rounds", "1", "--calls", "60",
+                           "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    ours, theirs = report["runs"]["blinkflow"][0], report["runs"]["mpi"][0]
+    assert ours["median_us"] > 0 and theirs["median_us"] > 0
+    stamped = ours["stamped"]
+    assert stamped["calls"] == 60 and stamped["on_route"] > 30, stamped
+    route = [stamped["hops"][0]["from"]] + [hop["to"] for hop in stamped["hops"]]
+    assert route == ["call>", "queue>", "queue<", "drain>", "drain<", "mpi_wait>", "mpi_wait<", "execute>", "backend>",
+                     "mpi_wait>", "mpi_wait<", "backend<", "complete>", "complete<", "execute<", "call<"], route
+    assert sum(hop["us"] for hop in stamped["hops"]) == pytest.approx(stamped["total_us"], rel=0.5)
