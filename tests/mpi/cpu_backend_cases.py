@@ -83,17 +83,22 @@ def algorithm(be, name):
 
 
 def run_allreduce(be, sizes):
-    """Every size, dtype and op by the runner's trees and by MPI's own all-reduce (which takes
-    the dtypes MPI reduces; the others stay on the runner)."""
+    """Every size, dtype and op by the runner's trees; three small sizes again by MPI's own
+    all-reduce (chunks do not apply to it), whose dtypes take it while the others stay on the
+    runner."""
     from blinkflow.schedule import policy
 
     for forced in ("runner", "mpi"):
         with algorithm(be, forced):
             for seed, n in enumerate(sizes):
+                if forced == "mpi" and n not in (1, 7, 1001):
+                    continue
                 for dtype in (DTYPES if n < 5000 else (np.float32, np.float16, np.int32, np.bool_)):
-                    expected = "mpi" if forced == "mpi" and np.dtype(dtype).name in policy.MPI_DTYPES else "runner"
+                    mpi = np.dtype(dtype).name in policy.MPI_DTYPES
+                    if forced == "mpi" and not mpi and n > 1:
+                        continue  # the runner's again: shown once
                     for op in OPS:
-                        run_allreduce_once(be, n, dtype, op, seed, expected)
+                        run_allreduce_once(be, n, dtype, op, seed, "mpi" if forced == "mpi" and mpi else "runner")
 
 
 def run_allreduce_once(be, n, dtype, op, seed, expected):
@@ -259,16 +264,17 @@ def run_slot_reuse(be):
     not write it): the runs on a slot settle each other's releases, so the deferred bookkeeping
     stays bounded, and every result is right. Then buffer() hands out memory nobody reads."""
     n = 5000
-    buf = be.buffer(n, np.float32)
-    buf[...] = RANK + 1
-    for i in range(20):
-        be.allreduce(buf, ReduceOp.MAX)  # in place: every run writes the slot it reads
-        assert (buf == SIZE).all(), f"slot reuse, call {i}"
-        assert len(be.state.unsettled) <= 2, be.state.unsettled
-    fresh = be.buffer(n, np.float32)
-    fresh[...] = RANK
-    be.allreduce(fresh, ReduceOp.SUM)
-    assert (fresh == SIZE * (SIZE - 1) // 2).all(), "a fresh slot after reuse"
+    with algorithm(be, "runner"):  # the runner's deferred releases (a call this small is otherwise MPI's)
+        buf = be.buffer(n, np.float32)
+        buf[...] = RANK + 1
+        for i in range(20):
+            be.allreduce(buf, ReduceOp.MAX)  # in place: every run writes the slot it reads
+            assert (buf == SIZE).all(), f"slot reuse, call {i}"
+            assert len(be.state.unsettled) <= 2, be.state.unsettled
+        fresh = be.buffer(n, np.float32)
+        fresh[...] = RANK
+        be.allreduce(fresh, ReduceOp.SUM)
+        assert (fresh == SIZE * (SIZE - 1) // 2).all(), "a fresh slot after reuse"
 
 
 def run_deep_trees(config):
@@ -287,7 +293,8 @@ def run_deep_trees(config):
     back = tuple((r + 1, r) for r in range(SIZE - 2, -1, -1))
     plan = Plan("allreduce", "test", tuple(range(SIZE)),
                 (Tree(0, 0.3, chain), Tree(0, 0.3, binary), Tree(SIZE - 1, 0.4, back)), 1.0, 1.0)
-    ctx = dataclasses.replace(standalone_context(MPI.COMM_WORLD, config), plan_for=lambda c, root=None: plan)
+    ctx = dataclasses.replace(standalone_context(MPI.COMM_WORLD, dataclasses.replace(config, algorithm="runner")),
+                              plan_for=lambda c, root=None: plan)  # the runner's trees, also for small calls
     be = CpuBackend(ctx)
     be.chunk_bytes = 4096  # many chunks per tree: the pipeline runs
     for n in (1, 100, 50001):
@@ -388,26 +395,38 @@ def run_packed_in_stages(be):
 def run_shape_decided_once(be):
     """The policy decides an all-reduce's algorithm and stages on the first call of its shape,
     asked once; later calls of that shape (a training loop's every step) reuse the decision and
-    still reduce correctly."""
+    still reduce correctly: MPI's own all-reduce (float32), the runner (float16), and, where
+    this host allows it, the single copy (its size threshold lowered)."""
     from blinkflow.schedule import policy
 
     asked = []
     choose = policy.choose
     policy.choose = lambda *args, **kwargs: asked.append(args[0]) or choose(*args, **kwargs)
+    thresholds = policy.SINGLE_COPY_MIN_SHARD_BYTES, policy.SINGLE_COPY_MIN_PIECE_BYTES, policy.MPI_ALLREDUCE_MAX_BYTES
     try:
-        n = 3001  # a shape no other case uses
-        inputs = [data(r, n, np.float32, 70) for r in range(SIZE)]
-        pieces = [inputs[RANK][:1000], inputs[RANK][1000:]]
-        for call in range(3):
-            out = np.empty(n, np.float32)
-            be.allreduce_pieces(pieces, ReduceOp.SUM, out=out)
-            expect_reduced(out, inputs, ReduceOp.SUM, f"call {call} of one shape")
-            if call == 0:
-                first = len(asked)
-        assert SIZE == 1 or first == 1, f"the policy was asked {first} times for a new shape: {asked}"
-        assert len(asked) == first, f"the policy was asked again for a known shape: {asked[first:]}"
+        expected = [(np.float32, "mpi"), (np.float16, "runner")]
+        if be.single_copy is not None and be.layout.nhosts == 1:
+            expected.append((np.float64, "single_copy"))
+        for seed, (dtype, algorithm) in enumerate(expected):
+            if algorithm == "single_copy":  # a small call by the single copy
+                policy.SINGLE_COPY_MIN_SHARD_BYTES = policy.SINGLE_COPY_MIN_PIECE_BYTES = 0
+                policy.MPI_ALLREDUCE_MAX_BYTES = 0
+            n = 3001 + seed  # shapes no other case uses
+            inputs = [data(r, n, dtype, 70 + seed) for r in range(SIZE)]
+            pieces = [inputs[RANK][:1000], inputs[RANK][1000:]]
+            before = len(asked)
+            for call in range(3):
+                out = np.empty(n, dtype)
+                be.allreduce_pieces(pieces, ReduceOp.SUM, out=out)
+                expect_reduced(out, inputs, ReduceOp.SUM, f"call {call} of one {np.dtype(dtype).name} shape")
+                if call == 0:
+                    first = len(asked) - before
+                    assert SIZE == 1 or be.last_choice.algorithm == algorithm, (algorithm, be.last_choice)
+            assert SIZE == 1 or first == 1, f"the policy was asked {first} times for a new shape: {asked[before:]}"
+            assert len(asked) - before == first, f"the policy was asked again for a known shape: {asked[before:]}"
     finally:
         policy.choose = choose
+        policy.SINGLE_COPY_MIN_SHARD_BYTES, policy.SINGLE_COPY_MIN_PIECE_BYTES, policy.MPI_ALLREDUCE_MAX_BYTES = thresholds
 
 
 def run_mailbox_rings():
@@ -488,7 +507,8 @@ def run_spilled_control(config):
     slots = mailbox.MAX_SLOTS
     mailbox.MAX_SLOTS = 16
     try:
-        be = CpuBackend(standalone_context(MPI.COMM_WORLD, dataclasses.replace(config, chunk_bytes=4096)))
+        be = CpuBackend(standalone_context(MPI.COMM_WORLD, dataclasses.replace(config, chunk_bytes=4096,
+                                                                               algorithm="runner")))
     finally:
         mailbox.MAX_SLOTS = slots
     assert be.mailbox is None or be.mailbox.slots == 16  # None: alone on its (split) host

@@ -28,7 +28,7 @@ import collections
 import dataclasses
 import itertools
 import platform
-from typing import NamedTuple, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -188,15 +188,19 @@ class CpuBackend(Backend):
         np.copyto(work, arr)
         return work
 
-    def _choose(self, collective: str, nbytes: int, itemsize: int, npieces: int = 1, program=None,
-                dtype: Optional[np.dtype] = None) -> policy.Choice:
+    def _choose(self, collective: str, nbytes: int, itemsize: int, npieces: int = 1,
+                dtype: Optional[np.dtype] = None, stars: Optional[Callable[[], bool]] = None) -> policy.Choice:
         """The policy's algorithm and chunk for this call (the same on every rank: its inputs
-        were agreed at construction, and every rank makes the same call)."""
-        stars = collective == "allreduce" and self.single_copy is not None and program is not None \
-            and self.single_copy.shape(program).usable
-        caps = self.caps if stars or not self.caps.single_copy else dataclasses.replace(self.caps, single_copy=False)
-        choice = policy.choose(collective, nbytes, itemsize, self.layout, self._config(), caps, npieces=npieces,
-                               dtype=None if dtype is None else dtype.name)
+        were agreed at construction, and every rank makes the same call). ``stars()`` says
+        whether the call's trees let the single copy run it; it is asked only where the policy
+        chose the single copy (it lowers the call's program), and where it says no (or is None)
+        the policy is asked again without the single copy."""
+        config, name = self._config(), None if dtype is None else dtype.name
+        choice = policy.choose(collective, nbytes, itemsize, self.layout, config, self.caps, npieces=npieces,
+                               dtype=name)
+        if choice.algorithm == "single_copy" and not (stars is not None and stars()):
+            choice = policy.choose(collective, nbytes, itemsize, self.layout, config,
+                                   dataclasses.replace(self.caps, single_copy=False), npieces=npieces, dtype=name)
         self.last_choice = choice
         return choice
 
@@ -207,8 +211,10 @@ class CpuBackend(Backend):
         return dataclasses.replace(self.config, chunk_bytes=self.chunk_bytes)
 
     def _program(self, collective: str, n: int, itemsize: int, root=None, counts=None, dtype=None):
-        """The call's choice and the runner's program for it."""
+        """The call's choice and, where the runner runs it, its program (else None)."""
         choice = self._choose(collective, n * itemsize, itemsize, dtype=dtype)
+        if choice.algorithm != "runner":
+            return choice, None
         return choice, self.programs.get(collective, n, choice.chunk_elems(itemsize), root=root, counts=counts)
 
     def _run(self, choice: policy.Choice, program, buf: np.ndarray, ufunc=None, out: Optional[np.ndarray] = None,
@@ -326,10 +332,11 @@ class CpuBackend(Backend):
         """The policy's decision for an all-reduce of ``n`` elements of ``dtype`` in
         ``npieces`` tensors (``in_place``: the single copy may read them where they lie, i.e.
         no prescale), asked once and remembered per call shape. The single copy runs the
-        runner's schedule, so whether it can run this shape is read off the program at the
-        runner's chunk (a rule of the policy's that depends on no call) before the policy is
-        asked. Every input of the decision is in the key: the call's shape, and what a test may
-        change on a live backend (the chunk, the single copy, the policy's stage size)."""
+        runner's schedule, so where the policy chose it, whether the shape's trees let it is read
+        off the program at the runner's chunk (a rule of the policy's that depends on no call),
+        and the policy is asked again without it if not; MPI's own all-reduce needs no program.
+        Every input of the decision is in the key: the call's shape, and what a test may change
+        on a live backend (the chunk, the single copy, the policy's stage size, the algorithm)."""
         itemsize = dtype.itemsize
         key = (n, dtype, npieces, in_place, self.chunk_bytes, self.single_copy is not None, policy.CPU_STAGE_BYTES,
                self.config.algorithm if self.config is not None else None)
@@ -338,9 +345,13 @@ class CpuBackend(Backend):
             self._allreduce_shapes.move_to_end(key)
             return shape
         runner_chunk = policy.chunk_elems(policy.cpu_runner_chunk_bytes(self._config()), itemsize)
-        program = self.programs.get("allreduce", n, runner_chunk)
-        choice = self._choose("allreduce", n * itemsize, itemsize, npieces=npieces,
-                              program=program if in_place else None, dtype=dtype)
+
+        def stars() -> bool:
+            return in_place and self.single_copy is not None and \
+                self.single_copy.shape(self.programs.get("allreduce", n, runner_chunk)).usable
+
+        choice = self._choose("allreduce", n * itemsize, itemsize, npieces=npieces, dtype=dtype, stars=stars)
+        program = None if choice.algorithm == "mpi" else self.programs.get("allreduce", n, runner_chunk)
         stage, last = n, program
         if choice.algorithm == "runner":
             chunk = choice.chunk_elems(itemsize)
