@@ -9,7 +9,7 @@ through mpirun, in turn for ``--rounds`` rounds (:mod:`.latency_worker`):
 * **mpi**: ``MPI_Allreduce`` of one float in a job where blinkflow never started;
 * **tf** (``--tf``): TensorFlow's floor on the same machine (a ``tf.function`` adding one, one
   crossing to Python and back by ``tf.numpy_function``) beside blinkflow's all-reduce in a
-  ``tf.function``, alternated call by call.
+  ``tf.function``, in blocks of calls taken in turn.
 
 docs/overlap.md ("One small all-reduce") records the breakdown and what it shows.
 """

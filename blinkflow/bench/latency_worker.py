@@ -7,7 +7,8 @@ stamped at the hops of docs/runtime.md by wrapping the functions that carry it (
 one, which is timed in a block of its own first). ``--side mpi``: ``MPI_Allreduce`` of one
 float, in a job where blinkflow never started. ``--side tf``: TensorFlow's own floor beside
 blinkflow's call: a ``tf.function`` that adds one, one that crosses to Python by
-``tf.numpy_function`` and back, and one that all-reduces through ``blinkflow.tensorflow``.
+``tf.numpy_function`` and back, and one that all-reduces through ``blinkflow.tensorflow``, in
+blocks of calls taken in turn.
 
 Rank 0 prints one JSON object: medians in microseconds, and per hop the median of the calls
 that took the most common route.
@@ -157,11 +158,15 @@ def _tf(calls: int) -> dict:
     for step in steps.values():
         for _ in range(100):
             step(x)
-    for _ in range(calls):  # the three alternate call by call: the same machine load for each
+    # Blocks of one function at a time, the blocks of the three in turn: the same machine load for
+    # each, and the all-reduce's calls not waiting for a peer's local calls (whose timing differs).
+    blocks = 10
+    for _ in range(blocks):
         for name, step in steps.items():
-            t0 = time.perf_counter()
-            step(x).numpy()
-            times[name].append(time.perf_counter() - t0)
+            for _ in range(max(1, calls // blocks)):
+                t0 = time.perf_counter()
+                step(x).numpy()
+                times[name].append(time.perf_counter() - t0)
     hvd.shutdown()
     return dict({"side": "tf"}, **{name: _median_us(t) for name, t in times.items()})
 
