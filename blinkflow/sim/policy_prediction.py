@@ -15,7 +15,8 @@ cross-memory attach on CPU ranks), and on GPUs predicts, side by side:
 
 The figures are projections from :mod:`blinkflow.schedule.step_costs` (docs/cuda.md, "The cost
 model"). An algorithm the simulator cannot model (the cpu single copy, a plain all-to-all) is
-reported as not simulated.
+reported as not simulated; so is MPI's own all-reduce, which the cpu backend takes for small
+all-reduces.
 """
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ from ..topology.model import Topology
 from .api import simulate, simulate_plan
 from .engine import bus_factor
 
+FLOAT_OF_WIDTH = {2: "float16", 4: "float32", 8: "float64"}
+"""The dtype a simulated call of ``elem_bytes``-wide elements is taken to have: the float of that
+width, as a training step's gradients are (the policy's ``mpi`` depends on the dtype)."""
 RUNNER_FUSE_INPUTS = 7
 """Receives the cuda runner fuses into one action (its reduce kernel's 8 inputs, less the local
 value: ``blinkflow.backends.cuda.kernels.MAX_INPUTS - 1``)."""
@@ -108,7 +112,7 @@ def predict(plan: Plan, topology: Topology, size_bytes: int, elem_bytes: int = 4
     layout = _layout(plan, topology)
     rates = plan_rates(plan, topology) if caps.nccl and plan.collective == "allreduce" else None
     choice = choose(plan.collective, size_bytes, elem_bytes, layout, config or Config(), caps,
-                    ntrees=max(1, len(plan.trees)), rates=rates)
+                    ntrees=max(1, len(plan.trees)), rates=rates, dtype=FLOAT_OF_WIDTH.get(elem_bytes))
     shape = dict(ndevices=len(plan.devices), size_bytes=size_bytes, collective=plan.collective)
     if not ALGORITHMS[choice.algorithm].simulated:
         return Prediction(caps.backend, choice, None, **shape)

@@ -38,6 +38,16 @@ def test_the_cpu_single_copy_is_not_simulated(capsys):
     assert "policy (cpu backend): runner, chunk 4194304 bytes: predicted" in out
 
 
+def test_a_small_cpu_allreduce_is_predicted_as_mpis_own_and_not_simulated(capsys):
+    """What runs: the cpu backend hands a float32 all-reduce of at most 256 KiB to MPI, a float16
+    one (MPI has no float16 arithmetic) to the runner."""
+    out = _simulate(capsys, "--topology", "cpu-host:4", "--collective", "allreduce", "--size", "64KiB")
+    assert "policy (cpu backend): mpi: not simulated" in out and "latency bound" in out
+    out = _simulate(capsys, "--topology", "cpu-host:4", "--collective", "allreduce", "--size", "64KiB",
+                    "--elem-bytes", "2")
+    assert "policy (cpu backend): runner, chunk 4194304 bytes: predicted" in out
+
+
 def test_the_prediction_charges_the_algorithms_step_costs():
     """The runner pays its measured host cost per action (serially, per rank); the device
     executor one launch, a handshake per chunk and its connections' Little's-law rate."""
