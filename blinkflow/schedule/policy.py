@@ -110,7 +110,7 @@ only for shards of at least this many bytes (measured at 2 and 4 ranks: level at
 MPI_ALLREDUCE_MAX_BYTES = 256 << 10
 """The largest cpu all-reduce ``auto`` hands to MPI's own all-reduce. A small call is latency
 bound: the runner's chunk costs every rank a few control messages and Python actions (a 1-float
-call spent ~60 us in the runner against ~3 us in ``MPI_Iallreduce``, 2 ranks, docs/overlap.md),
+call spent ~75 us in the runner against ~1.5 us in ``MPI_Iallreduce``, 2 ranks, docs/overlap.md),
 while the trees pay off only once the bytes dominate (measured: docs/benchmarks.md)."""
 MPI_DTYPES = frozenset({"float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                         "uint64"})

@@ -2,8 +2,8 @@
 
 A call of a few kilobytes is latency bound. The runner's pipelined trees cost every rank a few
 control messages and Python actions per chunk whatever its size (a 1-float all-reduce spent
-~60 us in the runner on 2 ranks of the development VM), while MPI's all-reduce of a few bytes
-takes a few microseconds inside one C call (recursive doubling, Open MPI's choice for small
+~75 us in the runner on 2 ranks of the development VM), while MPI's all-reduce of a few bytes
+takes a microsecond or two inside one C call (recursive doubling, Open MPI's choice for small
 messages). So the policy (:func:`blinkflow.schedule.policy.choose`) hands calls up to
 ``MPI_ALLREDUCE_MAX_BYTES`` of MPI's dtypes to MPI, as NCCL uses its low-latency protocol, and
 MSCCL its fallback, where a schedule's steps cost more than its bytes.
@@ -13,9 +13,11 @@ tested for ``SPIN_S``, which covers a call whose peers are there, then with slee
 the wait, since a late peer may be descheduled or still computing and a spinning wait would take
 its core; the runtime's ``failure`` ends the wait), so a peer that dies mid-call ends it the way
 it ends a runner's call.
-Every rank gets the same bits: MPI's all-reduce hands every rank one combined value per element
-(for two ranks ``a + b == b + a`` exactly; Open MPI combines larger jobs' values once and
-distributes them).
+Every rank gets the same bits, as the trees give them: Open MPI's algorithms either have the
+two ranks of a pair add the same two values in either order (recursive doubling; IEEE addition
+and multiplication are commutative, exactly) or reduce each block once and hand it on (ring,
+Rabenseifner). The MPI standard only recommends this; the cpu backend's test cases check it at
+2, 3 and 4 ranks.
 """
 from __future__ import annotations
 
