@@ -108,16 +108,23 @@ class SideChannel:
 
     # ---- end ----------------------------------------------------------------------------------
     def close(self) -> None:
-        """Cancel the posted receives and let go of the sends; the communicator is then freed
-        (unless a receive could not be cancelled: freeing it then could hang)."""
+        """Cancel the posted receives, let go of the sends and free the communicator.
+
+        A receive from a peer that died may be complete already (in error: a test raised for
+        it) or refuse the cancel; one still pending is kept referenced until exit
+        (:data:`~blinkflow.backends.quiet_wait.ABANDONED`: MPI may yet write into its buffer).
+        The communicator is freed all the same: ``MPI_Comm_free`` leaves pending operations to
+        complete, and one left allocated in an elastic job that spawned ranks is one more for
+        ``MPI_Finalize`` to disconnect (see :mod:`blinkflow.elastic.reform`)."""
+        from ..backends import quiet_wait
+
         with self._lock:
             if self.closed:
                 return
             self.closed = True
             receives = [r for r in [self._notice] + list(self._beats.values()) if r is not None]
-            clean = all(self._try(lambda: _cancel(r), default=False) for r in receives)
-            if clean:
-                self._try(self.comm.Free)
+            quiet_wait.ABANDONED.extend(r for r in receives if not _settle(r))
+            self._try(self.comm.Free)
 
     def _finish_sends(self, wait_s: float) -> None:
         end = time.monotonic() + wait_s
@@ -146,10 +153,19 @@ def _any_source() -> int:
     return MPI.ANY_SOURCE
 
 
-def _cancel(request) -> bool:
-    request.Cancel()
-    request.Wait()
-    return True
+def _settle(request) -> bool:
+    """Cancel a posted receive and complete it, without blocking; whether nothing of it is
+    pending any more (cancelled, received, or completed in error)."""
+    from mpi4py import MPI
+
+    try:
+        request.Cancel()
+    except MPI.Exception:  # complete already (in error, for a failed or revoked peer)
+        pass
+    try:
+        return bool(request.Test())
+    except MPI.Exception as error:  # complete in error, save an any-source receive told of a failure
+        return error.Get_error_class() != getattr(MPI, "ERR_PROC_FAILED_PENDING", None)
 
 
 def open_side_channel(base) -> SideChannel:

@@ -7,7 +7,8 @@ one-second blacklisting ends and asks for a new rank, which joins at the next co
 ``python grow_cycles_script.py CYCLES SIZE TOKEN`` (TOKEN: only there so the test can find the
 job's processes). Prints on rank 0, after each reset that added a rank,
 ``ADDED resets <n> size <s> seconds <since the last such line, or since init()> fds <open fds>
-threads <threads> maps <mapped shared-memory segments>``;
+threads <threads> maps <mapped shared-memory segments> dyncomms <communicators spanning
+launches, counted as below>``;
 on every rank at the end ``FINAL rank <r> size <s> step <step> w <w[0]>``, and on rank 0
 ``SEGMENTS <path> ...``: every shared-memory file it mapped in the job's life, and as its
 ``MPI_Finalize`` begins ``FINALIZING dynamic communicators <n>``: Open MPI's count of the
@@ -44,7 +45,7 @@ def report_added():
         now = time.monotonic()
         print(f"ADDED resets {len(history())} size {bf.size()} seconds {now - _since[0]:.2f} "
               f"fds {len(os.listdir('/proc/self/fd'))} threads {threading.active_count()} "
-              f"maps {mapped_shared_segments()}", flush=True)
+              f"maps {mapped_shared_segments()} dyncomms {dynamic_communicators()}", flush=True)
         _since[0] = now
 
 
