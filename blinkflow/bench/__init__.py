@@ -6,7 +6,11 @@ Modules, one job each:
 ``cli``                  the benchmark command line; each suite registers a click command
 ``allreduce``            ``allreduce``: blinkflow's all-reduce against MPI_Allreduce, in the same processes
 ``separate``             ``separate``: blinkflow's all-reduce and MPI's, each in its own job, in turn
-``timing_worker``        one side of ``separate``, run under mpirun as a plain script
+``timing_worker``        one side of ``separate`` and ``cross-host``, run under mpirun as a plain script
+``cross_host``           ``cross-host``: blinkflow's all-reduce and MPI's across hosts, limited links
+``cluster``              a cluster of hosts on one machine (network namespaces, sshd), for
+                         ``cross-host`` and the multi-host tests
+``tcp_rate``             one link's rate, measured by a TCP stream between two hosts of a cluster
 ``latency``              ``latency``: one small all-reduce's latency, hop by hop, beside MPI's and TF's floor
 ``latency_worker``       one job of ``latency``, run under mpirun as a plain script
 ``call_counts``          Python and C calls per all-reduce: the runtime's per-call cost, counted

@@ -12,6 +12,7 @@ SUITES = {
     "allreduce": "blinkflow.bench.allreduce",
     "separate": "blinkflow.bench.separate",
     "latency": "blinkflow.bench.latency",
+    "cross-host": "blinkflow.bench.cross_host",
     "gpu": "blinkflow.bench.gpu",
     "runner-actions": "blinkflow.bench.runner_actions",
     "tf-peers": "blinkflow.bench.tf_peers",

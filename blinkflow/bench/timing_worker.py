@@ -28,7 +28,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--side", choices=["blinkflow", "mpi"], required=True)
     parser.add_argument("--sizes", default="16777216,67108864", help="bytes, comma-separated")
-    parser.add_argument("--small-reps", type=int, default=40)
+    parser.add_argument("--small-reps", type=int, default=40, help="0: no 200 x 16 KiB case")
+    parser.add_argument("--reps", type=int, default=0, help="repetitions per size (0: by size, 25-200)")
     args = parser.parse_args()
     if args.side == "blinkflow":
         import blinkflow as bf
@@ -56,22 +57,23 @@ def main() -> None:
         else:
             call = lambda: comm.Allreduce(a, recv, op=MPI.SUM)  # noqa: E731
         times = []
-        for rep in range(reps_for(nbytes) + 1):
+        for rep in range((args.reps or reps_for(nbytes)) + 1):
             a[...] = src  # the input equally warm in cache before every call
             seconds = timed(call)
             if rep:
                 times.append(seconds)
         out["cases"][str(nbytes)] = statistics.median(times)
-    tensors = [np.full(SMALL_BYTES // 4, i, np.float32) for i in range(SMALL_TENSORS)]
-    outputs = [np.empty_like(t) for t in tensors]
-    if args.side == "blinkflow":
-        call = lambda: bf.grouped_allreduce(tensors, op=bf.Sum, name="separate.grouped")  # noqa: E731
-    else:
-        def call():
-            for t, o in zip(tensors, outputs):
-                comm.Allreduce(t, o, op=MPI.SUM)
-    times = [timed(call) for _ in range(args.small_reps + 1)][1:]
-    out["cases"]["small"] = statistics.median(times)
+    if args.small_reps:
+        tensors = [np.full(SMALL_BYTES // 4, i, np.float32) for i in range(SMALL_TENSORS)]
+        outputs = [np.empty_like(t) for t in tensors]
+        if args.side == "blinkflow":
+            call = lambda: bf.grouped_allreduce(tensors, op=bf.Sum, name="separate.grouped")  # noqa: E731
+        else:
+            def call():
+                for t, o in zip(tensors, outputs):
+                    comm.Allreduce(t, o, op=MPI.SUM)
+        times = [timed(call) for _ in range(args.small_reps + 1)][1:]
+        out["cases"]["small"] = statistics.median(times)
     if args.side == "blinkflow":
         bf.shutdown()
     if comm.Get_rank() == 0:

