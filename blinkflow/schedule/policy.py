@@ -100,7 +100,13 @@ CPU_RUNNER_CHUNK_BYTES = 4 << 20
 CPU_REDUCE_BLOCK_BYTES = 1 << 20
 CPU_STAGE_BYTES = 8 << 20
 """The most of a packed cpu all-reduce staged in the shared window at once (whole chunks, at
-least one): the window's memory, not the pipeline, bounds it."""
+least one) in a job on one host: the window's memory, not the pipeline, bounds it."""
+CPU_CROSS_HOST_STAGE_BYTES = 64 << 20
+"""The same in a job across hosts, where a stage's end drains the pipeline over the network: each
+stage's cross-host trees reduce and then broadcast their ranges, and the next stage starts only
+when the last of it has crossed. With 8 MiB stages a 64 MiB all-reduce between two hosts over a
+1 Gbit/s link took 1.04 s, with one 64 MiB stage 0.61-0.63 s (``MPI_Allreduce`` 0.57 s, the
+link's bound 0.54 s; ``python -m blinkflow.bench cross-host``, docs/benchmarks.md)."""
 CUDA_MIN_CHUNK_BYTES, CUDA_MAX_CHUNK_BYTES, CUDA_CHUNKS_PER_BUFFER = 1 << 20, 16 << 20, 16
 SINGLE_COPY_MIN_CHUNK_BYTES, SINGLE_COPY_MAX_CHUNK_BYTES = 256 << 10, 1 << 20
 SINGLE_COPY_MIN_SHARD_BYTES = 4 << 20
@@ -278,8 +284,9 @@ def choose(collective: str, nbytes: int, itemsize: int, layout, config, caps: Ca
     if caps.backend == "cuda":
         chunk = cuda_runner_slot_cap(fixed or cuda_runner_chunk_bytes(nbytes), layout, ntrees, caps)
         return Choice("runner", chunk, why=nccl or "")
+    stage = CPU_CROSS_HOST_STAGE_BYTES if max(layout.hosts) > 0 else CPU_STAGE_BYTES
     return Choice("runner", cpu_runner_chunk_bytes(config), block_bytes=fixed or CPU_REDUCE_BLOCK_BYTES,
-                  stage_bytes=CPU_STAGE_BYTES)
+                  stage_bytes=stage)
 
 
 def chunk_elems(chunk_bytes: int, itemsize: int) -> int:

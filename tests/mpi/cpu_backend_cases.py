@@ -364,14 +364,16 @@ def run_packed_in_stages(be):
     whole call's."""
     from blinkflow.schedule import policy
 
-    single_copy, stage_bytes, config = be.single_copy, policy.CPU_STAGE_BYTES, be.config
+    single_copy, config = be.single_copy, be.config
+    stage_bytes = policy.CPU_STAGE_BYTES, policy.CPU_CROSS_HOST_STAGE_BYTES
     be.single_copy = None  # the packed path, whatever this machine allows
     be.config = dataclasses.replace(config, algorithm="runner")  # small chunks make a small call: not MPI's
     try:
         for seed, (dtype, op) in enumerate([(np.float32, ReduceOp.SUM), (np.int32, ReduceOp.MAX)]):
             itemsize = np.dtype(dtype).itemsize
             chunk = be._choose("allreduce", 1 << 30, itemsize).chunk_elems(itemsize)
-            policy.CPU_STAGE_BYTES = chunk * itemsize  # a stage of one chunk
+            # a stage of one chunk, on one host or across hosts
+            policy.CPU_STAGE_BYTES = policy.CPU_CROSS_HOST_STAGE_BYTES = chunk * itemsize
             n = 2 * chunk + chunk // 2 + 7
             assert be._choose("allreduce", n * itemsize, itemsize).stage_elems(n, itemsize) == chunk
             inputs = [data(r, n, dtype, 40 + seed) for r in range(SIZE)]
@@ -389,7 +391,8 @@ def run_packed_in_stages(be):
             expect_reduced(out / both if both != 1 else out, inputs, op, what)
             check_same_everywhere(out, what)
     finally:
-        be.single_copy, policy.CPU_STAGE_BYTES, be.config = single_copy, stage_bytes, config
+        be.single_copy, be.config = single_copy, config
+        policy.CPU_STAGE_BYTES, policy.CPU_CROSS_HOST_STAGE_BYTES = stage_bytes
 
 
 def run_shape_decided_once(be):

@@ -17,6 +17,16 @@ CPU = Capabilities("cpu", single_copy=True, l2_bytes=2 << 20)
 MIB = 1 << 20
 
 
+def test_across_hosts_the_cpu_runner_stages_a_packed_allreduce_in_larger_stages():
+    # A stage's end drains the pipeline over the network (policy.CPU_CROSS_HOST_STAGE_BYTES says
+    # what it cost): a job across hosts stages 64 MiB, one on one host 8 MiB.
+    packed = dataclasses.replace(CPU, single_copy=False)
+    across = choose("allreduce", 256 * MIB, 4, TWO_HOSTS, Config(), packed)
+    assert across.stage_bytes == policy.CPU_CROSS_HOST_STAGE_BYTES == 64 * MIB
+    assert across.stage_elems(16 * MIB, 4) == 16 * MIB and across.stage_elems(64 * MIB, 4) == 16 * MIB
+    assert choose("allreduce", 256 * MIB, 4, ONE_HOST, Config(), packed).stage_bytes == 8 * MIB
+
+
 def test_cpu_runner_chunks_and_reduce_block():
     c = choose("broadcast", 64 * MIB, 4, ONE_HOST, Config(), CPU)
     assert (c.algorithm, c.chunk_bytes, c.block_bytes) == ("runner", 4 * MIB, 1 * MIB)

@@ -339,7 +339,7 @@ class CpuBackend(Backend):
         on a live backend (the chunk, the single copy, the policy's stage size, the algorithm)."""
         itemsize = dtype.itemsize
         key = (n, dtype, npieces, in_place, self.chunk_bytes, self.single_copy is not None, policy.CPU_STAGE_BYTES,
-               self.config.algorithm if self.config is not None else None)
+               policy.CPU_CROSS_HOST_STAGE_BYTES, self.config.algorithm if self.config is not None else None)
         shape = self._allreduce_shapes.get(key)
         if shape is not None:
             self._allreduce_shapes.move_to_end(key)
