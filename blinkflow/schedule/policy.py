@@ -284,7 +284,7 @@ def choose(collective: str, nbytes: int, itemsize: int, layout, config, caps: Ca
     if caps.backend == "cuda":
         chunk = cuda_runner_slot_cap(fixed or cuda_runner_chunk_bytes(nbytes), layout, ntrees, caps)
         return Choice("runner", chunk, why=nccl or "")
-    stage = CPU_CROSS_HOST_STAGE_BYTES if max(layout.hosts) > 0 else CPU_STAGE_BYTES
+    stage = CPU_CROSS_HOST_STAGE_BYTES if layout.nhosts > 1 else CPU_STAGE_BYTES
     return Choice("runner", cpu_runner_chunk_bytes(config), block_bytes=fixed or CPU_REDUCE_BLOCK_BYTES,
                   stage_bytes=stage)
 

@@ -13,6 +13,11 @@ cross-memory attach on CPU ranks), and on GPUs predicts, side by side:
 * NCCL's rings (the simulator's NCCL baseline), which the policy takes where the plan's trees do
   not beat them.
 
+On CPU ranks the cpu backend reads local peers' memory in place (the single copy) only where a
+host has more than one rank and every host as many; otherwise it runs the packed runner, an
+all-reduce a stage at a time (each stage a program that starts when the one before has ended),
+and so does the prediction.
+
 The figures are projections from :mod:`blinkflow.schedule.step_costs` (docs/cuda.md, "The cost
 model"). An algorithm the simulator cannot model (the cpu single copy, a plain all-to-all) is
 reported as not simulated; so is MPI's own all-reduce, which the cpu backend takes for small
@@ -108,8 +113,11 @@ def predict(plan: Plan, topology: Topology, size_bytes: int, elem_bytes: int = 4
     topology finds: the cuda backend on GPUs (with NCCL: one rank per GPU), the cpu backend with
     cross-memory attach on CPUs. ``nccl_seconds`` is NCCL's simulated time, where known."""
     gpus = any(topology.node(d).kind == "gpu" for d in plan.devices)
-    caps = caps or (Capabilities("cuda", nccl=True) if gpus else Capabilities("cpu", single_copy=True))
     layout = _layout(plan, topology)
+    # The cpu backend reads its peers' memory only where a host has more than one rank, and
+    # across hosts only where every host has as many (CpuBackend._probe_single_copy).
+    caps = caps or (Capabilities("cuda", nccl=True) if gpus else
+                    Capabilities("cpu", single_copy=layout.local_size > 1 and layout.even))
     rates = plan_rates(plan, topology) if caps.nccl and plan.collective == "allreduce" else None
     choice = choose(plan.collective, size_bytes, elem_bytes, layout, config or Config(), caps,
                     ntrees=max(1, len(plan.trees)), rates=rates, dtype=FLOAT_OF_WIDTH.get(elem_bytes))
@@ -124,9 +132,8 @@ def predict(plan: Plan, topology: Topology, size_bytes: int, elem_bytes: int = 4
     if caps.backend == "cuda":
         seconds, bound = _runner_seconds(plan, topology, size_bytes, elem_bytes, choice)
         return Prediction(caps.backend, choice, seconds, bound=bound, **shape)
-    tuned = simulate_plan(plan, topology, size_bytes, elem_bytes=elem_bytes, chunk_elems=choice.chunk_elems(elem_bytes),
-                          chunk_overhead_us=ALGORITHMS[choice.algorithm].cost_us(caps.backend))
-    return Prediction(caps.backend, choice, tuned.result.seconds, **shape)
+    seconds, bound = _staged_seconds(plan, topology, size_bytes, elem_bytes, choice, caps)
+    return Prediction(caps.backend, choice, seconds, bound=bound, **shape)
 
 
 def predict_all(plan: Plan, topology: Topology, size_bytes: int, elem_bytes: int = 4,
@@ -145,6 +152,25 @@ def predict_all(plan: Plan, topology: Topology, size_bytes: int, elem_bytes: int
         out["nccl"] = predict(plan, topology, size_bytes, elem_bytes, dataclasses.replace(config, algorithm="nccl"),
                               caps=Capabilities("cuda", nccl=True), nccl_seconds=nccl_seconds)
     return Predictions(chosen, out)
+
+
+def _staged_seconds(plan: Plan, topology: Topology, size_bytes: int, elem_bytes: int, choice: Choice,
+                    caps: Capabilities):
+    """The cpu runner's all-reduce stage after stage (``Choice.stage_elems``: each stage is a
+    program of its own, which starts when the one before has ended), other calls whole."""
+    nelems = max(0, size_bytes // elem_bytes)
+    stage = choice.stage_elems(nelems, elem_bytes) if plan.collective == "allreduce" and nelems else nelems
+
+    def seconds(n: int) -> float:
+        return simulate_plan(plan, topology, n * elem_bytes, elem_bytes=elem_bytes,
+                             chunk_elems=choice.chunk_elems(elem_bytes),
+                             chunk_overhead_us=ALGORITHMS[choice.algorithm].cost_us(caps.backend)).result.seconds
+
+    if stage >= nelems:
+        return seconds(nelems), ""
+    full, rest = divmod(nelems, stage)
+    return full * seconds(stage) + (seconds(rest) if rest else 0.0), \
+        f"{full + bool(rest)} stages of at most {stage * elem_bytes} bytes, one after another"
 
 
 def _runner_seconds(plan: Plan, topology: Topology, size_bytes: int, elem_bytes: int, choice: Choice):

@@ -48,6 +48,30 @@ def test_a_small_cpu_allreduce_is_predicted_as_mpis_own_and_not_simulated(capsys
     assert "policy (cpu backend): runner, chunk 4194304 bytes: predicted" in out
 
 
+def test_one_rank_per_host_is_predicted_on_the_packed_runner_stage_by_stage(monkeypatch):
+    """What runs: with one rank on a host nobody's memory is read in place (the single copy needs
+    local peers), so a cpu all-reduce across hosts runs the packed runner, a stage at a time; a
+    stage's end drains the pipeline, which the prediction charges (measured: 8 MiB stages took
+    1.7x one 64 MiB stage between two hosts, docs/benchmarks.md)."""
+    from blinkflow.schedule import policy
+
+    topo = get_preset("2xcpu-host:1")
+    plan = make_plan(topo, "allreduce", [0, 1])
+    whole = predict(plan, topo, 64 << 20)
+    assert (whole.choice.algorithm, whole.choice.stage_bytes, whole.bound) == ("runner", 64 << 20, "")
+    assert whole.seconds == pytest.approx(simulate_plan(plan, topo, 64 << 20, chunk_elems=whole.choice.chunk_elems(4),
+                                                        chunk_overhead_us=ALGORITHMS["runner"].cost_us("cpu")).result.seconds)
+    staged = predict(plan, topo, 256 << 20)
+    assert staged.bound == f"4 stages of at most {64 << 20} bytes, one after another"
+    assert staged.seconds == pytest.approx(4 * whole.seconds)
+    monkeypatch.setattr(policy, "CPU_CROSS_HOST_STAGE_BYTES", 8 << 20)
+    small_stages = predict(plan, topo, 64 << 20)
+    assert small_stages.bound.startswith("8 stages") and small_stages.seconds > 1.5 * whole.seconds
+    assert predict(plan, topo, 5 * (8 << 20) + 4096).bound == f"6 stages of at most {8 << 20} bytes, one after another"
+    two = get_preset("2xcpu-host:2")
+    assert predict(make_plan(two, "allreduce"), two, 64 << 20).choice.algorithm == "single_copy"
+
+
 def test_the_prediction_charges_the_algorithms_step_costs():
     """The runner pays its measured host cost per action (serially, per rank); the device
     executor one launch, a handshake per chunk and its connections' Little's-law rate."""
