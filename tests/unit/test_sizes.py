@@ -14,7 +14,7 @@ from blinkflow.sizes import format_size, parse_size
 # suite -> (its size option's words on the command line, the parameter name it fills)
 BENCH_SIZE_OPTIONS = {"allreduce": ("--sizes", "sizes_b"), "separate": ("--sizes", "sizes_b"),
                       "gpu": ("--sizes", "size_list"), "scale": ("--size", "largest"),
-                      "runner-actions": ("--size", "size")}
+                      "runner-actions": ("--size", "size"), "cross-host": ("--sizes", "sizes_b")}
 
 
 def _bench_reads(suite: str, text: str) -> int:
