@@ -39,7 +39,7 @@ HOSTS = tuple((f"bf{letter}", f"10.77.0.{i + 1}") for i, letter in enumerate("ab
 SWITCH = "bfsw"
 PREFIX_LEN = 24
 SSH_PORT = 22
-# Packages that provide the tools, for the fixture's one-time apt-get on a bare CI machine.
+# Packages that provide the tools, installed with apt-get where missing (a bare CI machine).
 TOOLS = {"ip": "iproute2", "sshd": "openssh-server", "ssh": "openssh-client",
          "ssh-keygen": "openssh-client", "unshare": "util-linux", "mount": "mount", "hostname": "hostname",
          "nft": "nftables", "tc": "iproute2"}
@@ -66,7 +66,7 @@ def ensure_tools() -> Dict[str, str]:
     paths = {tool: _which(tool) for tool in TOOLS}
     absent = [f"{tool} ({TOOLS[tool]})" for tool, path in paths.items() if not path]
     if absent:
-        raise RuntimeError("the multi-host tests need " + ", ".join(absent) +
+        raise RuntimeError("a cluster needs " + ", ".join(absent) +
                            "; apt-get install failed or is unavailable - install them by hand")
     return paths
 

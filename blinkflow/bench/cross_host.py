@@ -1,6 +1,7 @@
 """``python -m blinkflow.bench cross-host``: blinkflow's all-reduce against ``MPI_Allreduce``
 across hosts, on a cluster built for the run (network namespaces joined by veths, each host with
-its own sshd: :mod:`.cluster`; needs root), with and without a rate limit on the links.
+its own sshd: :mod:`.cluster`; needs root, and installs ``iproute2``, ``openssh`` and
+``nftables`` with apt-get where they are missing), with and without a rate limit on the links.
 
 For every setting (ranks per host, link rate) the bench first sets the limit (a ``tbf`` queue on
 every host's link, so every link is capped both ways) and checks that it took effect: one TCP
