@@ -31,14 +31,16 @@ def kill(then_shutdown=False):
     if r == victim:
         time.sleep(0.5)
         os.kill(os.getpid(), signal.SIGKILL)
-    died = time.monotonic() + 0.5
+    # From when this survivor starts waiting (the victim dies about 0.5 s later): a time from
+    # the victim's death would be a guess, and negative ("-0.0s") when a survivor came late.
+    began = time.monotonic()
     try:
         i = 0
         while True:
             bf.allreduce(np.ones(8), name=f"step.{i % 3}")
             i += 1
     except bf.ShutdownError as e:
-        print(f"SURVIVOR rank {r} ShutdownError rank={e.rank} after {time.monotonic() - died:.1f}s: {e}", flush=True)
+        print(f"SURVIVOR rank {r} ShutdownError rank={e.rank} after {time.monotonic() - began:.1f}s: {e}", flush=True)
     # A later call fails at once with the same error instead of hanging.
     try:
         bf.allreduce(np.ones(1), name="after")
