@@ -25,7 +25,7 @@ ENV_PREFIX = "BLINKFLOW_"
 #: cache, plan or choose data paths differently and wait for each other. The topology is one:
 #: rank 0 alone reads it, so one set on another rank only would be silently ignored.
 AGREED_FIELDS = ("fusion_threshold", "cache_capacity", "backend", "chunk_bytes", "cpu_single_copy", "cpu_control",
-                 "split_hosts", "topology", "bucket_bytes", "algorithm", "check_schedules", "autotune")
+                 "split_hosts", "topology", "bucket_bytes", "algorithm", "check_schedules", "autotune", "link_probe")
 BACKENDS = ("auto", "cpu", "cuda")
 ALGORITHMS = ("auto", "runner", "device", "nccl", "single_copy", "mpi")
 CPU_CONTROLS = ("auto", "shm", "mpi")
@@ -121,6 +121,11 @@ class Config:
     """Scored samples before the best setting is kept for good."""
     autotune_gaussian_process_noise: float = 0.8
     """Observation noise of the search's Gaussian process, in units of the scores' spread."""
+    link_probe: int = 1
+    """1: a job on three or more hosts measures each pair of hosts at start-up (about 60 ms per
+    round of pairs, ``H - 1`` rounds) and plans on the measured rates, so that a slow pair
+    carries less (:mod:`blinkflow.runtime.link_probe`); 0: plan on the NICs' nominal rates.
+    ``blinkrun topo --probe`` prints what it measures."""
     split_hosts: int = 0
     """For tests of the multi-host path on one machine: treat the job's ranks as this many hosts
     (consecutive blocks of ranks, no shared memory between blocks). 0 = real host names."""
@@ -153,7 +158,7 @@ class Config:
             raise ConfigError(f"{ENV_PREFIX}LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if self.algorithm not in ALGORITHMS:
             raise ConfigError(f"{ENV_PREFIX}ALGORITHM must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
-        for flag in ("cpu_single_copy", "pin_gpus", "tf_memory_growth", "check_schedules", "autotune", "elastic_joining"):
+        for flag in SWITCH_FIELDS:
             if getattr(self, flag) not in (0, 1):
                 raise ConfigError(f"{self.env_name(flag)} must be 0 or 1, got {getattr(self, flag)}")
         if self.cpu_control not in CPU_CONTROLS:
@@ -357,7 +362,8 @@ def _finite(value) -> bool:
 #: Fields holding bytes: their text may carry a unit (``64MiB``); see :mod:`.setting_text`.
 SIZE_FIELDS = ("fusion_threshold", "chunk_bytes", "bucket_bytes")
 #: Fields that are switches (0 or 1): their text is a switch word (``1``, ``true``, ``off``...).
-SWITCH_FIELDS = ("cpu_single_copy", "pin_gpus", "tf_memory_growth", "check_schedules", "autotune", "elastic_joining")
+SWITCH_FIELDS = ("cpu_single_copy", "pin_gpus", "tf_memory_growth", "check_schedules", "autotune", "elastic_joining",
+                 "link_probe")
 
 
 def _parse(field: dataclasses.Field, raw: str, name: str):

@@ -6,11 +6,14 @@
     blinkrun topo --nvidia-smi-file topo.txt    # saved `nvidia-smi topo -m` output
     blinkrun topo --nccl-xml dump.xml           # NCCL_TOPO_DUMP_FILE output
     blinkrun topo --file topo.json --json       # blinkflow's JSON, printed back as JSON
+    blinkrun topo --probe -H a,b,c              # measure the network between hosts (a job of one
+                                                # rank per host; what jobs on 3+ hosts plan with)
 
 Bad input exits 2 with one line naming the file, line or field (launcher/one_line.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import List, Optional
@@ -34,13 +37,40 @@ SOURCES = ("preset", "nvidia_smi_file", "nccl_xml", "file")
 @click.option("--file", "file_", metavar="FILE", help="A topology file of any format (JSON, NCCL XML, nvidia-smi text).")
 @click.option("--gpus", metavar="LIST", help="Keep only these devices, e.g. 0,1,4.")
 @click.option("--json", "as_json", is_flag=True, help="Print the topology as JSON (the schema of `topo --json`).")
-def command(preset, nvidia_smi_file, nccl_xml, file_, gpus, as_json):
+@click.option("--probe", is_flag=True, help="Measure each pair of the hosts of -H (one rank per host, launched "
+                                           "like `blinkrun -H`) and print the rates jobs on them plan with.")
+@click.option("-H", "--hosts", "probe_hosts", metavar="HOSTS", help="With --probe: the hosts, e.g. a,b,c or a:4,b:4 "
+                                                                     "(slots are ignored: one rank per host).")
+def command(preset, nvidia_smi_file, nccl_xml, file_, gpus, as_json, probe, probe_hosts):
     """Show the interconnect of a machine as a device x device table, or as JSON."""
+    if probe or probe_hosts:
+        probe_links(probe, probe_hosts, given=any((preset, nvidia_smi_file, nccl_xml, file_, gpus, as_json)))
+        return
     devices = parse_gpus(gpus)
     topology = load_source(preset, nvidia_smi_file, nccl_xml, file_)
     if devices is not None:
         topology = topology.subset(devices, where="--gpus")
     click.echo(json.dumps(topology.to_dict(), indent=2) if as_json else format_table(topology))
+
+
+def probe_links(probe: bool, hosts_text: Optional[str], given: bool) -> None:
+    """``--probe -H``: launch ``blinkflow.runtime.link_probe`` with one rank per host through
+    blinkrun's own launch path, which prints the measured table on rank 0."""
+    import sys
+
+    from .cli import main
+    from .hosts import hosts_arg, parse_hosts_arg
+
+    if not probe:
+        raise click.UsageError("-H names the hosts of --probe; add --probe (blinkrun topo --probe -H a,b,c)")
+    if given:
+        raise click.UsageError("--probe measures the network between hosts; it takes only -H")
+    if not hosts_text:
+        raise click.UsageError("--probe needs the hosts to measure: blinkrun topo --probe -H a,b,c")
+    hosts = [dataclasses.replace(h, slots=1) for h in parse_hosts_arg(hosts_text)]
+    if len(hosts) < 2:
+        raise click.UsageError(f"-H {hosts_text!r} names one host; the probe measures pairs of hosts")
+    main(["-np", str(len(hosts)), "-H", hosts_arg(hosts), sys.executable, "-m", "blinkflow.runtime.link_probe"])
 
 
 def load_source(preset: Optional[str], nvidia_smi_file: Optional[str], nccl_xml: Optional[str],

@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 import time
 from contextlib import contextmanager
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 #: Host names and addresses, in order: a cluster of n hosts has the first n.
 HOSTS = tuple((f"bf{letter}", f"10.77.0.{i + 1}") for i, letter in enumerate("abcdefgh"))
@@ -355,6 +355,31 @@ class Cluster:
                 burst = max(64 * 1024, int(bits_per_s / 8 * 0.004))
                 _sh([tc, "-n", ns, "qdisc", "add", "dev", "veth0", "root", "tbf", "rate", f"{int(bits_per_s)}bit",
                      "burst", str(burst), "latency", "50ms"])
+
+    def limit_pairs(self, bits_per_s: float, pairs: Mapping[Tuple[str, str], float]) -> None:
+        """Cap what every host sends to ``bits_per_s`` and what it sends to some hosts to less:
+        ``pairs[(a, b)]`` bits/s from ``a`` to ``b``. An ``htb`` tree on each sender's veth: one
+        class at the host's rate holding a class per slow destination (selected by its address)
+        and one for the rest, so a host's traffic together never exceeds its rate."""
+        tc = self.tools["tc"]
+        for host in self.hosts:
+            ns = self.namespaces[host]
+            subprocess.run([tc, "-n", ns, "qdisc", "del", "dev", "veth0", "root"], capture_output=True)
+            slow = {b: bits for (a, b), bits in pairs.items() if a == host}
+
+            def add_class(parent: str, classid: str, rate: float, ceil: float) -> None:
+                burst = str(max(64 * 1024, int(ceil / 8 * 0.004)))
+                _sh([tc, "-n", ns, "class", "add", "dev", "veth0", "parent", parent, "classid", classid, "htb",
+                     "rate", f"{int(rate)}bit", "ceil", f"{int(ceil)}bit", "burst", burst, "cburst", burst])
+
+            _sh([tc, "-n", ns, "qdisc", "add", "dev", "veth0", "root", "handle", "1:", "htb", "default", "10",
+                 "r2q", "1000"])
+            add_class("1:", "1:1", bits_per_s, bits_per_s)
+            add_class("1:1", "1:10", bits_per_s / (len(slow) + 1), bits_per_s)
+            for k, (dst, bits) in enumerate(sorted(slow.items()), start=20):
+                add_class("1:1", f"1:{k}", min(bits, bits_per_s / (len(slow) + 1)), bits)
+                _sh([tc, "-n", ns, "filter", "add", "dev", "veth0", "parent", "1:", "protocol", "ip", "prio", "1",
+                     "u32", "match", "ip", "dst", f"{self.addresses[dst]}/32", "flowid", f"1:{k}"])
 
     def measure(self, src: str, dst: str, seconds: float = 1.0, port: int = 5299) -> float:
         """Bits per second one TCP stream carries from ``src`` to ``dst`` (see :mod:`.tcp_rate`)."""

@@ -13,6 +13,13 @@ per size the median over repetitions of the slowest rank's seconds; MPI in a job
 never started). The report gives per size the medians over rounds, ``MPI/blinkflow`` (above 1:
 blinkflow is faster) and the link bound beside both.
 
+``--slow-pair F`` (three hosts or more) caps the first two hosts' pair at the rate / F both ways
+(an ``htb`` class per slow destination inside each host's cap: :meth:`.cluster.Cluster.limit_pairs`),
+checks that pair and a fast one, and runs blinkflow twice: planned on the links it measures at
+start-up (the default, :mod:`blinkflow.runtime.link_probe`) and on the nominal rates
+(``BLINKFLOW_LINK_PROBE=0``); the report adds ``nominal/measured``. No link bound is printed then
+(the uniform one does not hold).
+
 The link bound: an all-reduce of S bytes over h hosts moves at least 2(h-1)/h * S bytes over each
 host's link each way (a reduce-scatter then an all-gather across hosts, the least any algorithm
 can send when each host holds a full input), so at B bits/s it takes at least
@@ -76,13 +83,14 @@ def check_limit(limit: Optional[float], measured: Dict[str, float]) -> None:
                 "queueing discipline (sch_tbf) in this kernel?")
 
 
-def _launch(cluster, per_host: int, side: str, sizes: str, reps: int) -> Dict[str, float]:
+def _launch(cluster, per_host: int, side: str, sizes: str, reps: int,
+            extra_env: Optional[Dict[str, str]] = None) -> Dict[str, float]:
     from blinkflow.launcher.hosts import Host
     from blinkflow.launcher.mpi_impl import detect
     from blinkflow.launcher.mpirun_argv import LaunchSpec, build_mpirun_argv
     from blinkflow.launcher.run_cmd import local_cores
 
-    env = cluster.env()
+    env = cluster.env(extra_env)
     command = (sys.executable, WORKER, "--side", side, "--sizes", sizes, "--reps", str(reps), "--small-reps", "0")
     spec = LaunchSpec(np=per_host * len(cluster.hosts), command=command, wrapped=False,
                       hosts=tuple(Host(host, per_host) for host in cluster.hosts))
@@ -97,43 +105,69 @@ def _launch(cluster, per_host: int, side: str, sizes: str, reps: int) -> Dict[st
 
 
 def measure_setting(cluster, per_host: int, limit: Optional[float], sizes: List[int], rounds: int,
-                    reps: int) -> Dict:
+                    reps: int, slow_factor: Optional[float] = None) -> Dict:
     """One setting's figures (see the module docstring)."""
-    cluster.limit(limit)
     a, b = cluster.hosts[:2]
-    measured = {f"{a}->{b}": cluster.measure(a, b, MEASURE_S), f"{b}->{a}": cluster.measure(b, a, MEASURE_S)}
-    check_limit(limit, measured)
+    ways = [(a, b), (b, a)]
+    if slow_factor:
+        slow = {(a, b): limit / slow_factor, (b, a): limit / slow_factor}
+        cluster.limit_pairs(limit, slow)
+        c = cluster.hosts[2]
+        ways += [(a, c), (c, b)]
+    else:
+        slow = {}
+        cluster.limit(limit)
+    measured = {f"{s}->{d}": cluster.measure(s, d, MEASURE_S) for s, d in ways}
+    for (s, d) in ways:
+        check_limit(slow.get((s, d), limit), {f"{s}->{d}": measured[f"{s}->{d}"]})
     rate = limit if limit is not None else min(measured.values())
     size_arg = ",".join(map(str, sizes))
-    sides: List[Tuple[str, str]] = [("blinkflow", "blinkflow"), ("MPI", "mpi")]
-    runs: Dict[str, List[Dict[str, float]]] = {name: [] for name, _ in sides}
+    # (name, worker side, extra environment); with a slow pair blinkflow also runs on the
+    # nominal rates, so the report shows what planning on the measured ones is worth.
+    sides: List[Tuple[str, str, Dict[str, str]]] = [("blinkflow", "blinkflow", {}), ("MPI", "mpi", {})]
+    if slow:
+        sides.insert(1, ("blinkflow nominal", "blinkflow", {"BLINKFLOW_LINK_PROBE": "0"}))
+    runs: Dict[str, List[Dict[str, float]]] = {name: [] for name, _, _ in sides}
     for r in range(rounds):
-        for name, side in sides[r % 2:] + sides[:r % 2]:
-            runs[name].append(_launch(cluster, per_host, side, size_arg, reps))
+        k = r % len(sides)
+        for name, side, env in sides[k:] + sides[:k]:
+            runs[name].append(_launch(cluster, per_host, side, size_arg, reps, env))
     cases = {}
     for nbytes in sizes:
-        bound = link_bound_s(nbytes, len(cluster.hosts), rate)
+        # With a slow pair the uniform links' bound does not apply (it would claim too little).
+        bound = None if slow else link_bound_s(nbytes, len(cluster.hosts), rate)
         row = {"bound_s": bound}
         for name in runs:
             values = [run[str(nbytes)] for run in runs[name]]
             median = statistics.median(values)
-            row[name] = {"median_s": median, "min_s": min(values), "max_s": max(values), "of_bound": bound / median}
+            row[name] = {"median_s": median, "min_s": min(values), "max_s": max(values),
+                         "of_bound": None if bound is None else bound / median}
         row["mpi_over_blinkflow"] = row["MPI"]["median_s"] / row["blinkflow"]["median_s"]
+        if slow:
+            row["nominal_over_measured"] = row["blinkflow nominal"]["median_s"] / row["blinkflow"]["median_s"]
         cases[format_size(nbytes)] = row
     return {"hosts": len(cluster.hosts), "ranks_per_host": per_host, "limit_bits_per_s": limit,
+            "slow_pair": [a, b, slow_factor] if slow else None,
             "measured_bits_per_s": measured, "cases": cases}
 
 
 def _print(setting: Dict) -> None:
     measured = ", ".join(f"{way} {format_rate(rate)}" for way, rate in setting["measured_bits_per_s"].items())
+    slow = setting["slow_pair"]
+    pair = f", {slow[0]}<->{slow[1]} at 1/{slow[2]:g} of it" if slow else ""
     click.echo(f"{setting['hosts']} hosts x {setting['ranks_per_host']} rank(s), "
-               f"{format_rate(setting['limit_bits_per_s'])} (one TCP stream: {measured})")
+               f"{format_rate(setting['limit_bits_per_s'])}{pair} (one TCP stream: {measured})")
     for case, row in setting["cases"].items():
-        b, m = row["blinkflow"], row["MPI"]
-        click.echo(f"  {case:>8}: blinkflow {b['median_s'] * 1e3:8.1f} ms [{b['min_s'] * 1e3:.1f}-{b['max_s'] * 1e3:.1f}] "
-                   f"{b['of_bound']:4.0%} of bound; MPI {m['median_s'] * 1e3:8.1f} ms "
-                   f"[{m['min_s'] * 1e3:.1f}-{m['max_s'] * 1e3:.1f}] {m['of_bound']:4.0%}; "
-                   f"MPI/blinkflow {row['mpi_over_blinkflow']:.2f}x; link bound {row['bound_s'] * 1e3:.1f} ms")
+        parts = []
+        for name in [n for n in ("blinkflow", "blinkflow nominal", "MPI") if n in row]:
+            r = row[name]
+            share = "" if r["of_bound"] is None else f" {r['of_bound']:4.0%} of bound"
+            parts.append(f"{name} {r['median_s'] * 1e3:8.1f} ms [{r['min_s'] * 1e3:.1f}-{r['max_s'] * 1e3:.1f}]{share}")
+        ratios = f"MPI/blinkflow {row['mpi_over_blinkflow']:.2f}x"
+        if "nominal_over_measured" in row:
+            ratios += f"; nominal/measured {row['nominal_over_measured']:.2f}x"
+        bound = "" if row["bound_s"] is None else f"; link bound {row['bound_s'] * 1e3:.1f} ms"
+        click.echo(f"  {case:>8}: " + "; ".join(parts) + f"; {ratios}{bound}")
 
 
 @click.command(help=__doc__.split("\n\n")[0])
@@ -145,8 +179,12 @@ def _print(setting: Dict) -> None:
               help=f"per-rank buffer sizes ({SIZE_HELP})")
 @click.option("--rounds", default=3, show_default=True, type=click.IntRange(1))
 @click.option("--reps", default=5, show_default=True, type=click.IntRange(1), help="calls per size in each job")
+@click.option("--slow-pair", "slow_factor", type=click.FloatRange(1, min_open=True), default=None,
+              help="the first two hosts' pair runs at the rate divided by this, both ways (needs --hosts 3 or "
+                   "more and a rate); blinkflow then also runs planned on nominal rates")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def command(nhosts: int, per_host: str, rates: str, sizes_b: List[int], rounds: int, reps: int, as_json: bool) -> None:
+def command(nhosts: int, per_host: str, rates: str, sizes_b: List[int], rounds: int, reps: int,
+            slow_factor: Optional[float], as_json: bool) -> None:
     from .cluster import Cluster, ClusterUnavailable
 
     counts = [int(k) for k in per_host.split(",") if k.strip()]
@@ -154,6 +192,9 @@ def command(nhosts: int, per_host: str, rates: str, sizes_b: List[int], rounds: 
         raise click.BadParameter(f"{per_host!r}: say ranks per host as positive integers, e.g. 1,2",
                                  param_hint="--per-host")
     limits = [parse_rate(r) for r in rates.split(",") if r.strip()]
+    if slow_factor and (nhosts < 3 or None in limits):
+        raise click.BadParameter("a slow pair needs --hosts 3 or more (trees route around it through a third) "
+                                 "and a rate for every setting (e.g. --rates 1gbit)", param_hint="--slow-pair")
     try:
         cluster = Cluster(nhosts).start()
     except ClusterUnavailable as e:
@@ -162,7 +203,7 @@ def command(nhosts: int, per_host: str, rates: str, sizes_b: List[int], rounds: 
     try:
         for limit in limits:
             for k in counts:
-                settings.append(measure_setting(cluster, k, limit, sizes_b, rounds, reps))
+                settings.append(measure_setting(cluster, k, limit, sizes_b, rounds, reps, slow_factor))
                 if not as_json:
                     _print(settings[-1])
     finally:

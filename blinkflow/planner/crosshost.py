@@ -30,6 +30,7 @@ from .hosts import PackingMemo, hosts_in_order
 from .loads import plan_rate
 from .maxflow import integer_scale, scaled
 from .network import fabric, main_network
+from .nics import joined, nic_on
 from .nics import nic_paths as _nic_paths_of
 from .plan import Plan, Route, Tree
 from .refinement import common_refinement
@@ -52,7 +53,7 @@ def cross_host_plan(topology: Topology, collective: str, devices: Sequence[int],
     if collective in ("broadcast", "reduce"):
         # After the root's host has the data, every device there holds it: leave through one
         # device per NIC ("lanes"), each lane carrying an equal share, so all NICs work.
-        lanes = _lanes(per_host[host_of[root]], root, nic_paths)
+        lanes = _lanes(topology, per_host[host_of[root]], root, nic_paths)
         jobs = [(root, lane, Fraction(1, len(lanes))) for lane in lanes]
     else:
         jobs = [(d, d, Fraction(1, len(devices))) for d in devices]
@@ -62,7 +63,7 @@ def cross_host_plan(topology: Topology, collective: str, devices: Sequence[int],
         entries = [exit_device] + [per_host[h][local % len(per_host[h])] for h in order[1:]]
         chain = list(zip(entries[:-1], entries[1:]))
         for a, b in chain:
-            routes[(a, b)] = nic_paths[a][0] + nic_paths[b][1][1:]
+            routes[(a, b)] = joined(nic_paths[a][0], nic_paths[b][1])
         parts = [intra.from_device(order[0], src)] + [intra.from_device(h, e) for h, e in zip(order[1:], entries[1:])]
         for width, arcs in _refine(parts):
             trees.append(Tree(root=src, fraction=float(width * weight), edges=tuple(chain) + arcs))
@@ -76,11 +77,11 @@ def cross_host_plan(topology: Topology, collective: str, devices: Sequence[int],
     return plan.with_figures(rate_gbps=rate, optimal_gbps=max(rate, _bound(topology, devices, collective, root)))
 
 
-def _lanes(host_devices: List[int], root: int, nic_paths) -> List[int]:
+def _lanes(topology: Topology, host_devices: List[int], root: int, nic_paths) -> List[int]:
     """One device per NIC of the root's host (the root itself for its own NIC)."""
     by_nic: Dict[Hashable, int] = {}
     for d in [root] + [d for d in host_devices if d != root]:
-        by_nic.setdefault(nic_paths[d][0][-2], d)
+        by_nic.setdefault(nic_on(topology, nic_paths[d][0]), d)
     return list(by_nic.values())
 
 

@@ -29,7 +29,7 @@ from .hosts import PackingMemo, hosts_in_order
 from .loads import plan_rate
 from .maxflow import to_fraction
 from .network import Network, main_network
-from .nics import host_uplink, nic_paths
+from .nics import host_uplink, joined, nic_paths
 from .plan import CrossGroup, Plan, Route, Tree
 from .refinement import common_refinement
 from .single import PackedPlan, allreduce
@@ -121,7 +121,7 @@ def _cross_groups(topology: Topology, hosts: List[str], shards) -> List[CrossGro
             if d not in access:
                 access[d] = _Access.of(topology, d, nic_use)
         if members not in plans:
-            packed = _group_plan(members, access)
+            packed = _group_plan(topology, members, access)
             plans[members] = to_plan(topology, "allreduce", members, None, [packed])
         slices.append([start, stop, members])
     return [CrossGroup(start=float(start), stop=float(stop), devices=members, plan=plans[members])
@@ -146,10 +146,15 @@ def _bottleneck(topology: Topology, path) -> Fraction:
     return min(to_fraction(topology.capacity(a, b)) for a, b in zip(path[:-1], path[1:]))
 
 
-def _group_plan(members, access: Dict[int, _Access]) -> PackedPlan:
+def _group_plan(topology: Topology, members, access: Dict[int, _Access]) -> PackedPlan:
     """All-reduce among one device per host over a star: each member's NIC path contracted to
     one arc into the network switch, the switch split off, the paths expanded again. Identical
-    hosts give a uniform star, whose optimum is written down (:mod:`.star`)."""
+    hosts give a uniform star, whose optimum is written down (:mod:`.star`). On a mesh of
+    measured NIC-to-NIC links (:mod:`blinkflow.topology.measured_links`) each ordered pair of
+    members is one arc at the least of its up path, its hosts' link and its down path, so a
+    slow pair carries less and the trees relay around it."""
+    if topology.node(access[members[0]].up[-1]).kind == "nic":
+        return _mesh_group_plan(topology, members, access)
     switch = access[members[0]].up[-1]
     link = access[members[0]].up_gbps
     if all(a.up[-1] == switch and a.down[0] == switch and a.up_gbps == link and a.down_gbps == link
@@ -166,6 +171,18 @@ def _group_plan(members, access: Dict[int, _Access]) -> PackedPlan:
         if len(path) == 3:  # device -> switch -> device
             physical[arc] = access[path[0]].up + access[path[2]].down[1:]
     packed.paths = physical
+    return packed
+
+
+def _mesh_group_plan(topology: Topology, members, access: Dict[int, _Access]) -> PackedPlan:
+    caps: Dict[Tuple[Hashable, Hashable], Fraction] = {}
+    for d in members:
+        for e in members:
+            if d != e:
+                link = to_fraction(topology.capacity(access[d].up[-1], access[e].down[0]))
+                caps[(d, e)] = min(access[d].up_gbps, link, access[e].down_gbps)
+    packed = allreduce(Network(tuple(members), caps, "main"), forestcoll_only=True)
+    packed.paths = {(d, e): joined(access[d].up, access[e].down) for d, e in caps}
     return packed
 
 

@@ -14,7 +14,8 @@ from .maxflow import FlowGraph, integer_scale, scaled, to_fraction
 
 
 def nic_paths(topology: Topology, device: int, nic_use: Dict[Hashable, int]):
-    """Paths device -> nearest NIC -> network switch and back; ties go to the least used NIC."""
+    """Paths device -> nearest NIC -> network switch and back (device -> NIC and back on a mesh
+    of measured NIC-to-NIC links); ties go to the least used NIC."""
     frontier = {device: (device,)}
     seen = {device}
     found: List[Tuple[Hashable, ...]] = []
@@ -39,8 +40,23 @@ def nic_paths(topology: Topology, device: int, nic_use: Dict[Hashable, int]):
     uplinks = [l for l in topology.out_links(nic) if l.kind == "net"]
     if not uplinks:
         raise PlanError(f"NIC {nic!r} has no network link")
+    if topology.node(uplinks[0].dst).kind == "nic":
+        # Measured links (topology.measured_links): a mesh of NIC-to-NIC links, no switch.
+        return path, tuple(reversed(path))
     up = path + (uplinks[0].dst,)
     return up, tuple(reversed(up))
+
+
+def joined(up: Tuple[Hashable, ...], down: Tuple[Hashable, ...]) -> Tuple[Hashable, ...]:
+    """The physical route of ``up`` (device -> network) followed by ``down`` (network ->
+    device): through the switch both end at (``up + down[1:]``), or, on a mesh of NIC-to-NIC
+    links, over the link from one NIC to the other (``up + down``)."""
+    return up + down[1:] if up[-1] == down[0] else up + down
+
+
+def nic_on(topology: Topology, up: Tuple[Hashable, ...]) -> Hashable:
+    """The NIC an ``up`` path leaves its host through."""
+    return next(n for n in reversed(up) if topology.node(n).kind == "nic")
 
 
 def host_uplink(topology: Topology, host: str, devices: Sequence[int]) -> float:

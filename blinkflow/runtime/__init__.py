@@ -19,6 +19,7 @@ One module per job, in the order a tensor meets them:
 * ``set_loop``     one set's cycle: negotiate, fuse, execute, inspect stalls
 * ``job``          init-time discovery: hosts, local/cross communicators, topology, plan check
 * ``discovery``    every rank's probe (host, local rank, GPU), merged on rank 0
+* ``link_probe``   the network between the job's hosts measured, for plans that route by it
 * ``plans``        the plans of every collective, agreed by digest
 * ``negotiation``  one cycle: the bit-vector fast path, else gather to rank 0 and broadcast
 * ``coordinator``  rank 0's table of requests: readiness, validation (mismatch errors), join

@@ -20,6 +20,7 @@ from ..backends.base import BackendContext, Layout
 from ..config import Config
 from ..errors import ConfigError
 from .discovery import discover_job, host_indexes
+from .link_probe import measured_topology
 from .plans import PlanBook, init_keys
 
 
@@ -99,14 +100,15 @@ def discover(comm, config: Config, device: Optional[int] = None) -> Job:
     gathered = comm.allgather((MPI.Get_processor_name(), os.getpid(), config.agreed()))
     _check_config(config, [agreed for _, _, agreed in gathered])
     found = discover_job(comm, config, device=device)  # hosts by name, or split_hosts blocks; topology; devices
+    topology = measured_topology(comm, config, found.topology, found.hosts)
     layout = Layout(rank, tuple(host_indexes(found.hosts)), tuple(found.devices))
     local_comm = comm.Split(color=layout.hosts[rank], key=rank)
     cross_comm = comm.Split(color=layout.local_rank, key=layout.hosts[rank])
-    plans = PlanBook(comm, found.topology, layout.devices)
+    plans = PlanBook(comm, topology, layout.devices)
     plans.agree(init_keys(layout.devices))
     return Job(comm=comm, local_comm=local_comm, cross_comm=cross_comm, layout=layout, hosts=tuple(found.hosts),
                machines=tuple(m for m, _, _ in gathered), pids=tuple(p for _, p, _ in gathered),
-               topology=found.topology, plans=plans)
+               topology=topology, plans=plans)
 
 
 def set_job(job: Job, ranks: Sequence[int]) -> Optional[Job]:

@@ -16,6 +16,7 @@ Modules, one job each:
 ``probe``            reading this machine's GPUs (NVML, else ``nvidia-smi``)
 ``merge``            rank 0's half of discovery: every rank's probe in, the job's topology out
 ``visible_devices``  which GPU each local rank drives, by PCI bus id and uuid
+``measured_links``   host pairs' measured rates agreed, and the mesh of NIC links they describe
 """
 from .io import load_topology, save_topology, topology_from_dict
 from .model import COMPUTE_KINDS, LINK_KINDS, NODE_KINDS, Link, Node, Topology, bidirectional

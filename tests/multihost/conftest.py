@@ -33,3 +33,14 @@ def cluster():
         pytest.skip(f"no two-host cluster: {e}")
     yield built
     built.stop()
+
+
+@pytest.fixture(scope="module")
+def three_hosts():
+    """A three-host cluster (a bridge) for one test module, removed after it."""
+    try:
+        built = TestCluster(3).start()
+    except ClusterUnavailable as e:
+        pytest.skip(f"no three-host cluster: {e}")
+    yield built
+    built.stop()

@@ -37,3 +37,22 @@ def test_figures_under_a_limit_that_did_not_take_effect_are_refused():
     with pytest.raises(click.ClickException, match="bfa->bfb carried 400 Mbit/s"):
         check_limit(1e9, {"bfa->bfb": 0.4e9})
     check_limit(1e9, {"bfa->bfb": 1e9 * LIMIT_SLACK})
+
+
+@pytest.mark.parametrize("args", [["--slow-pair", "4"], ["--hosts", "3", "--slow-pair", "4", "--rates", "1gbit,none"]])
+def test_a_slow_pair_needs_a_third_host_and_a_rate(args):
+    from click.testing import CliRunner
+
+    from blinkflow.bench.cross_host import command
+
+    result = CliRunner().invoke(command, args)
+    assert result.exit_code == 2 and "a slow pair needs --hosts 3 or more" in result.output, result.output
+
+
+def test_the_slow_pair_must_be_slower():
+    from click.testing import CliRunner
+
+    from blinkflow.bench.cross_host import command
+
+    result = CliRunner().invoke(command, ["--hosts", "3", "--slow-pair", "1"])
+    assert result.exit_code == 2 and "--slow-pair" in result.output, result.output

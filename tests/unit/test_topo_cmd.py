@@ -108,3 +108,16 @@ def test_live_probe_without_gpu_shows_the_cpu_host(monkeypatch):
     assert "cpu-host:3" in result.stderr and "CPU0    X       SHM" in result.stdout
     data = json.loads(run("--json").stdout)
     assert [n["kind"] for n in data["nodes"] if n["kind"] == "cpu"] == ["cpu"] * 3
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--probe"], "--probe needs the hosts to measure"),
+    (["-H", "a,b"], "add --probe"),
+    (["--probe", "-H", "a"], "names one host"),
+    (["--probe", "-H", "a,b", "--preset", "dgx1-v100"], "it takes only -H"),
+    (["--probe", "-H", "a,,b"], "-H"),
+])
+def test_probe_usage_errors_say_how_to_call_it(args, says):
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+    assert says in result.output, result.output

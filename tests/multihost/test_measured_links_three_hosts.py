@@ -1,0 +1,64 @@
+"""Plans from measured links on three hosts (a bridge) whose first pair runs at a quarter of the
+others' rate: the job measures the pairs at start-up, every rank plans on the same agreed
+figures (even when one rank's measurements claim every pair ten times faster), the slow pair
+carries less of the all-reduce than the others, and the results are right."""
+import json
+import os
+import re
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RATE = 200e6
+SLOW = RATE / 4
+
+
+@pytest.fixture(scope="module")
+def slow_pair(three_hosts):
+    """The three hosts, every one capped at RATE and the first pair at a quarter of it."""
+    a, b, _ = three_hosts.hosts
+    three_hosts.limit_pairs(RATE, {(a, b): SLOW, (b, a): SLOW})
+    return three_hosts
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("boasting", [None, 0, 1], ids=["honest", "rank0-boasts", "rank1-boasts"])
+def test_the_slow_pair_carries_less_on_every_rank_alike(slow_pair, boasting):
+    env = {"BLINKFLOW_LOG_LEVEL": "info"}
+    if boasting is not None:
+        env["BOASTING_RANK"] = str(boasting)
+    proc = slow_pair.mpirun(3, [sys.executable, os.path.join(HERE, "measured_links_job.py")],
+                              hosts="bfa:1,bfb:1,bfc:1", env=env, timeout=240)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    plans = [json.loads(line.split("PLAN ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("PLAN ")]
+    assert sorted(p["rank"] for p in plans) == [0, 1, 2], out[-4000:]
+    assert len({p["digest"] for p in plans}) == 1, plans     # one agreed topology, so one plan
+    plan = plans[0]
+    assert plan["name"].endswith("+measured") and plan["three_phase"], plan
+    links, loads = plan["links"], plan["loads"]
+    slow = [links["bfa->bfb"], links["bfb->bfa"]]
+    fast = [v for k, v in links.items() if k not in ("bfa->bfb", "bfb->bfa")]
+    # A quarter of the rate where the machine is quiet; under load (CI) TCP slows every pair and
+    # the figures come closer, but a boaster's figures (ten times the truth) would make the slow
+    # pair the fastest: the other end's must have won.
+    assert max(slow) < min(fast), links
+    slow_load = max(loads["bfa->bfb"], loads["bfb->bfa"])
+    assert slow_load < min(v for k, v in loads.items() if k not in ("bfa->bfb", "bfb->bfa")), loads
+    assert sorted(re.findall(r"VALUES OK (\d)", proc.stdout)) == ["0", "1", "2"], out[-4000:]
+    assert "measured links, GB/s" in proc.stderr, out[-4000:]
+
+
+@pytest.mark.mpi
+def test_blinkrun_topo_probe_prints_the_slow_pair(slow_pair):
+    proc = slow_pair.run_on(slow_pair.hosts[0], [sys.executable, "-m", "blinkflow.launcher", "topo", "--probe",
+                                                     "-H", "bfa,bfb,bfc"], env=slow_pair.env(), timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # blinkrun tags each line with its rank ("[0]<stdout>: ")
+    lines = [re.sub(r"^\[\d+\]<stdout>: ", "", line) for line in proc.stdout.splitlines()]
+    rows = {line.split()[0]: line.split()[1:] for line in lines if line.split() and line.split()[0] in ("bfa", "bfb", "bfc")}
+    assert rows["bfa"][0] == "-" and rows["bfb"][1] == "-", proc.stdout
+    a_to_b, a_to_c = float(rows["bfa"][1]), float(rows["bfa"][2])
+    assert a_to_b < a_to_c, proc.stdout     # a quarter on a quiet machine; closer under load
+    assert "pairs differ: plans of jobs on these hosts route by these figures" in proc.stdout, proc.stdout
