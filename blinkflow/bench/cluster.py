@@ -22,6 +22,7 @@ host names and addresses live inside the namespaces and may repeat).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -49,6 +50,14 @@ SBIN = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")
 class ClusterUnavailable(Exception):
     """The machine cannot host namespaces (not root, no CAP_NET_ADMIN), or cannot filter
     packets: the tests skip, the benchmark says so."""
+
+
+def namespace_pid(namespace: str) -> Optional[int]:
+    """The process that made a cluster's namespace (``bfa-1234``, ``bfsw-1234_1``), or None for
+    a namespace no cluster made."""
+    found = re.fullmatch(r"(\w+?)-(\d+)(?:_\d+)?", namespace)
+    names = {name for name, _ in HOSTS} | {SWITCH}
+    return int(found.group(2)) if found and found.group(1) in names else None
 
 
 def _which(tool: str) -> Optional[str]:
@@ -82,10 +91,16 @@ class Cluster:
     """``nhosts`` hosts in network namespaces; :meth:`start` builds them, :meth:`stop` removes
     every trace."""
 
+    _made = itertools.count()   # clusters this process has made
+
     def __init__(self, nhosts: int = 2, tag: Optional[str] = None):
         if not 2 <= nhosts <= len(HOSTS):
             raise ValueError(f"a cluster has 2 to {len(HOSTS)} hosts, not {nhosts}")
-        self.tag = tag or str(os.getpid())
+        # A process may hold several clusters at once (a test session's two-host one and a
+        # module's three-host one): the second and later take a suffix, and the pid stays first
+        # so that a killed session's namespaces are still told apart (namespace_pid).
+        made = next(Cluster._made)
+        self.tag = tag or (str(os.getpid()) if made == 0 else f"{os.getpid()}_{made}")
         self.hosts = [name for name, _ in HOSTS[:nhosts]]
         self.addresses = dict(HOSTS[:nhosts])
         self.namespaces = {name: f"{name}-{self.tag}" for name in self.hosts}
@@ -427,9 +442,9 @@ class Cluster:
         """Namespaces of a test session that was killed before its teardown (its pid is gone)."""
         ip = self.tools["ip"]
         listing = subprocess.run([ip, "netns", "list"], capture_output=True, text=True).stdout
-        names = {name for name, _ in HOSTS} | {SWITCH}
-        for ns, name, pid in re.findall(r"^((\w+)-(\d+))\b", listing, re.M):
-            if name in names and not os.path.exists(f"/proc/{pid}"):
+        for ns in re.findall(r"^(\S+)", listing, re.M):
+            pid = namespace_pid(ns)
+            if pid is not None and not os.path.exists(f"/proc/{pid}"):
                 self._kill_namespace_processes(ip, ns)
                 subprocess.run([ip, "netns", "del", ns], capture_output=True)
 

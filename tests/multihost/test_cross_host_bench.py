@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from blinkflow.bench.cluster import namespace_pid
+
 LIMIT = 200e6
 
 
@@ -38,5 +40,6 @@ def test_the_cross_host_bench_on_three_hosts_under_a_limit(cluster):   # the fix
     assert row["mpi_over_blinkflow"] == pytest.approx(row["MPI"]["median_s"] / row["blinkflow"]["median_s"])
     # Left behind: namespaces that came with the run and carry a process id that is gone (the
     # bench's; another session's carry a live one).
-    left = [ns for ns in _namespaces() - before if not os.path.exists(f"/proc/{ns.rsplit('-', 1)[-1]}")]
+    left = [ns for ns in _namespaces() - before
+            if namespace_pid(ns) is not None and not os.path.exists(f"/proc/{namespace_pid(ns)}")]
     assert left == [], left

@@ -56,3 +56,11 @@ def test_the_slow_pair_must_be_slower():
 
     result = CliRunner().invoke(command, ["--hosts", "3", "--slow-pair", "1"])
     assert result.exit_code == 2 and "--slow-pair" in result.output, result.output
+
+
+def test_a_clusters_namespaces_name_the_process_that_made_them():
+    from blinkflow.bench.cluster import namespace_pid
+
+    assert namespace_pid("bfa-1234") == 1234 and namespace_pid("bfsw-1234_1") == 1234
+    assert namespace_pid("bfc-77_12") == 77
+    assert namespace_pid("other-1234") is None and namespace_pid("bfa-12x") is None and namespace_pid("bfa") is None
