@@ -44,7 +44,7 @@ SOURCES = ("preset", "nvidia_smi_file", "nccl_xml", "file")
 def command(preset, nvidia_smi_file, nccl_xml, file_, gpus, as_json, probe, probe_hosts):
     """Show the interconnect of a machine as a device x device table, or as JSON."""
     if probe or probe_hosts:
-        probe_links(probe, probe_hosts, given=any((preset, nvidia_smi_file, nccl_xml, file_, gpus, as_json)))
+        launch_probe(probe, probe_hosts, given=any((preset, nvidia_smi_file, nccl_xml, file_, gpus, as_json)))
         return
     devices = parse_gpus(gpus)
     topology = load_source(preset, nvidia_smi_file, nccl_xml, file_)
@@ -53,7 +53,7 @@ def command(preset, nvidia_smi_file, nccl_xml, file_, gpus, as_json, probe, prob
     click.echo(json.dumps(topology.to_dict(), indent=2) if as_json else format_table(topology))
 
 
-def probe_links(probe: bool, hosts_text: Optional[str], given: bool) -> None:
+def launch_probe(probe: bool, hosts_text: Optional[str], given: bool) -> None:
     """``--probe -H``: launch ``blinkflow.runtime.link_probe`` with one rank per host through
     blinkrun's own launch path, which prints the measured table on rank 0."""
     import sys

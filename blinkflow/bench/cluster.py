@@ -60,6 +60,11 @@ def namespace_pid(namespace: str) -> Optional[int]:
     return int(found.group(2)) if found and found.group(1) in names else None
 
 
+def _burst(bits_per_s: float) -> int:
+    """Bytes a shaper lets through at once: a few milliseconds at the rate, at least 64 kB."""
+    return max(64 * 1024, int(bits_per_s / 8 * 0.004))
+
+
 def _which(tool: str) -> Optional[str]:
     return shutil.which(tool) or next((os.path.join(d, tool) for d in SBIN
                                        if os.access(os.path.join(d, tool), os.X_OK)), None)
@@ -367,7 +372,7 @@ class Cluster:
             if bits_per_s:
                 # A burst of a few milliseconds at the rate (at least 64 kB) and a queue of 50 ms:
                 # what a switch port's buffer holds, so TCP sees a link of that rate, not drops.
-                burst = max(64 * 1024, int(bits_per_s / 8 * 0.004))
+                burst = _burst(bits_per_s)
                 _sh([tc, "-n", ns, "qdisc", "add", "dev", "veth0", "root", "tbf", "rate", f"{int(bits_per_s)}bit",
                      "burst", str(burst), "latency", "50ms"])
 
@@ -383,7 +388,7 @@ class Cluster:
             slow = {b: bits for (a, b), bits in pairs.items() if a == host}
 
             def add_class(parent: str, classid: str, rate: float, ceil: float) -> None:
-                burst = str(max(64 * 1024, int(ceil / 8 * 0.004)))
+                burst = str(_burst(ceil))
                 _sh([tc, "-n", ns, "class", "add", "dev", "veth0", "parent", parent, "classid", classid, "htb",
                      "rate", f"{int(rate)}bit", "ceil", f"{int(ceil)}bit", "burst", burst, "cburst", burst])
 

@@ -17,8 +17,9 @@ blinkflow is faster) and the link bound beside both.
 (an ``htb`` class per slow destination inside each host's cap: :meth:`.cluster.Cluster.limit_pairs`),
 checks that pair and a fast one, and runs blinkflow twice: planned on the links it measures at
 start-up (the default, :mod:`blinkflow.runtime.link_probe`) and on the nominal rates
-(``BLINKFLOW_LINK_PROBE=0``); the report adds ``nominal/measured``. No link bound is printed then
-(the uniform one does not hold).
+(``BLINKFLOW_LINK_PROBE=0``); the report adds ``nominal/measured``. No link bound is printed then:
+the uniform links' bound still holds but is far below what a slow pair allows, so a share of it
+would say little.
 
 The link bound: an all-reduce of S bytes over h hosts moves at least 2(h-1)/h * S bytes over each
 host's link each way (a reduce-scatter then an all-gather across hosts, the least any algorithm
@@ -134,7 +135,7 @@ def measure_setting(cluster, per_host: int, limit: Optional[float], sizes: List[
             runs[name].append(_launch(cluster, per_host, side, size_arg, reps, env))
     cases = {}
     for nbytes in sizes:
-        # With a slow pair the uniform links' bound does not apply (it would claim too little).
+        # With a slow pair the uniform links' bound holds but is far from reachable: no share of it.
         bound = None if slow else link_bound_s(nbytes, len(cluster.hosts), rate)
         row = {"bound_s": bound}
         for name in runs:

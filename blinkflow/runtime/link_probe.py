@@ -31,6 +31,8 @@ from __future__ import annotations
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from ..backends import quiet_wait, teardown
 from ..errors import TopologyError
 from ..topology.measured_links import LinkRates, agree
@@ -82,8 +84,7 @@ def measured_topology(comm, config, topology, hosts: Sequence[str]):
 
     rates = probe_links(comm, hosts)
     if comm.Get_rank() == 0:
-        logger.info("measured links, GB/s:\n%s%s", rates.table(),
-                    "" if not rates.uniform() else "\n(every pair within 80 % of the fastest: nominal plans)")
+        logger.info("measured links, GB/s:\n%s\n%s", rates.table(), rates.verdict())
     try:
         return with_measured_links(topology, rates)
     except TopologyError as e:   # the same figures and topology on every rank: all keep the nominal one
@@ -97,8 +98,6 @@ def probe_links(comm, hosts: Sequence[str]) -> LinkRates:
 
     ``hosts[r]`` is rank r's host; each host's lowest rank measures, the others wait in the
     final gather."""
-    import numpy as np
-
     rank = comm.Get_rank()
     order = list(dict.fromkeys(hosts))
     leaders = [hosts.index(h) for h in order]
@@ -107,7 +106,7 @@ def probe_links(comm, hosts: Sequence[str]) -> LinkRates:
     try:
         if rank in leaders:
             me = leaders.index(rank)
-            buffers = _Buffers(np)
+            buffers = _Buffers()
             for pairs in rounds(len(order)):
                 for a, b in pairs:
                     if me in (a, b):
@@ -125,16 +124,15 @@ def probe_links(comm, hosts: Sequence[str]) -> LinkRates:
 class _Buffers:
     """Send and receive buffers, grown as the sizes need."""
 
-    def __init__(self, np):
-        self.np = np
+    def __init__(self):
         self.send = np.zeros(0, np.uint8)
         self.recv = np.zeros(0, np.uint8)
         self.token, self.go, self.ack = (np.zeros(1, np.uint8) for _ in range(3))
 
     def get(self, nbytes: int):
         if self.send.nbytes < nbytes:
-            self.send = self.np.ones(nbytes, self.np.uint8)
-            self.recv = self.np.empty(nbytes, self.np.uint8)
+            self.send = np.ones(nbytes, np.uint8)
+            self.recv = np.empty(nbytes, np.uint8)
         return self.send[:nbytes], self.recv[:nbytes]
 
 
@@ -227,10 +225,7 @@ def main() -> None:
     if comm.Get_rank() == 0:
         print(f"measured links between {len(set(hosts))} hosts, GB/s (1e9 B/s), in {took:.2f} s:")
         print(rates.table())
-        if rates.uniform():
-            print("every pair within 80 % of the fastest: plans keep the nominal network")
-        else:
-            print("pairs differ: plans of jobs on these hosts route by these figures (BLINKFLOW_LINK_PROBE=0: nominal)")
+        print(rates.verdict())
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from fractions import Fraction
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Sequence, Tuple
 
 from ..errors import TopologyError
 from .model import Link, Topology
@@ -64,6 +64,12 @@ class LinkRates:
         """Whether every pair is within :data:`SAME_RATE` of the fastest."""
         values = [v for _, v in self.gbps]
         return not values or min(values) >= SAME_RATE * max(values)
+
+    def verdict(self) -> str:
+        """One line: whether plans route by these figures."""
+        if self.uniform():
+            return f"every pair within {SAME_RATE:.0%} of the fastest: plans keep the nominal network"
+        return "pairs differ: plans of jobs on these hosts route by these figures (BLINKFLOW_LINK_PROBE=0: nominal)"
 
     def table(self) -> str:
         """The figures as a host x host table (row: from, column: to), GB/s."""
@@ -151,18 +157,6 @@ def with_measured_links(topology: Topology, rates: LinkRates) -> Topology:
     links: List[Link] = [l for l in topology.links if switch not in (l.src, l.dst)]
     links += [Link(nic_of[a], nic_of[b], "net", 1, float(c)) for (a, b), c in sorted(shares.items())]
     return Topology.build(topology.name + "+measured", nodes, links, "link probe")
-
-
-def host_pair_loads(topology: Topology, loads: Mapping[Tuple[object, object], float]) -> Dict[Pair, float]:
-    """The load on each host pair's link of a measured mesh, from a plan's link loads
-    (:func:`blinkflow.planner.loads.link_loads`): what each pair carries, in buffers."""
-    out: Dict[Pair, float] = {}
-    for (a, b), load in loads.items():
-        link: Optional[Link] = topology.link(a, b)
-        if link is not None and link.kind == "net":
-            pair = (topology.node(a).host, topology.node(b).host)
-            out[pair] = out.get(pair, 0.0) + load
-    return out
 
 
 def _rounded(value: float) -> float:

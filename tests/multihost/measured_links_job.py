@@ -26,7 +26,7 @@ def main():
     import blinkflow as bf
     from blinkflow.planner.loads import link_loads
     from blinkflow.runtime import api as rt
-    from blinkflow.topology.measured_links import host_pair_loads
+    from plan_loads import host_pair_loads   # tests/ is on PYTHONPATH (harness.with_tests_on_path)
 
     bf.init()
     r, n = bf.rank(), bf.size()

@@ -7,15 +7,15 @@ from fractions import Fraction
 import pytest
 
 from blinkflow.errors import TopologyError
-from blinkflow.planner.loads import link_loads, plan_rate
+from blinkflow.planner.loads import link_loads
 from blinkflow.planner.multihost import three_phase
 from blinkflow.planner.verify import verify_plan
 from blinkflow.runtime.link_probe import _size_for, rounds, wanted
 from blinkflow.config import Config
-from blinkflow.topology.measured_links import (LinkRates, agree, fair_shares, host_pair_loads,
-                                               with_measured_links)
+from blinkflow.topology.measured_links import LinkRates, agree, fair_shares, with_measured_links
 from blinkflow.topology.merge import RankProbe, merge_probes
 from blinkflow.topology.presets import get_preset
+from plan_loads import host_pair_loads   # tests/ is on sys.path under pytest
 
 HOSTS = ("h0", "h1", "h2")
 FAST = 0.125   # GB/s: 1 Gbit/s
