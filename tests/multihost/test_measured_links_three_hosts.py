@@ -1,7 +1,9 @@
 """Plans from measured links on three hosts (a bridge) whose first pair runs at a quarter of the
 others' rate: the job measures the pairs at start-up, every rank plans on the same agreed
-figures (even when one rank's measurements claim every pair ten times faster), the slow pair
-carries less of the all-reduce than the others, and the results are right."""
+figures (even when one rank's measurements claim every pair ten times faster: no figure exceeds
+its pair's cap), the slow pair carries less of the all-reduce than the best-measured pair, and
+the results are right. (That the slow pair carries less than every other pair, on exact
+figures, is tests/unit/test_measured_links.py's.)"""
 import json
 import os
 import re
@@ -40,14 +42,18 @@ def test_the_slow_pair_carries_less_on_every_rank_alike(slow_pair, boasting):
     plan = plans[0]
     assert plan["name"].endswith("+measured") and plan["three_phase"], plan
     links, loads = plan["links"], plan["loads"]
-    slow = [links["bfa->bfb"], links["bfb->bfa"]]
-    fast = [v for k, v in links.items() if k not in ("bfa->bfb", "bfb->bfa")]
-    # A quarter of the rate where the machine is quiet; under load (CI) TCP slows every pair and
-    # the figures come closer, but a boaster's figures (ten times the truth) would make the slow
-    # pair the fastest: the other end's must have won.
-    assert max(slow) < min(fast), links
-    slow_load = max(loads["bfa->bfb"], loads["bfb->bfa"])
-    assert slow_load < min(v for k, v in loads.items() if k not in ("bfa->bfb", "bfb->bfa")), loads
+    slow_pair = ("bfa->bfb", "bfb->bfa")
+    # A figure can only err slow (each end times a transfer so that it cannot end early), so no
+    # link of the mesh is above its pair's cap, give or take htb's burst: a boaster's figures
+    # (ten times the truth) winning the agreement would put the slow pair far above it. Under
+    # load (CI) TCP slows every pair and the fast ones may read lower than their cap, so the
+    # check is the cap, not the ratio to the other pairs.
+    for pair, gbps in links.items():
+        cap = (SLOW if pair in slow_pair else RATE) / 8e9
+        assert gbps <= 1.3 * cap, (pair, links)
+    # The plan puts less on the slow pair than on the best-measured pair.
+    best = max(links, key=links.get)
+    assert best not in slow_pair and max(loads[p] for p in slow_pair) < loads[best], (links, loads)
     assert sorted(re.findall(r"VALUES OK (\d)", proc.stdout)) == ["0", "1", "2"], out[-4000:]
     assert "measured links, GB/s" in proc.stderr and "pairs differ" in proc.stderr, out[-4000:]
 
