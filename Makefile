@@ -20,9 +20,9 @@ demo: $(STAMP)
 	$(BIN)/blinkrun -np 2 python examples/keras_mnist.py
 
 # Unit, multi-process (mpirun at 1 to 4 ranks), TensorFlow and GPU tests (skipped without a GPU).
-# Four pytest workers on two cores: a third of the suite's test time is waiting (fault deadlines,
-# stalls, failure detectors, signals), which other workers' tests fill; measured on a 2-core VM,
-# 2 workers took 11:17, 3 took 9:51, 4 took 9:07 (tests/README.md). The cases of one launch
+# Four pytest workers on two cores: much of a test's time is waiting (fault deadlines, stalls,
+# failure detectors, signals), which other workers' tests fill, so the suite is bound by its CPU
+# time over the two cores (tests/README.md, "Where the time goes"). The cases of one launch
 # stay on one worker (tests/conftest.py).
 TEST_WORKERS ?= 4
 # Bytecode for the repository's own modules first: pip compiles what it installs, but not an
