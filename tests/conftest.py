@@ -24,6 +24,12 @@ if _OWN_PROOFS:
 # do itself in a job it knows is oversubscribed. (Inherited by every launch, as are the above.)
 os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
 
+# For the same reason, TensorFlow's thread pools: by default every rank that imports TensorFlow
+# starts one intra-op thread per core, whose idle threads spin before they sleep, beside the
+# other jobs' ranks. One intra-op thread per rank (scripts that set their own still do) cut a
+# 2-rank Horovod benchmark's system time from 6 to 2 CPU-seconds.
+os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
+
 # The session's groups of tests (below): a file the first worker writes and the scheduler reads.
 _OWN_GROUPS = "TESTS_XDIST_GROUPS" not in os.environ
 if _OWN_GROUPS:

@@ -9,7 +9,9 @@ import pytest
 from harness import run_ranks
 
 pytest.importorskip("tensorflow")
-SMALL = ["--model", "MobileNetV2", "--alpha", "0.35", "--img-size", "32", "--batch-size", "2",
+#: MobileNet (v1) at a quarter width: TensorFlow traces its three steps (local, synchronised,
+#: distributed) in about half the CPU time of MobileNetV2's; the bench's reporting is the same.
+SMALL = ["--model", "MobileNet", "--alpha", "0.25", "--img-size", "32", "--batch-size", "2",
          "--num-warmup-batches", "1", "--num-iters", "2", "--num-batches-per-iter", "1"]
 
 
