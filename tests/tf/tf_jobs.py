@@ -51,21 +51,26 @@ def _job(n: int, scripts: Sequence[str], env: Mapping[str, str] = (), timeout: f
 JOBS: Dict[str, Job] = {
     # The host route (the cpu backend). Bucketing at both ends: the default size (these small
     # models' gradients in one bucket), every gradient a bucket of its own, or one bucket.
+    # Horovod's TF semantics and layers (gradient_rows, layers) run at every size they are tested
+    # at, with two inter-op threads, so a TF1 graph step may run its grouped gradients'
+    # collectives side by side; a rank that skips a collective there ends the job at the stall
+    # shutdown time, not the launch's timeout. Unnamed collectives in control flow
+    # (naming_script.py) run under that short stall shutdown too: a name that differs by rank
+    # fails its case in 30 s instead of hanging. The layers run with a bucket per gradient too:
+    # a convolution with (Sync)BatchNormalization in model.fit over several buckets is where the
+    # submit order once closed a cycle in the step's graph. Scripts whose settings agree share a
+    # job: every rank of a job imports TensorFlow once (about 4 CPU-seconds), and the suite is
+    # bound by its CPU time.
+    "host-1-layers": _job(1, ["layers_script.py"]),
     "host-2": _job(2, ["ops_script.py", "parity_script.py", "refusal_script.py", "uneven_fit_script.py"]),
-    "host-2-buckets": _job(2, ["buckets_script.py", "fit_script.py"], ONE_GRADIENT_PER_BUCKET),
+    "host-2-buckets": _job(2, ["buckets_script.py", "fit_script.py", "gradient_rows_script.py", "layers_script.py",
+                               "naming_script.py"], dict(ONE_GRADIENT_PER_BUCKET, **HOROVOD_ROWS)),
     "host-2-one-bucket": _job(2, ["gradient_identity_script.py", "xla_script.py"], ONE_BUCKET),
     "host-3-buckets": _job(3, ["parity_script.py", "refusal_script.py", "uneven_fit_script.py",
-                               "gradient_identity_script.py", "xla_script.py"], ONE_GRADIENT_PER_BUCKET),
+                               "gradient_identity_script.py", "xla_script.py", "buckets_script.py",
+                               "gradient_rows_script.py", "layers_script.py"],
+                           dict(ONE_GRADIENT_PER_BUCKET, **HOROVOD_ROWS)),
     "host-4": _job(4, ["ops_script.py", FIT_CORE]),
-    "host-4-buckets": _job(4, ["buckets_script.py"], ONE_GRADIENT_PER_BUCKET),
-    # Horovod's TF semantics and layers, at every size they are tested at. Two inter-op threads,
-    # so a TF1 graph step may run its grouped gradients' collectives side by side; a rank that
-    # skips a collective there ends the job at the stall shutdown time, not the launch's timeout.
-    # Unnamed collectives in control flow (naming_script.py) run here for that short stall
-    # shutdown too: a name that differs by rank fails its case in 30 s instead of hanging.
-    "host-1-layers": _job(1, ["layers_script.py"]),
-    "host-2-rows": _job(2, ["gradient_rows_script.py", "layers_script.py", "naming_script.py"], HOROVOD_ROWS),
-    "host-3-rows": _job(3, ["gradient_rows_script.py", "layers_script.py"], HOROVOD_ROWS),
     # The device route: TF tensors by DLPack into the cuda backend (the fake CuPy).
     "device-2-buckets": _job(2, ["ops_script.py", "parity_script.py", "buckets_script.py", FIT_CORE],
                              device_route(2, **ONE_GRADIENT_PER_BUCKET)),
