@@ -15,8 +15,8 @@ only into ops this submit depends on neither now nor once the step is traced, so
 form: besides the submit's inputs, that is every stateful op without a resource input made
 before the submit, which ``tf.function``'s automatic control dependencies run in program order
 and so before it (a SyncBatchNormalization's all-reduce in backprop: gated behind the first
-bucket, it closed a cycle through that chain). Ops inside TF1-style control flow are left alone. (Horovod's kernels avoid this as asynchronous C++ ops; ByteScheduler,
-Peng et al., SOSP 2019, likewise orders communication by when layers need it.) Graph mode only:
+bucket, it closed a cycle through that chain). Ops inside TF1-style control flow are left alone.
+(Horovod's kernels avoid this as asynchronous C++ ops; ByteScheduler, Peng et al., SOSP 2019, likewise orders communication by when layers need it.) Graph mode only:
 eagerly, ops run in program order.
 """
 from __future__ import annotations
@@ -41,15 +41,18 @@ class SubmitOrder:
         """Every op some submit so far depends on (closed under inputs)."""
         self._scanned = 0
         """How many of the graph's ops (in the order they were made) were looked at for
-        :func:`_chained_before`."""
+        :func:`_chained`: those made before the last submit."""
 
     def submit_before(self, submit: tf.Operation, later: Sequence[tf.Tensor]) -> int:
         """Make the ops that compute ``later`` but that ``submit`` does not need wait for
         ``submit``: a control edge into each op where that region starts. Returns how many."""
         graph = submit.graph
-        made = graph.get_operations()
-        chained = [op for op in made[self._scanned:] if op._id < submit._id and _chained(op)]  # noqa: SLF001
-        self._scanned = len(made)
+        made = graph.get_operations()  # in the order they were made
+        end = self._scanned
+        while end < len(made) and made[end]._id < submit._id:  # noqa: SLF001
+            end += 1
+        chained = [op for op in made[self._scanned:end] if _chained(op)]
+        self._scanned = end
         self._needed |= _ancestors([submit, *chained], graph, self._needed)
         entries = []
         seen: Set[tf.Operation] = set()

@@ -59,6 +59,10 @@ def test_the_slow_pair_carries_less_on_every_rank_alike(slow_pair, boasting):
     # 200 Mbit/s pairs as slow as the 50 Mbit/s one (0.006-0.007 GB/s, one pair 0.015): then the
     # figures leave nothing to route around, and the fair plan on them is right.
     figures = f"measured GB/s {json.dumps(links, sort_keys=True)}; loads {json.dumps(loads, sort_keys=True)}"
+    # Whatever the figures, the plan never puts more on the pair measured slowest than on the
+    # pair measured fastest.
+    slowest, fastest = min(links, key=links.get), max(links, key=links.get)
+    assert loads[slowest] <= loads[fastest], figures
     others = [gbps for pair, gbps in links.items() if pair not in slow_pair]
     if max(links[p] for p in slow_pair) >= SAME_RATE * min(others):
         pytest.skip(f"the probe, under load, read the slow pair about as fast as others: {figures}")
