@@ -364,10 +364,13 @@ def run_packed_in_stages(be):
     whole call's."""
     from blinkflow.schedule import policy
 
-    single_copy, config = be.single_copy, be.config
+    single_copy, config, chunk_bytes = be.single_copy, be.config, be.chunk_bytes
     stage_bytes = policy.CPU_STAGE_BYTES, policy.CPU_CROSS_HOST_STAGE_BYTES
     be.single_copy = None  # the packed path, whatever this machine allows
     be.config = dataclasses.replace(config, algorithm="runner")  # small chunks make a small call: not MPI's
+    # 64 KiB chunks unless the job runs smaller ones: stages of a chunk each, and a call of a few
+    # stages whose float64 reference costs milliseconds (the default 4 MiB chunk's took seconds).
+    be.chunk_bytes = min(chunk_bytes or 1 << 16, 1 << 16)
     try:
         for seed, (dtype, op) in enumerate([(np.float32, ReduceOp.SUM), (np.int32, ReduceOp.MAX)]):
             itemsize = np.dtype(dtype).itemsize
@@ -391,7 +394,7 @@ def run_packed_in_stages(be):
             expect_reduced(out / both if both != 1 else out, inputs, op, what)
             check_same_everywhere(out, what)
     finally:
-        be.single_copy, be.config = single_copy, config
+        be.single_copy, be.config, be.chunk_bytes = single_copy, config, chunk_bytes
         policy.CPU_STAGE_BYTES, policy.CPU_CROSS_HOST_STAGE_BYTES = stage_bytes
 
 

@@ -514,8 +514,12 @@ def _single_copy_many_pieces(r, n, cpu_backend, backend, used):
     piece, cpu_backend.SINGLE_COPY_MIN_PIECE_BYTES = cpu_backend.SINGLE_COPY_MIN_PIECE_BYTES, 0
     try:
         counted = dict(backend.stats)
+        # The table holds about 131,000 pieces (a control segment of 2 MiB, the shared arena's granule)
         many = [np.full(1, r + 1 + i % 7, np.float32) for i in range(140_000)]
         outs = bf.grouped_allreduce(many, op=bf.Sum, name="sc.many")
+        if used:  # the table overflowed: this rank published one packed copy of the group
+            packed = getattr(backend.single_copy, "_packed", None)
+            assert packed is not None and packed.size == len(many), "the address table did not overflow"
         want = [sum(q + 1 + i % 7 for q in range(n)) for i in range(7)]
         assert all(o[0] == want[i % 7] for i, o in enumerate(outs))
         ragged = [value(r, (k * 37 + 1,), "float64") for k in range(60)]

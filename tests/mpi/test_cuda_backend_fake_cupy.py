@@ -18,19 +18,42 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(HERE, "gpu", "cuda_backend_worker.py")
 
 
-@pytest.mark.mpi
-@pytest.mark.slow
-@pytest.mark.parametrize("n,schedule,hosts,algorithm", [
+CONFIGS = [
     (1, "chain", 1, "device"), (2, "chain", 1, "device"), (4, "chain", 1, "device"), (4, "chain", 2, "device"),
     (4, "plan", 1, "device"), (4, "plan", 2, "device"), (3, "plan", 3, "device"), (3, "plan", "2+1", "device"),
     (2, "chain", 1, "runner"), (4, "chain", 2, "runner"), (4, "plan", 2, "runner"), (3, "plan", 3, "runner"),
-    (3, "chain", "2+1", "runner"), (3, "plan", "2+1", "runner")])
+    (3, "chain", "2+1", "runner"), (3, "plan", "2+1", "runner")]
+
+
+def dtype_ops(config):
+    """Every dtype with every op on the three-phase configurations (4 ranks, 2 hosts, the plan);
+    elsewhere one op per dtype, turned by the configuration's place so that every pair still
+    runs on several schedules (a pair costs about 0.3 CPU-seconds at 4 ranks on the fake)."""
+    n, schedule, hosts, _ = config
+    return "all" if (n, schedule, hosts) == (4, "plan", 2) else f"diagonal:{CONFIGS.index(config) % 4}"
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("n,schedule,hosts,algorithm", CONFIGS)
 @pytest.mark.parametrize("case", case_names(WORKER))
 def test_cuda_backend_on_fake_cupy(n, schedule, hosts, algorithm, case):
     """The device executor where BLINKFLOW_ALGORITHM=device asks for it, the host-driven runner
     (``auto``'s choice on the cuda backend) where ``runner`` does. One launch per configuration,
     each case a test."""
-    launch(n, WORKER, args=[schedule, str(hosts), algorithm], env=fake_cupy_env(), timeout=240).expect(case)
+    env = fake_cupy_env(TESTS_DTYPE_OPS=dtype_ops((n, schedule, hosts, algorithm)))
+    launch(n, WORKER, args=[schedule, str(hosts), algorithm], env=env, timeout=240).expect(case)
+
+
+def test_every_dtype_meets_every_op_on_several_schedules():
+    """The diagonals' turns (the worker's ``dtype_op_pairs``: dtype i with op (i + K) mod 4) and
+    the whole matrices together run each of the 6 x 4 pairs on at least three configurations."""
+    runs = {(i, j): 0 for i in range(6) for j in range(4)}
+    for config in CONFIGS:
+        spec = dtype_ops(config)
+        for i, j in runs:
+            runs[i, j] += spec == "all" or j == (i + int(spec.partition(":")[2])) % 4
+    assert min(runs.values()) >= 3, runs
 
 
 @pytest.mark.mpi
