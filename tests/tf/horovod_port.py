@@ -5,14 +5,15 @@ becomes ``import blinkflow as horovod``) and drops one Keras 2 spelling that Ker
 removed: ``experimental_run_tf_function=...`` in ``model.compile`` (the README lists it). Nothing
 else: every changed line is reported, so a test can hold the port to exactly that.
 
-:func:`run_ported` runs a script ported so, as ``__main__``, with two things a test needs and
-that leave the script's text alone: MNIST generated where Keras would download it
-(``keras.datasets.mnist.load_data``), and optionally fewer steps and epochs (``tf.data``'s
-``take`` and ``fit``'s ``epochs``/``steps_per_epoch`` capped), as the CPU suite cannot afford
-Horovod's 24 epochs.
+:func:`run_script` runs a script (ported so, or one of examples/horovod's ports) as
+``__main__``, and under :func:`capped` with two things a test needs that leave the script's text
+alone: MNIST generated where Keras would download it (``keras.datasets.mnist.load_data``), and
+optionally fewer steps and epochs (``tf.data``'s ``take`` and ``fit``'s
+``epochs``/``steps_per_epoch`` capped), as the CPU suite cannot afford Horovod's 24 epochs.
 
 ``python horovod_port.py STEPS EPOCHS script.py [args...]`` (STEPS 0: no cap) runs it under mpirun.
 """
+import contextlib
 import json
 import os
 import re
@@ -22,6 +23,10 @@ from typing import List, Tuple
 _IMPORT = re.compile(r"^(\s*)import horovod((?:\.[\w.]+)?)(\s+as\s+\w+)?(\s*(?:#.*)?)$")
 _FROM = re.compile(r"^(\s*)from horovod((?:\.[\w.]+)?) import ")
 _RUN_TF_FUNCTION = re.compile(r",\s*experimental_run_tf_function\s*=\s*\w+")
+#: The benchmarks' own flags for a CI-sized run: MobileNet (v1), whose training step TensorFlow
+#: traces in about half the CPU time of MobileNetV2's (10 against 24 CPU-seconds for one rank).
+BENCHMARK_ARGS = ["--model", "MobileNet", "--batch-size", "2", "--num-batches-per-iter", "2", "--num-iters", "2",
+                  "--no-cuda"]
 
 
 def port(text: str) -> Tuple[str, List[Tuple[int, str, str]]]:
@@ -123,32 +128,58 @@ def generated_mnist(path=None):
     return mnist_data.load_data(path)
 
 
+@contextlib.contextmanager
+def capped(steps: int = 0, epochs: int = 0):
+    """While it lasts: MNIST generated where Keras would download it, and with ``steps``,
+    ``tf.data.Dataset.take`` capped at ``steps`` batches and ``keras.Model.fit`` at ``epochs``
+    epochs (1 if 0) of at most ``steps`` steps. Everything is put back at the end (several
+    scripts share a process in the tests' TF jobs)."""
+    import keras
+    import tensorflow as tf
+
+    take, fit, load_data = tf.data.Dataset.take, keras.Model.fit, keras.datasets.mnist.load_data
+
+    def capped_take(self, count, name=None):
+        return take(self, min(int(count), steps), name=name)
+
+    def capped_fit(self, *args, **kwargs):
+        kwargs["epochs"] = min(kwargs.get("epochs", 1), epochs or 1)
+        if kwargs.get("steps_per_epoch"):
+            kwargs["steps_per_epoch"] = min(kwargs["steps_per_epoch"], steps)
+        return fit(self, *args, **kwargs)
+
+    keras.datasets.mnist.load_data = generated_mnist
+    if steps:
+        tf.data.Dataset.take, keras.Model.fit = capped_take, capped_fit
+    try:
+        yield
+    finally:
+        tf.data.Dataset.take, keras.Model.fit, keras.datasets.mnist.load_data = take, fit, load_data
+
+
+def run_script(script: str, argv: List[str], ported: bool) -> None:
+    """Run ``script`` as ``__main__`` with ``argv``: its text through :func:`port` first where
+    ``ported`` (a Horovod script), as it is otherwise (examples/horovod's ports)."""
+    with open(script) as f:
+        text = f.read()
+    saved = sys.argv
+    sys.argv = [script] + list(argv)
+    directory = os.path.dirname(os.path.abspath(script))
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    try:
+        exec(compile(port(text)[0] if ported else text, script, "exec"), {"__name__": "__main__", "__file__": script})
+    finally:
+        sys.argv = saved
+
+
 def run_ported(script: str, argv: List[str], steps: int = 0, epochs: int = 0) -> None:
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(2)
-    import keras
-
-    keras.datasets.mnist.load_data = generated_mnist
-    if steps:
-        take = tf.data.Dataset.take
-        tf.data.Dataset.take = lambda self, count, name=None: take(self, min(int(count), steps), name=name)
-        fit = keras.Model.fit
-
-        def capped_fit(self, *args, **kwargs):
-            kwargs["epochs"] = min(kwargs.get("epochs", 1), epochs or 1)
-            if kwargs.get("steps_per_epoch"):
-                kwargs["steps_per_epoch"] = min(kwargs["steps_per_epoch"], steps)
-            return fit(self, *args, **kwargs)
-
-        keras.Model.fit = capped_fit
-    with open(script) as f:
-        ported, _ = port(f.read())
-    sys.argv = [script] + list(argv)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    code = compile(ported, script, "exec")
-    exec(code, {"__name__": "__main__", "__file__": script})
+    with capped(steps, epochs):
+        run_script(script, argv, ported=True)
 
 
 if __name__ == "__main__":

@@ -1,44 +1,28 @@
-"""Horovod TF2 scripts on blinkflow, run at 2 ranks.
+"""Horovod TF2 scripts on blinkflow, at 2 ranks.
 
+- horovod_examples_script.py's cases (a job of tf_jobs.py): our script in the idioms of Horovod's
+  examples, ported by ``horovod_port.port`` alone, and the ports in examples/horovod/ (the
+  README's commands) as they are, capped to fewer steps and epochs.
 - Horovod's own examples/tensorflow2 scripts (the four of the README), ported by
-  ``horovod_port.port`` alone: the import lines and Keras 3's removal of
-  ``experimental_run_tf_function``, MNIST generated where Keras would download it. The
-  repository does not hold Horovod's files and horovod's sdist on PyPI has no examples/, so they
-  run where ``BLINKFLOW_TEST_HOROVOD_EXAMPLES`` names a folder holding them (a Horovod checkout's
+  ``horovod_port.port`` alone, each in a launch of its own. The repository does not hold
+  Horovod's files and horovod's sdist on PyPI has no examples/, so they run where
+  ``BLINKFLOW_TEST_HOROVOD_EXAMPLES`` names a folder holding them (a Horovod checkout's
   examples/tensorflow2) and are skipped, saying so, elsewhere.
-- horovod_idioms.py, a script of our own in the idioms of those examples (``opt.variables()``,
-  ``compile(experimental_run_tf_function=False)``, the callbacks, ``.h5`` checkpoints,
-  ``op=hvd.Adasum``, SyncBatchNormalization, BestModelCheckpoint): the same port, always run.
-- The ports in examples/horovod/ (the README's commands; Horovod 0.28.1's files changed by
-  ``horovod_port.example_port`` alone, which tests/unit/test_horovod_example_ports.py holds them
-  to), through run_capped.py (fewer steps and epochs, the script untouched); the benchmarks take
-  a small model from their own command line.
 """
 import os
 import re
 
 import pytest
 
+import tf_jobs
 from harness import assert_done, run_ranks
-from horovod_port import port
+from horovod_port import BENCHMARK_ARGS, port
 
 pytest.importorskip("tensorflow")
 HERE = os.path.dirname(os.path.abspath(__file__))
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples", "horovod")
-CAPPED = os.path.join(HERE, "run_capped.py")
-
-
 PORT = os.path.join(HERE, "horovod_port.py")
 IDIOMS = os.path.join(HERE, "horovod_idioms.py")
 HOROVOD_EXAMPLES = os.environ.get("BLINKFLOW_TEST_HOROVOD_EXAMPLES", "")
-#: The benchmarks' own flags for a CI-sized run: MobileNet (v1), whose training step TensorFlow
-#: traces in about half the CPU time of MobileNetV2's (10 against 24 CPU-seconds for one rank).
-BENCHMARK_ARGS = ["--model", "MobileNet", "--batch-size", "2", "--num-batches-per-iter", "2", "--num-iters", "2",
-                  "--no-cuda"]
-
-
-def _example(name):
-    return os.path.join(EXAMPLES, name)
 
 
 def _only_the_port_changed(changes):
@@ -64,12 +48,9 @@ def test_the_port_changes_only_imports_and_the_keras2_keyword():
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("use_adasum", [False, True])
-def test_a_horovod_script_runs_with_the_port_alone(tmp_path, use_adasum):
-    args = ["--use-adasum"] if use_adasum else []
-    out = assert_done(run_ranks(2, ["python", PORT, "0", "0", IDIOMS] + args, timeout=500, cwd=str(tmp_path)), 2)
-    assert out.count("loop done on rank") == 2 and out.count("fit done on rank") == 2, out[-2000:]
-    assert sorted(os.listdir(tmp_path)) == ["best.keras", "checkpoint-1.h5", "checkpoint-2.h5"], os.listdir(tmp_path)
+@pytest.mark.parametrize("job, case", tf_jobs.params("horovod_examples_script.py"))
+def test_horovod_scripts_run(job, case):
+    tf_jobs.expect(job, "horovod_examples_script.py", case)
 
 
 def _horovods(name):
@@ -100,28 +81,3 @@ def test_horovods_own_examples_run_with_the_port_alone(tmp_path, script, capped,
         assert len(losses) == 3 and losses[-1] < losses[0], losses
     else:
         assert sorted(os.listdir(tmp_path)) == ["checkpoint-1.h5", "checkpoint-2.h5"], os.listdir(tmp_path)
-
-
-@pytest.mark.mpi
-def test_tensorflow2_mnist_custom_loop(tmp_path):
-    out = assert_done(run_ranks(2, ["python", CAPPED, "21", "1", _example("tensorflow2_mnist.py")], timeout=400,
-                                cwd=str(tmp_path)), 2)
-    losses = [float(x) for x in re.findall(r"Loss: ([0-9.]+)", out)]
-    assert len(losses) == 3 and losses[-1] < losses[0], losses  # steps 0, 10, 20 on rank 0 only
-    assert any(f.startswith("checkpoints") for f in os.listdir(tmp_path)), os.listdir(tmp_path)
-
-
-@pytest.mark.mpi
-def test_tensorflow2_keras_mnist_fit(tmp_path):
-    out = assert_done(run_ranks(2, ["python", CAPPED, "12", "2", _example("tensorflow2_keras_mnist.py")],
-                                timeout=400, cwd=str(tmp_path)), 2)
-    assert out.count("Epoch 1/2") == 1, out[-2000:]
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint-1.h5", "checkpoint-2.h5"], os.listdir(tmp_path)
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("script, extra", [("tensorflow2_synthetic_benchmark.py", ["--num-warmup-batches", "1"]),
-                                           ("tensorflow2_keras_synthetic_benchmark.py", [])])
-def test_tensorflow2_synthetic_benchmarks(script, extra):
-    out = run_ranks(2, ["python", _example(script)] + BENCHMARK_ARGS + extra, timeout=400).stdout
-    assert re.search(r"Total img/sec on 2 CPU\(s\): [0-9.]+", out), out[-2000:]

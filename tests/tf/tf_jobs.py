@@ -60,9 +60,11 @@ JOBS: Dict[str, Job] = {
     # a convolution with (Sync)BatchNormalization in model.fit over several buckets is where the
     # submit order once closed a cycle in the step's graph. Scripts whose settings agree share a
     # job: every rank of a job imports TensorFlow once (about 4 CPU-seconds), and the suite is
-    # bound by its CPU time.
+    # bound by its CPU time. Horovod's examples and our script in their idioms run in a job too,
+    # each as __main__ in the process that imported TensorFlow for the job.
     "host-1-layers": _job(1, ["layers_script.py"]),
-    "host-2": _job(2, ["ops_script.py", "parity_script.py", "refusal_script.py", "uneven_fit_script.py"]),
+    "host-2": _job(2, ["ops_script.py", "parity_script.py", "refusal_script.py", "uneven_fit_script.py",
+                       "horovod_examples_script.py"]),
     "host-2-buckets": _job(2, ["buckets_script.py", "fit_script.py", "gradient_rows_script.py", "layers_script.py",
                                "naming_script.py"], dict(ONE_GRADIENT_PER_BUCKET, **HOROVOD_ROWS)),
     "host-2-one-bucket": _job(2, ["gradient_identity_script.py", "xla_script.py"], ONE_BUCKET),
