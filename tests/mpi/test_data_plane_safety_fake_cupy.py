@@ -4,7 +4,9 @@ leaves the next call clean, a grid that cannot be co-resident fails at once on e
 on the runner where the policy chose the device executor), close frees nothing a peer still maps,
 ranks on MIG instances exchange over MPI instead of CUDA IPC, and a result TensorFlow let go of is
 not reused before a device synchronize. One launch of tests/gpu/data_plane_safety_worker.py per
-case (a hang of one does not hide the others)."""
+setting runs its cases one after another, each with a backend of its own: a failure path a case
+drives must leave the process fit for the next (a hang ends the launch at its timeout and fails
+the cases it had not finished)."""
 import os
 
 import pytest
@@ -23,7 +25,7 @@ H100_CASES = [c for c in case_names(WORKER) if c not in MIG_CASES]
 @pytest.mark.parametrize("n,setting", [(1, "h100"), (2, "h100"), (4, "h100"), (4, "h100x2")])
 @pytest.mark.parametrize("case", H100_CASES)
 def test_device_executor_safety(n, setting, case):
-    launch(n, WORKER, args=[setting], env=fake_cupy_env(), timeout=240, cases=[case]).expect(case)
+    launch(n, WORKER, args=[setting], env=fake_cupy_env(), timeout=240, cases=H100_CASES).expect(case)
 
 
 @pytest.mark.mpi
@@ -32,7 +34,7 @@ def test_device_executor_safety(n, setting, case):
 def test_mig_instances_exchange_over_mpi(n, case):
     """Two MIG instances; at 3 ranks, ranks 0 and 2 share the first (IPC between them)."""
     env = fake_cupy_env(FAKE_CUPY_MIG="1", FAKE_CUPY_DEVICES="2")
-    launch(n, WORKER, args=["mig"], env=env, timeout=240, cases=[case]).expect(case)
+    launch(n, WORKER, args=["mig"], env=env, timeout=240, cases=MIG_CASES).expect(case)
 
 
 @pytest.mark.tf
