@@ -18,6 +18,8 @@ import contextlib
 import io
 import os
 import re
+import shutil
+import sys
 import tempfile
 
 from script_checks import RANK, SIZE, check  # (sets TF threads, before keras)
@@ -31,15 +33,20 @@ IDIOMS = os.path.join(HERE, "horovod_idioms.py")
 
 
 def run(script, argv=(), ported=False, steps=0, epochs=0):
-    """(what the script printed, the files it left in its directory) on this rank."""
+    """(what the script printed, the files it left in its directory) on this rank; the
+    directory is removed."""
     where, out, back = tempfile.mkdtemp(prefix="horovod-example-"), io.StringIO(), os.getcwd()
     os.chdir(where)
     try:
         with capped(steps, epochs), contextlib.redirect_stdout(out):
             run_script(script, list(argv), ported)
+        return out.getvalue(), sorted(os.listdir(where))
+    except BaseException:
+        sys.stdout.write(out.getvalue()[-4000:])  # what it printed before it failed, for the job's log
+        raise
     finally:
         os.chdir(back)
-    return out.getvalue(), sorted(os.listdir(where))
+        shutil.rmtree(where, ignore_errors=True)
 
 
 def saved_by_rank_0(files, want):
