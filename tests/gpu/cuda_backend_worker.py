@@ -117,9 +117,9 @@ def check(name, got, want):
 
 
 DTYPES = ("float32", "float16", "float64", "int32", "int64", "uint8")
-#: "all" (the default: the GPU tier) or "diagonal:K": each dtype with one op, the op K places on,
-#: so that four configurations with K = 0..3 meet every pair (the kernels' dtype and op are
-#: independent of the schedule; the fake CuPy's suite runs the whole matrix on the three-phase
+#: "all" (the default: the GPU tier) or "diagonal:K": dtype i of DTYPES with op (i + K) mod 4 of
+#: FN alone, so that four configurations with K = 0..3 meet every pair (the kernels' dtype and op
+#: are independent of the schedule; the fake CuPy's suite runs the whole matrix on the three-phase
 #: configurations and the diagonals elsewhere, at every size).
 DTYPE_OPS = os.environ.get("TESTS_DTYPE_OPS", "all")
 
