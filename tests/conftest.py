@@ -30,6 +30,11 @@ os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
 # 2-rank Horovod benchmark's system time from 6 to 2 CPU-seconds.
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 
+# And NumPy's OpenBLAS, which starts a thread per core when NumPy is imported, in every one of the
+# suite's thousand-odd processes, though no test leans on its BLAS: one thread cut a 2-rank
+# launch of init and one all-reduce from 0.96 to 0.83 CPU-seconds (ten launches each way).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 # The session's groups of tests (below): a file the first worker writes and the scheduler reads.
 _OWN_GROUPS = "TESTS_XDIST_GROUPS" not in os.environ
 if _OWN_GROUPS:

@@ -77,7 +77,7 @@ def case_tensorflow2_mnist_custom_loop(rank, size):
 
 
 def case_tensorflow2_keras_mnist_fit(rank, size):
-    out, files = run(os.path.join(EXAMPLES, "tensorflow2_keras_mnist.py"), steps=12, epochs=2)
+    out, files = run(os.path.join(EXAMPLES, "tensorflow2_keras_mnist.py"), steps=3, epochs=2)
     check("the progress bar (rank 0's alone)", out.count("Epoch 1/2") == (RANK == 0), out[-2000:])
     saved_by_rank_0(files, ["checkpoint-1.h5", "checkpoint-2.h5"])
 

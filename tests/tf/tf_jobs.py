@@ -27,10 +27,11 @@ def device_route(n: int, **settings: str) -> Dict[str, str]:
 
 
 #: The case subset of fit_script.py that the 4-rank and device-route jobs run: the variants that do
-#: not depend on the number of ranks are left to the 2-rank run.
+#: not depend on the number of ranks or the route (saving and loading a model, the optimizer's
+#: config: the costliest case, three models traced) are left to the 2-rank run on the host.
 FIT_CORE = "fit_script.py:" + ",".join(["fit_compiled", "fit_run_eagerly", "fit_embedding", "aggregated_passes",
                                         "metric_average", "learning_rate_warmup_and_schedule",
-                                        "broadcast_callback_adam", "saving_loading_and_config"])
+                                        "broadcast_callback_adam"])
 
 
 @dataclasses.dataclass(frozen=True)
