@@ -159,8 +159,9 @@ def _recorded_groups(path, wait_s=60.0):
 
 
 #: A file to which every test appends its wall and CPU seconds (its own process and every child it
-#: waited for: the ranks of its launches), one JSON line per test, when the suite runs with this
-#: variable set: which tests wait and which compute (the suite's workers share two cores).
+#: waited for: the ranks of its launches), when it began (the epoch's seconds) and on which worker,
+#: one JSON line per test, when the suite runs with this variable set: which tests wait and which
+#: compute (the suite's workers share two cores), and when a worker was left alone.
 CPU_TIMES = "TESTS_CPU_TIMES"
 
 
@@ -176,9 +177,10 @@ def pytest_runtest_protocol(item, nextitem):
     def cpu():
         return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
                                                      resource.getrusage(resource.RUSAGE_CHILDREN)))
-    began, used = time.monotonic(), cpu()
+    began, used, start = time.monotonic(), cpu(), time.time()
     yield
     with open(path, "a") as f:
         f.write(json.dumps({"test": item.nodeid, "wall": round(time.monotonic() - began, 2),
-                            "cpu": round(cpu() - used, 2)}) + "\n")
+                            "cpu": round(cpu() - used, 2), "start": round(start, 2),
+                            "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}) + "\n")
 

@@ -508,16 +508,30 @@ def case_contested_chunks(r, n):
         cpu_backend.SINGLE_COPY_MIN_SHARD_BYTES, cpu_backend.MPI_ALLREDUCE_MAX_BYTES = threshold, latency_bound
 
 
+#: Bytes of every rank's address table in the launch that runs :func:`_single_copy_many_pieces`:
+#: 2,046 pieces, where the product's 2 MiB hold about 131,000 (a group that large took 22 CPU-s).
+SMALL_CONTROL_BYTES = 32 * 1024
+
+
+def _small_address_tables():
+    """Every rank's address table at :data:`SMALL_CONTROL_BYTES`, set before init (every rank
+    alike: the table's size is where its last words lie)."""
+    from blinkflow.backends.cpu import single_copy_path
+
+    single_copy_path.CONTROL_BYTES = SMALL_CONTROL_BYTES
+
+
 def _single_copy_many_pieces(r, n, cpu_backend, backend, used):
     """More pieces than a rank's address table holds (it then publishes a packed private copy),
     and tensors of every size straddling chunk boundaries (run with a small chunk)."""
     piece, cpu_backend.SINGLE_COPY_MIN_PIECE_BYTES = cpu_backend.SINGLE_COPY_MIN_PIECE_BYTES, 0
     try:
         counted = dict(backend.stats)
-        # The table holds about 131,000 pieces (a control segment of 2 MiB, the shared arena's granule)
-        many = [np.full(1, r + 1 + i % 7, np.float32) for i in range(140_000)]
+        many = [np.full(1, r + 1 + i % 7, np.float32) for i in range(3_000)]  # > SMALL_CONTROL_BYTES // 16
         outs = bf.grouped_allreduce(many, op=bf.Sum, name="sc.many")
         if used:  # the table overflowed: this rank published one packed copy of the group
+            tables = backend.single_copy._words
+            assert tables and len(tables[0]) == SMALL_CONTROL_BYTES // 8, "the address tables are not the small ones"
             packed = getattr(backend.single_copy, "_packed", None)
             assert packed is not None and packed.size == len(many), "the address table did not overflow"
         want = [sum(q + 1 + i % 7 for q in range(n)) for i in range(7)]
@@ -719,6 +733,8 @@ def main():
         assert "init" in str(e)
     else:
         raise AssertionError("rank() before init did not raise")
+    if os.environ.get("SINGLE_COPY_MANY_PIECES") == "1":
+        _small_address_tables()
     bf.init()
     run_cases(globals(), bf.rank(), bf.size(), sys.argv[1:])
     bf.shutdown()

@@ -26,8 +26,10 @@ from ..base import Layout
 from . import cma, single_copy
 from .transport import CpuTransport, Scratch, scaled_copy
 
-#: Bytes of the control window per rank: where its tensors are, for peers reading them in place.
-CONTROL_BYTES = 1 << 20
+#: Bytes of the control window per rank: where its tensors are, for peers reading them in place
+#: (two 64-bit words a piece: a group of up to about 131,000 pieces is read where it lies, a larger
+#: one from a packed copy). The shared arena's granule, so none of the segment is left unused.
+CONTROL_BYTES = 2 << 20
 
 
 class _Shape:
@@ -194,10 +196,11 @@ class SingleCopyAllreduce:
         return tables, outs
 
     def _control_words(self) -> List[memoryview]:
-        """Every local rank's control segment as 64-bit words (made once, collectively)."""
+        """Every local rank's control segment as 64-bit words, :data:`CONTROL_BYTES` of it (made
+        once, collectively)."""
         if self._words is None:
             control = self.arena.control(CONTROL_BYTES)
-            self._words = [memoryview(segment).cast("Q") for segment in control.segments]
+            self._words = [memoryview(segment).cast("Q")[:CONTROL_BYTES // 8] for segment in control.segments]
         return self._words
 
     def _push(self, values: np.ndarray, offset: int, kids: Sequence[int], outs: Sequence[int]) -> None:
