@@ -66,6 +66,6 @@ def survivors(proc) -> List[int]:
     """The ranks that finished training, in order, after checking that they agree: every one went
     through exactly one reset, ended at the last epoch (6) and holds bitwise equal weights."""
     final: List[Tuple[str, str, str, str]] = FINAL.findall(proc.stdout)
-    assert {(resets, epoch) for _, resets, epoch, _ in final} == {("1", "6")}, final
-    assert len({digest for *_, digest in final}) == 1, final
+    assert {(resets, epoch) for _, resets, epoch, _ in final} == {("1", "6")}, f"{final}\n{context(proc)}"
+    assert len({digest for *_, digest in final}) == 1, f"{final}\n{context(proc)}"
     return sorted(int(rank) for rank, *_ in final)
