@@ -6,13 +6,39 @@ errors dropped, in one place for the backends and the runtime alike.
 """
 from __future__ import annotations
 
+from typing import List
+
+_kept: List[object] = []
+"""Revoked communicators :func:`free` keeps until :func:`free_kept`."""
+
 
 def free(comm) -> None:
-    """``comm.Free()``, ignoring the error a failed peer can make it raise."""
+    """``comm.Free()``, ignoring the error a failed peer can make it raise.
+
+    A revoked communicator (a runtime retired after a loss, :mod:`blinkflow.elastic.reform`) is
+    kept instead, until :func:`free_kept`: a rank declared dead that runs again, or one that died
+    while the job re-formed, may still have messages on their way to it, and MPI hands a freed
+    communicator's context id to the next one made, whose matching then takes those messages for
+    its own (Open MPI's ob1 queues a message for an unknown context id and gives it to the next
+    communicator with that id: one from a rank that communicator does not have aborts the process
+    with status 255, one from a rank it has is delivered as if sent on it). A communicator that
+    exists when they arrive takes them, and drops them when it is freed."""
     try:
+        if comm.Is_revoked():
+            _kept.append(comm)
+            return
         comm.Free()
     except Exception:  # noqa: BLE001 - nothing to save at teardown
         pass
+
+
+def free_kept() -> None:
+    """Free the communicators :func:`free` kept: when the job next changes (the ranks that could
+    still send on them are gone by then: ended by their failure detector, or shrunk away), and at
+    exit before ``MPI_Finalize``."""
+    kept, _kept[:] = list(_kept), []
+    for comm in kept:
+        quietly(comm.Free)
 
 
 def cancel(request) -> None:

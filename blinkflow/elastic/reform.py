@@ -24,13 +24,22 @@ the collective in flight has raised :class:`~blinkflow.errors.ShutdownError` the
    rank), the plan agreed by digest, the process sets re-registered with their ranks renumbered.
    A process set that lost a member cannot be re-formed: ProcessSetError on every survivor
    names the set and the rank it lost.
+6. **Agree that it started everywhere** (ULFM ``MPI_Comm_agree``, whose answer every live rank
+   gets alike). Ranks that fail together are found one after another (the failure detector
+   suspects paused ranks about its timeout apart), so a rank the shrink kept may die before the
+   new job has started on it, and step 5 then fails on some survivors and not on others. On a
+   "no", every survivor retires what started on it as in step 1 and goes back to step 2 on the
+   survivors' communicator: each round loses a rank, and step 4 ends the rounds.
 
 Between 2 and 5, once every survivor is past step 1 (the shrink is collective among them), the
 old job's backends and communicators are released: its shared-memory windows (``MPI_Win_free``
 synchronizes the window's ranks; with the lost ones reported failed it returns among the
 survivors), its rings, its GPU receive slots, device executor memory and the peers' memory it
 mapped (each survivor synchronized its device in step 1, so no copy into them is still queued,
-and a lost peer's died with its process), its communicators. That runs under a deadline
+and a lost peer's died with its process). Its communicators, revoked, are kept until the job
+next changes or the process exits (:func:`blinkflow.backends.teardown.free` says why: a freed
+one's context id goes to the next communicator, with the messages dead ranks still sent on it).
+That runs under a deadline
 (:data:`RELEASE_S`): should it not return, the old runtime is left as it is and its mappings stay
 until the process exits. Communicators this module made (a shrink's, a merge's) are freed once the
 runtime on them is retired, and the last before ``MPI_Finalize`` (:func:`_adopt` says why).
@@ -55,6 +64,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..backends import teardown
 from ..backends.teardown import quietly
 from ..config import get_config
 from ..errors import NotInitializedError, PartitionError, ProcessSetError, ShutdownError, TooFewRanksError
@@ -131,32 +141,87 @@ def reform() -> Reset:
     started = time.monotonic()
     engine = _take_engine("blinkflow.elastic.reform")
     old = _Old.of(engine)
-    idle = _retire(engine)
-    survivors = engine.job.comm.Shrink()
-    side = quorum.decide(_old_ranks_of(engine.job.comm, survivors), old.size, engine.job.hosts)
-    if not side.goes_on:
-        _release(engine, idle)
-        quietly(survivors.Free)
-        error = PartitionError(quorum.refusal(side, old.size, engine.job.hosts), lost=side.uncertain + side.dead,
-                               left=len(side.survivors), unreachable_hosts=side.unreachable_hosts(engine.job.hosts))
-        RUNTIME.remember_broken(None, error)  # leave at exit without MPI_Finalize: the other side is unreachable
-        launcher_hooks.tell_cut_off()  # the daemon here cannot reach mpirun across the cut
+    hosts = engine.job.hosts
+    comm = engine.job.comm
+    while True:
+        idle = _retire(engine) if engine is not None else True
+        survivors = comm.Shrink()
+        side = quorum.decide(_old_ranks_of(old.group, survivors), old.size, hosts)
+        if not side.goes_on:
+            if engine is not None:
+                _release(engine, idle)
+            quietly(survivors.Free)
+            error = PartitionError(quorum.refusal(side, old.size, hosts), lost=side.uncertain + side.dead,
+                                   left=len(side.survivors), unreachable_hosts=side.unreachable_hosts(hosts))
+            RUNTIME.remember_broken(None, error)  # leave at exit without MPI_Finalize: the other side is unreachable
+            launcher_hooks.tell_cut_off()  # the daemon here cannot reach mpirun across the cut
+            raise error
+        _tell_launcher_who_is_lost(old.group, survivors)
+        teardown.free_kept()   # the last reset's communicators: nobody left sends on them
+        if engine is not None:
+            _release(engine, idle)
+        RUNTIME.ranks_lost = True
+        begun = _start_agreed(old, survivors, started)
+        if begun is not None:
+            return _record(begun, old)
+        # A survivor was lost while the job re-formed (ranks paused together are declared dead one
+        # after another): retire what started here and shrink again, from the survivors' communicator.
+        engine = _take_what_started()
+        comm = survivors
+
+
+def _start_agreed(old: "_Old", comm, started: float) -> Optional["_Begun"]:
+    """:func:`_start` on ``comm``, then an agreement among its ranks (ULFM ``MPI_Comm_agree``,
+    whose result every live rank gets alike) that it succeeded everywhere: what began, or None
+    when a rank was lost on the way (on any rank, and whichever step it broke: a failure may be
+    reported on some ranks and not others). An error of another kind is raised after the
+    agreement, so the other ranks shrink again rather than wait for this one."""
+    begun, error = None, None
+    try:
+        begun = _start(old, comm, started)
+    except (TooFewRanksError, ProcessSetError):
+        raise  # decided alike on every rank from facts they agreed on; nothing of the job started
+    except Exception as e:  # noqa: BLE001 - agreed on first, sorted below
+        error = e
+    if _agree(comm, begun is not None):
+        return begun
+    if error is not None and not _lost_a_rank(error):
         raise error
-    _tell_launcher_who_is_lost(engine.job.comm, survivors)
-    _release(engine, idle)
-    RUNTIME.ranks_lost = True
-    return _start(old, survivors, started)
+    return None
 
 
-def _old_ranks_of(old_comm, survivors) -> List[int]:
-    """The survivors' ranks in the old job's communicator (the shrink keeps their order)."""
+def _agree(comm, ok: bool) -> bool:
+    """Whether every live rank of ``comm`` says ``ok`` (false, alike everywhere, when a rank of it
+    failed: the agreement reports the failure on every rank)."""
     from mpi4py import MPI
 
-    return list(MPI.Group.Translate_ranks(survivors.Get_group(), list(range(survivors.Get_size())),
-                                          old_comm.Get_group()))
+    try:
+        return bool(comm.Agree(int(ok)))
+    except MPI.Exception as e:
+        if _lost_a_rank(e):
+            return False
+        raise
 
 
-def _tell_launcher_who_is_lost(old_comm, survivors) -> None:
+def _lost_a_rank(error: BaseException) -> bool:
+    """Whether ``error`` is how a step of the re-forming ended because a rank of it was lost: MPI's
+    process-failure classes (ULFM), or the runtime's start reporting a peer that failed or never
+    arrived."""
+    from mpi4py import MPI
+
+    if isinstance(error, MPI.Exception):
+        return error.Get_error_class() in (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED)
+    return isinstance(error, ShutdownError)
+
+
+def _old_ranks_of(old_group, survivors) -> List[int]:
+    """The survivors' ranks in the old job (a shrink keeps their order)."""
+    from mpi4py import MPI
+
+    return list(MPI.Group.Translate_ranks(survivors.Get_group(), list(range(survivors.Get_size())), old_group))
+
+
+def _tell_launcher_who_is_lost(old_group, survivors) -> None:
     """On the new rank 0, under blinkrun: the old job's ranks not among the survivors, as
     MPI_COMM_WORLD ranks (blinkrun's numbers; ranks that joined later have none there and are
     reported by their wrappers alone). A host that went silent cannot say its ranks are gone."""
@@ -164,7 +229,7 @@ def _tell_launcher_who_is_lost(old_comm, survivors) -> None:
     if report is None or survivors.Get_rank() != 0:
         return
     from mpi4py import MPI
-    lost = MPI.Group.Difference(old_comm.Get_group(), survivors.Get_group())
+    lost = MPI.Group.Difference(old_group, survivors.Get_group())
     world = MPI.Group.Translate_ranks(lost, list(range(lost.Get_size())), MPI.COMM_WORLD.Get_group())
     report([r for r in world if r != MPI.UNDEFINED])
 
@@ -175,6 +240,7 @@ def reform_on(comm) -> Reset:
     is retired first: with a clean shutdown when it is healthy (collective over the old job's
     ranks, which must all call this), else locally as after a loss."""
     started = time.monotonic()
+    teardown.free_kept()   # the last reset's communicators: nobody left sends on them
     engine = RUNTIME.engine or RUNTIME.broken_engine
     old = _Old.of(engine) if engine is not None and engine.job is not None else None
     if old is not None:
@@ -183,7 +249,7 @@ def reform_on(comm) -> Reset:
             _release(engine, _retire(engine))
         else:
             lifecycle.shutdown()
-    return _start(old, comm, started)
+    return _record(_start(old, comm, started), old)
 
 
 @dataclasses.dataclass
@@ -224,13 +290,20 @@ def members(engine):
 
 
 def _take_engine(what: str):
+    engine = _take_what_started()
+    if engine is None:
+        raise NotInitializedError(what)
+    return engine
+
+
+def _take_what_started():
+    """The runtime of this rank, running or broken, or None when none has a job; RUNTIME holds
+    none afterwards (nor the failure of a start that broke on the way)."""
     with RUNTIME.lock:
         engine = RUNTIME.engine or RUNTIME.broken_engine
-        if engine is None or engine.job is None:
-            raise NotInitializedError(what)
         RUNTIME.engine = None
         RUNTIME.broken_by = RUNTIME.broken_engine = None
-    return engine
+    return engine if engine is not None and engine.job is not None else None
 
 
 def _retire(engine) -> bool:
@@ -328,7 +401,7 @@ def _communicators(engine) -> List[object]:
     return list(found.values())
 
 
-def _start(old: Optional[_Old], comm, started: float) -> Reset:
+def _start(old: Optional[_Old], comm, started: float) -> "_Begun":
     """Steps 4 and 5 on ``comm`` (already agreed among its ranks)."""
     size, rank = comm.Get_size(), comm.Get_rank()
     kept = _old_ranks(old, comm)  # kept[new rank] = old rank, or None for a newcomer
@@ -353,19 +426,34 @@ def _start(old: Optional[_Old], comm, started: float) -> Reset:
         keep_ordinal(old.cuda_ordinal)
     lifecycle.start(comm, [list(ranks) for ranks in sets], device=old.device if old is not None else None)
     _adopt(comm)
-    if old is not None:
-        quietly(old.group.Free)
-    engine = RUNTIME.engine
-    _renumber_user_sets(old_sets, kept)
     reset = Reset(old_size=old_size, new_size=size, lost=lost, added=sum(r is None for r in kept),
                   old_rank=old.rank if old is not None else None, new_rank=rank, old_rate_gbps=old_rate,
-                  new_rate_gbps=_allreduce_rate(engine.job), seconds=time.monotonic() - started)
+                  new_rate_gbps=_allreduce_rate(RUNTIME.engine.job), seconds=time.monotonic() - started)
+    return _Begun(reset, old_sets, kept)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Begun:
+    """A new job started on this rank, not yet recorded (see :func:`_record`)."""
+
+    reset: Reset
+    old_sets: Dict[int, Tuple[int, ...]]
+    kept: List[Optional[int]]
+
+
+def _record(begun: _Begun, old: Optional[_Old]) -> Reset:
+    """The new job is the job: the user's process sets renumbered, the reset counted, logged on the
+    new rank 0 and in the timeline."""
+    if old is not None:
+        quietly(old.group.Free)
+    _renumber_user_sets(begun.old_sets, begun.kept)
+    reset, engine = begun.reset, RUNTIME.engine
     _history.append(reset)
-    if rank == 0:
+    if reset.new_rank == 0:
         logger.warning(reset.describe())
     if engine._timeline is not None:
-        engine._timeline.instant("elastic", "ELASTIC_RESET", {"lost": list(lost), "added": reset.added,
-                                                              "size": size, "rate_gbps": reset.new_rate_gbps})
+        engine._timeline.instant("elastic", "ELASTIC_RESET", {"lost": list(reset.lost), "added": reset.added,
+                                                              "size": reset.new_size, "rate_gbps": reset.new_rate_gbps})
     return reset
 
 
@@ -392,10 +480,12 @@ def _adopt(comm) -> None:
 
 def _free_made() -> None:
     """At exit: the communicator the runtime was started on is only the elastic side's (the
-    runtime works on its own duplicates), so it goes before MPI_Finalize (see :func:`_adopt`)."""
+    runtime works on its own duplicates), so it goes before MPI_Finalize (see :func:`_adopt`), and
+    so do the retired runtimes' communicators still kept (:func:`~blinkflow.backends.teardown.free`)."""
     for made in _made:
         quietly(made.Free)
     _made.clear()
+    teardown.free_kept()
 
 
 def _old_ranks(old: Optional[_Old], comm) -> List[Optional[int]]:

@@ -21,6 +21,8 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
+from ..backends import teardown
+
 TAG_NOTICE = 7001
 TAG_BEAT = 7002
 #: How long a sender keeps trying to complete its notices before it goes on (a peer that is
@@ -124,7 +126,7 @@ class SideChannel:
             self.closed = True
             receives = [r for r in [self._notice] + list(self._beats.values()) if r is not None]
             quiet_wait.ABANDONED.extend(r for r in receives if not _settle(r))
-            self._try(self.comm.Free)
+            teardown.free(self.comm)   # kept while revoked: see teardown.free
 
     def _finish_sends(self, wait_s: float) -> None:
         end = time.monotonic() + wait_s
