@@ -25,11 +25,16 @@ def free(comm) -> None:
     exists when they arrive takes them, and drops them when it is freed."""
     try:
         if comm.Is_revoked():
-            _kept.append(comm)
+            keep(comm)
             return
         comm.Free()
     except Exception:  # noqa: BLE001 - nothing to save at teardown
         pass
+
+
+def keep(comm) -> None:
+    """Free ``comm`` at the next :func:`free_kept`, not now (see :func:`free`)."""
+    _kept.append(comm)
 
 
 def free_kept() -> None:

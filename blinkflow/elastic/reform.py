@@ -142,10 +142,18 @@ def reform() -> Reset:
     engine = _take_engine("blinkflow.elastic.reform")
     old = _Old.of(engine)
     hosts = engine.job.hosts
-    comm = engine.job.comm
+    comm = engine_comm = engine.job.comm
     while True:
         idle = _retire(engine) if engine is not None else True
         survivors = comm.Shrink()
+        # Kept communicators go once the survivors have shrunk: whatever a survivor sent on them
+        # before it entered the shrink has arrived (messages between two processes keep their
+        # order), and the ranks lost before it sent their last long ago.
+        teardown.free_kept()
+        if comm is not engine_comm:   # the last round's survivors: the rank lost in it may have sent on them
+            if comm in _made:
+                _made.remove(comm)
+            teardown.keep(comm)
         side = quorum.decide(_old_ranks_of(old.group, survivors), old.size, hosts)
         if not side.goes_on:
             if engine is not None:
@@ -157,7 +165,6 @@ def reform() -> Reset:
             launcher_hooks.tell_cut_off()  # the daemon here cannot reach mpirun across the cut
             raise error
         _tell_launcher_who_is_lost(old.group, survivors)
-        teardown.free_kept()   # the last reset's communicators: nobody left sends on them
         if engine is not None:
             _release(engine, idle)
         RUNTIME.ranks_lost = True
@@ -240,7 +247,7 @@ def reform_on(comm) -> Reset:
     is retired first: with a clean shutdown when it is healthy (collective over the old job's
     ranks, which must all call this), else locally as after a loss."""
     started = time.monotonic()
-    teardown.free_kept()   # the last reset's communicators: nobody left sends on them
+    teardown.free_kept()   # the last reset's communicators: the ranks that could send on them are gone
     engine = RUNTIME.engine or RUNTIME.broken_engine
     old = _Old.of(engine) if engine is not None and engine.job is not None else None
     if old is not None:
