@@ -6,10 +6,12 @@ errors dropped, in one place for the backends and the runtime alike.
 """
 from __future__ import annotations
 
+import threading
 from typing import List
 
 _kept: List[object] = []
 """Revoked communicators :func:`free` keeps until :func:`free_kept`."""
+_kept_lock = threading.Lock()   # a release left running past its deadline may still keep one
 
 
 def free(comm) -> None:
@@ -34,14 +36,16 @@ def free(comm) -> None:
 
 def keep(comm) -> None:
     """Free ``comm`` at the next :func:`free_kept`, not now (see :func:`free`)."""
-    _kept.append(comm)
+    with _kept_lock:
+        _kept.append(comm)
 
 
 def free_kept() -> None:
     """Free the communicators :func:`free` kept: when the job next changes (the ranks that could
     still send on them are gone by then: ended by their failure detector, or shrunk away), and at
     exit before ``MPI_Finalize``."""
-    kept, _kept[:] = list(_kept), []
+    with _kept_lock:
+        kept, _kept[:] = list(_kept), []
     for comm in kept:
         quietly(comm.Free)
 

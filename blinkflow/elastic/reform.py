@@ -29,7 +29,9 @@ the collective in flight has raised :class:`~blinkflow.errors.ShutdownError` the
    suspects paused ranks about its timeout apart), so a rank the shrink kept may die before the
    new job has started on it, and step 5 then fails on some survivors and not on others. On a
    "no", every survivor retires what started on it as in step 1 and goes back to step 2 on the
-   survivors' communicator: each round loses a rank, and step 4 ends the rounds.
+   survivors' communicator. A round whose shrink loses nobody ends the reset on every survivor
+   with the error the start failed with (there, or a ShutdownError saying it failed elsewhere);
+   otherwise each round loses a rank, and step 4 ends the rounds.
 
 Between 2 and 5, once every survivor is past step 1 (the shrink is collective among them), the
 old job's backends and communicators are released: its shared-memory windows (``MPI_Win_free``
@@ -42,7 +44,8 @@ one's context id goes to the next communicator, with the messages dead ranks sti
 That runs under a deadline
 (:data:`RELEASE_S`): should it not return, the old runtime is left as it is and its mappings stay
 until the process exits. Communicators this module made (a shrink's, a merge's) are freed once the
-runtime on them is retired, and the last before ``MPI_Finalize`` (:func:`_adopt` says why).
+job has started again on another (a round's shrink that step 6 undid is kept like the runtime's
+communicators), and the last before ``MPI_Finalize`` (:func:`_adopt` says why).
 
 :func:`reform_on` is the entry for a communicator made elsewhere (ranks added: an
 intercommunicator merged with the newcomers, ``MPI.Intercomm.Merge``): collective over that
@@ -70,6 +73,7 @@ from ..config import get_config
 from ..errors import NotInitializedError, PartitionError, ProcessSetError, ShutdownError, TooFewRanksError
 from ..runtime import launcher_hooks, lifecycle
 from ..runtime.global_state import RUNTIME
+from ..runtime.liveness import is_process_failure
 from ..runtime.log import logger
 from . import quorum
 
@@ -136,13 +140,14 @@ def history() -> List[Reset]:
 def reform() -> Reset:
     """Re-form the job on the ranks that are left (see the module docstring); collective over the
     survivors. Raises PartitionError on a group that may not go on (step 3), TooFewRanksError below
-    the minimum, ProcessSetError for a set that lost a
-    member; NotInitializedError when no job ever ran here."""
+    the minimum, ProcessSetError for a set that lost a member, the error a start failed with when
+    it failed without a rank lost (step 6); NotInitializedError when no job ever ran here."""
     started = time.monotonic()
     engine = _take_engine("blinkflow.elastic.reform")
     old = _Old.of(engine)
     hosts = engine.job.hosts
     comm = engine_comm = engine.job.comm
+    failed: Optional[BaseException] = None   # why the last round's start failed here (None: elsewhere, or no round yet)
     while True:
         idle = _retire(engine) if engine is not None else True
         survivors = comm.Shrink()
@@ -154,7 +159,19 @@ def reform() -> Reset:
             if comm in _made:
                 _made.remove(comm)
             teardown.keep(comm)
-        side = quorum.decide(_old_ranks_of(old.group, survivors), old.size, hosts)
+            if survivors.Get_size() == comm.Get_size():
+                # Nobody was lost, so the start failed for a reason another round would meet
+                # again: the same answer on every rank (the shrink's size is agreed).
+                if engine is not None:
+                    _release(engine, idle)
+                quietly(survivors.Free)
+                error = failed if failed is not None and not _from_the_others(failed) else ShutdownError(
+                    "blinkflow elastic: the job could not start again on the survivors (another rank's start "
+                    "failed, no rank was lost); it ends")
+                RUNTIME.remember_broken(None, error)
+                raise error
+        kept = _old_ranks_of(old.group, survivors)
+        side = quorum.decide(kept, old.size, hosts)
         if not side.goes_on:
             if engine is not None:
                 _release(engine, idle)
@@ -168,33 +185,30 @@ def reform() -> Reset:
         if engine is not None:
             _release(engine, idle)
         RUNTIME.ranks_lost = True
-        begun = _start_agreed(old, survivors, started)
+        _check_enough(tuple(sorted(set(range(old.size)) - set(kept))), old.size, survivors.Get_size())
+        begun, failed = _start_agreed(old, survivors, started)
         if begun is not None:
             return _record(begun, old)
-        # A survivor was lost while the job re-formed (ranks paused together are declared dead one
-        # after another): retire what started here and shrink again, from the survivors' communicator.
+        # Some rank's start failed (a survivor lost while the job re-formed: ranks paused together
+        # are declared dead one after another): retire what started here, shrink again.
         engine = _take_what_started()
         comm = survivors
 
 
-def _start_agreed(old: "_Old", comm, started: float) -> Optional["_Begun"]:
+def _start_agreed(old: "_Old", comm, started: float) -> Tuple[Optional["_Begun"], Optional[BaseException]]:
     """:func:`_start` on ``comm``, then an agreement among its ranks (ULFM ``MPI_Comm_agree``,
-    whose result every live rank gets alike) that it succeeded everywhere: what began, or None
-    when a rank was lost on the way (on any rank, and whichever step it broke: a failure may be
-    reported on some ranks and not others). An error of another kind is raised after the
-    agreement, so the other ranks shrink again rather than wait for this one."""
+    whose result every live rank gets alike) that it succeeded everywhere: (what began, None), or
+    (None, this rank's error or None) when it failed on some rank (a failure may be reported on
+    some ranks and not others; the caller's next shrink tells whether a rank was lost)."""
     begun, error = None, None
     try:
         begun = _start(old, comm, started)
-    except (TooFewRanksError, ProcessSetError):
-        raise  # decided alike on every rank from facts they agreed on; nothing of the job started
-    except Exception as e:  # noqa: BLE001 - agreed on first, sorted below
+    except Exception as e:  # noqa: BLE001 - agreed on first; reform() decides after its next shrink
         error = e
+        quietly(comm.Revoke)   # a rank still waiting in one of its collectives for this one returns
     if _agree(comm, begun is not None):
-        return begun
-    if error is not None and not _lost_a_rank(error):
-        raise error
-    return None
+        return begun, None
+    return None, error
 
 
 def _agree(comm, ok: bool) -> bool:
@@ -205,20 +219,15 @@ def _agree(comm, ok: bool) -> bool:
     try:
         return bool(comm.Agree(int(ok)))
     except MPI.Exception as e:
-        if _lost_a_rank(e):
+        if is_process_failure(e):
             return False
         raise
 
 
-def _lost_a_rank(error: BaseException) -> bool:
-    """Whether ``error`` is how a step of the re-forming ended because a rank of it was lost: MPI's
-    process-failure classes (ULFM), or the runtime's start reporting a peer that failed or never
-    arrived."""
-    from mpi4py import MPI
-
-    if isinstance(error, MPI.Exception):
-        return error.Get_error_class() in (MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED)
-    return isinstance(error, ShutdownError)
+def _from_the_others(error: BaseException) -> bool:
+    """Whether a start failed here because of the other ranks (one failed, or revoked the
+    communicator when its own start failed), not for a reason of this rank's own."""
+    return is_process_failure(error) or isinstance(error, ShutdownError)
 
 
 def _old_ranks_of(old_group, survivors) -> List[int]:
@@ -310,6 +319,9 @@ def _take_what_started():
         engine = RUNTIME.engine or RUNTIME.broken_engine
         RUNTIME.engine = None
         RUNTIME.broken_by = RUNTIME.broken_engine = None
+    if engine is not None and engine.job is None and engine.side is not None:
+        quietly(engine.side.comm.Revoke)   # a start that broke before its job: its side channel alone is left
+        engine.side.close()                # (kept while revoked: see teardown.free)
     return engine if engine is not None and engine.job is not None else None
 
 
@@ -417,15 +429,7 @@ def _start(old: Optional[_Old], comm, started: float) -> "_Begun":
     old_size, old_sets, old_rate = comm.bcast((old.size, old.sets, old.rate_gbps) if rank == teller else None,
                                               root=teller)
     lost = tuple(sorted(set(range(old_size)) - {r for r in kept if r is not None}))
-    minimum = get_config().elastic_min_np
-    if lost and size < minimum:
-        error = TooFewRanksError(
-            f"blinkflow elastic: rank{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} of the "
-            f"{old_size}-rank job {'are' if len(lost) > 1 else 'is'} gone and {size} rank{'s are' if size > 1 else ' is'} "
-            f"left, fewer than the minimum of {minimum} (blinkrun --min-np, BLINKFLOW_ELASTIC_MIN_NP); the job ends. "
-            "Start it again from its last checkpoint, or lower --min-np", lost=lost, left=size)
-        RUNTIME.remember_broken(None, error)  # leave at exit without MPI_Finalize: ranks are gone
-        raise error
+    _check_enough(lost, old_size, size)
     sets = _renumbered(old_sets, kept, lost)
     if old is not None and old.cuda_ordinal is not None:
         from ..backends.cuda.device import keep_ordinal
@@ -437,6 +441,20 @@ def _start(old: Optional[_Old], comm, started: float) -> "_Begun":
                   old_rank=old.rank if old is not None else None, new_rank=rank, old_rate_gbps=old_rate,
                   new_rate_gbps=_allreduce_rate(RUNTIME.engine.job), seconds=time.monotonic() - started)
     return _Begun(reset, old_sets, kept)
+
+
+def _check_enough(lost: Tuple[int, ...], old_size: int, size: int) -> None:
+    """Step 4: TooFewRanksError when ranks were lost and fewer than the minimum are left (the same
+    answer on every rank: it depends on agreed facts alone)."""
+    minimum = get_config().elastic_min_np
+    if lost and size < minimum:
+        error = TooFewRanksError(
+            f"blinkflow elastic: rank{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} of the "
+            f"{old_size}-rank job {'are' if len(lost) > 1 else 'is'} gone and {size} rank{'s are' if size > 1 else ' is'} "
+            f"left, fewer than the minimum of {minimum} (blinkrun --min-np, BLINKFLOW_ELASTIC_MIN_NP); the job ends. "
+            "Start it again from its last checkpoint, or lower --min-np", lost=lost, left=size)
+        RUNTIME.remember_broken(None, error)  # leave at exit without MPI_Finalize: ranks are gone
+        raise error
 
 
 @dataclasses.dataclass(frozen=True)

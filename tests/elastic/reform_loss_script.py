@@ -4,11 +4,14 @@ test_losses_while_reforming.py on 5 ranks under ``mpirun --with-ft ulfm`` with
 detector suspects paused ranks about a timeout apart), so a rank the shrink kept may be gone
 before the job has started again on it.
 
-Rank 4 is SIGKILLed between collectives; in the reset, rank 3 dies as it begins to start the new
-job (after the shrink that kept it), so the others' first step on the new communicator fails on
-some of them: ranks 0-2 agree that the start failed, shrink again and go on, 5 -> 3. Lines, per
-survivor: ``RESET rank FIRST new NEW lost [...] size N``, ``SUM rank FIRST got G`` (an
-all-reduce of each survivor's first rank on the new job) and ``DONE rank FIRST``.
+1. Rank 4 is SIGKILLed between collectives; in the reset, rank 3 dies as it begins to start the
+   new job (after the shrink that kept it), so the others' first step on the new communicator
+   fails on some of them: ranks 0-2 agree that the start failed, shrink again and go on, 5 -> 3.
+   Lines, per survivor: ``RESET rank FIRST new NEW lost [...] size N``, ``SUM rank FIRST got G``
+   (an all-reduce of each survivor's first rank on the new job) and ``DONE rank FIRST``.
+2. A reset whose start fails on rank 2 without a rank lost (an error of its own): the next shrink
+   loses nobody, so the reset ends on every rank instead of trying again: ``ENDED rank FIRST
+   <error class>: <message>``.
 """
 import importlib
 import os
@@ -46,3 +49,16 @@ print(f"RESET rank {first} new {bf.rank()} lost {list(reset.lost)} size {bf.size
 got = bf.allreduce(np.full(8, float(first)), op=bf.Sum, name="sum")
 print(f"SUM rank {first} got {int(got[0])}", flush=True)
 print(f"DONE rank {first}", flush=True)
+
+
+def fail_to_start(*_args, **_kwargs):
+    raise RuntimeError("a start that fails on this rank alone")
+
+
+if first == 2:
+    reforming._start = fail_to_start
+try:
+    reforming.reform()
+    raise AssertionError("the reset went on after a start failed without a rank lost")
+except (RuntimeError, ShutdownError) as error:
+    print(f"ENDED rank {first} {type(error).__name__}: {error}", flush=True)
