@@ -16,12 +16,12 @@ before the job has started again on it.
 import importlib
 import os
 import signal
-import time
 
 import numpy as np
 
 import blinkflow as bf
 from blinkflow.errors import ShutdownError
+from losses import reduce_until_the_loss_is_noticed
 
 reforming = importlib.import_module("blinkflow.elastic.reform")   # the package exports its function by that name
 
@@ -37,13 +37,7 @@ if first == 4:
     die()
 if first == 3:
     reforming._start = die   # after the shrink that kept this rank, before the new job starts on it
-try:
-    for i in range(1000):
-        bf.allreduce(np.ones(16), name=f"step.{i}")
-        time.sleep(0.01)
-    raise AssertionError("collectives went on after a rank was killed")
-except ShutdownError:
-    pass
+reduce_until_the_loss_is_noticed("step")
 reset = reforming.reform()
 print(f"RESET rank {first} new {bf.rank()} lost {list(reset.lost)} size {bf.size()}", flush=True)
 got = bf.allreduce(np.full(8, float(first)), op=bf.Sum, name="sum")
