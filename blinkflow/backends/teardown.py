@@ -41,9 +41,9 @@ def keep(comm) -> None:
 
 
 def free_kept() -> None:
-    """Free the communicators :func:`free` kept: when the job next changes (the ranks that could
-    still send on them are gone by then: ended by their failure detector, or shrunk away), and at
-    exit before ``MPI_Finalize``."""
+    """Free the communicators :func:`free` kept. The elastic reset calls it once the survivors
+    have shrunk again (whatever a survivor sent on them has arrived by then: messages between two
+    processes keep their order), before ranks are added, and at exit before ``MPI_Finalize``."""
     with _kept_lock:
         kept, _kept[:] = list(_kept), []
     for comm in kept:

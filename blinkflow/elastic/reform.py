@@ -38,10 +38,10 @@ old job's backends and communicators are released: its shared-memory windows (``
 synchronizes the window's ranks; with the lost ones reported failed it returns among the
 survivors), its rings, its GPU receive slots, device executor memory and the peers' memory it
 mapped (each survivor synchronized its device in step 1, so no copy into them is still queued,
-and a lost peer's died with its process). Its communicators, revoked, are kept until the job
-next changes or the process exits (:func:`blinkflow.backends.teardown.free` says why: a freed
-one's context id goes to the next communicator, with the messages dead ranks still sent on it).
-That runs under a deadline
+and a lost peer's died with its process). Its communicators, revoked, are kept until the
+survivors' next shrink (the next round or reset), ranks added, or the process's exit
+(:func:`blinkflow.backends.teardown.free` says why: a freed one's context id goes to the next
+communicator, with the messages dead ranks still sent on it). That runs under a deadline
 (:data:`RELEASE_S`): should it not return, the old runtime is left as it is and its mappings stay
 until the process exits. Communicators this module made (a shrink's, a merge's) are freed once the
 job has started again on another (a round's shrink that step 6 undid is kept like the runtime's
