@@ -1,7 +1,7 @@
 """The side channel (blinkflow/runtime/side_channel.py) frees its communicator when it closes,
-whatever state its posted receives are in (a revoked one when the job next changes), and
-closing never waits for a peer. Run by
-``test_side_channel.py`` under mpirun at 1, 2 and 4 ranks, plain and with ULFM (``mpirun
+whatever state its posted receives are in (a revoked one at ``teardown.free_kept``, which the
+elastic reset calls once the survivors have shrunk again), and closing never waits for a peer.
+Run by ``test_side_channel.py`` under mpirun at 1, 2 and 4 ranks, plain and with ULFM (``mpirun
 --with-ft ulfm``, as blinkrun starts elastic jobs; the launch sets ``ULFM=1``); reports through
 tests/harness.py.
 
@@ -9,9 +9,9 @@ Each rank posts what its watchdog posts (a heartbeat receive from its right neig
 receive from any rank) before the channel closes: with the peers there (a clean shutdown); after
 the communicator was revoked, as an elastic reset revokes every communicator of the runtime it
 retires before releasing it (the posted receives then complete in error, and a test of them
-raises; the communicator is kept until ``teardown.free_kept``); and with a heartbeat and a notice received and the next receives posted. A communicator
-left allocated in an elastic job that spawned ranks is one more that ``MPI_Finalize`` must
-disconnect (tests/elastic/test_grow_cycles.py counts them).
+raises); and with a heartbeat and a notice received and the next receives posted. A
+communicator left allocated in an elastic job that spawned ranks is one more that
+``MPI_Finalize`` must disconnect (tests/elastic/test_grow_cycles.py counts them).
 """
 import os
 import sys
@@ -51,7 +51,7 @@ def case_close_with_the_peers_there_frees_the_communicator(rank, size):
     _closes_and_frees(channel)
 
 
-def case_close_after_the_communicator_was_revoked_keeps_it_until_the_job_changes(rank, size):
+def case_close_after_the_communicator_was_revoked_keeps_it_until_free_kept(rank, size):
     """A revoked communicator is a retired runtime's: freed, its context id would go to the next
     communicator made, with whatever a dead rank still sent on it (backends/teardown.py)."""
     if os.environ.get("ULFM") != "1":
