@@ -24,7 +24,7 @@ import numpy as np
 
 #: (module, attribute, label): the functions whose entry (">") and exit ("<") are stamped.
 STAMPED = [
-    ("blinkflow.runtime.collectives", "queue", "queue"),
+    ("blinkflow.runtime.state", "SharedState.queue", "queue"),
     ("blinkflow.runtime.state", "SharedState.drain", "drain"),
     ("blinkflow.backends.quiet_wait", "wait", "mpi_wait"),
     ("blinkflow.runtime.executor", "Executor.run", "execute"),
@@ -34,7 +34,7 @@ STAMPED = [
 #: What happens between two stamps, for the report.
 HOPS = {
     ("call>", "queue>"): "user thread: name drawn, arguments checked, request made",
-    ("queue>", "queue<"): "user thread: entry queued, background thread rung",
+    ("queue>", "queue<"): "user thread: entry made and queued, background thread rung",
     ("queue<", "drain>"): "background thread wakes",
     ("drain<", "mpi_wait>"): "negotiation: cache lookup, bit vector packed",
     ("mpi_wait>", "mpi_wait<"): "MPI wait (negotiation's Iallreduce, or the data's)",

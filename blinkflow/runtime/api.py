@@ -1,11 +1,12 @@
 """The framework-neutral runtime API on numpy (and cupy) arrays: the public names, over this
-process's :class:`~.global_state.Runtime` and the one submit of :mod:`.collectives`.
+process's :class:`~.global_state.Runtime`.
 
 ``blinkflow.allreduce`` & co. dispatch numpy/cupy arrays here; ``blinkflow.init`` and the other
 names of ``blinkflow._RUNTIME_NAMES`` are served from this module. Where each job lives:
-starting and stopping in :mod:`.lifecycle`, how each collective's arguments become a request in
-:mod:`.collectives`, handles in :mod:`.enqueue`, ``barrier``/``join`` in :mod:`.barriers`, object
-collectives in :mod:`.objects`, the process-set registry in :mod:`.process_sets`.
+starting and stopping in :mod:`.lifecycle`; the collectives (``allreduce`` & co.) in
+:mod:`.collectives`, where their arguments become a request and are queued; handles in
+:mod:`.enqueue`, ``barrier``/``join`` in :mod:`.barriers`, object collectives in :mod:`.objects`,
+the process-set registry in :mod:`.process_sets`.
 
 Asynchronous interface (the TensorFlow bindings build on it; it is stable):
 
@@ -26,12 +27,14 @@ new arrays; inputs are never written and may be non-contiguous.
 """
 from __future__ import annotations
 
-from ..compression import Compression
 from ..config import get_config
-from ..ops import Average
 from . import lifecycle
 from .barriers import barrier, join  # noqa: F401
-from .collectives import refuse, run, submit
+from .collectives import (  # noqa: F401 - public names, defined where they become requests
+    allreduce_async, grouped_allreduce_async, allgather_async, grouped_allgather_async, broadcast_async,
+    grouped_broadcast_async, reducescatter_async, grouped_reducescatter_async, alltoall_async, refused_async,
+    allreduce, grouped_allreduce, allgather, grouped_allgather, broadcast, grouped_broadcast, reducescatter,
+    grouped_reducescatter, alltoall)
 from .enqueue import poll, synchronize  # noqa: F401
 from .global_state import RUNTIME
 from .lifecycle import is_initialized, shutdown  # noqa: F401
@@ -89,118 +92,6 @@ def is_homogeneous() -> bool:
 def mpi_threads_supported() -> bool:
     """Whether MPI runs with ``MPI_THREAD_MULTIPLE`` (the user may call MPI from any thread)."""
     return RUNTIME.running("blinkflow.mpi_threads_supported()").mpi_threads_supported
-
-
-# ---- asynchronous collectives --------------------------------------------------------------------
-def allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-                    compression=Compression.none, process_set=None) -> int:
-    """Submit an all-reduce; returns a handle for :func:`synchronize`."""
-    return submit("allreduce", name, process_set, tensor=tensor, op=op, prescale_factor=prescale_factor,
-                  postscale_factor=postscale_factor, compression=compression)
-
-
-def grouped_allreduce_async(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-                            compression=Compression.none, process_set=None) -> int:
-    """Submit all-reduces of ``tensors`` (dtypes may differ) negotiated as one unit and fused
-    where they fit; the handle returns a list. The group travels under one name: every rank must
-    pass the same number of tensors with the same shapes and dtypes, in the same order."""
-    return submit("grouped_allreduce", name, process_set, tensors=tensors, op=op, prescale_factor=prescale_factor,
-                  postscale_factor=postscale_factor, compression=compression)
-
-
-def allgather_async(tensor, name=None, process_set=None) -> int:
-    """Concatenate every rank's ``tensor`` along the first dimension (which may differ per rank)."""
-    return submit("allgather", name, process_set, tensor=tensor)
-
-
-def grouped_allgather_async(tensors, name=None, process_set=None) -> int:
-    """All-gather each of ``tensors``; the handle returns a list. The group is one request (one
-    name): a rank that passes a different number of tensors gets the same TensorMismatchError
-    as the others, instead of the ranks with fewer returning while the others wait."""
-    return submit("grouped_allgather", name, process_set, tensors=tensors)
-
-
-def broadcast_async(tensor, root_rank, name=None, process_set=None) -> int:
-    """Every rank of the set gets ``root_rank``'s tensor; ``root_rank`` is a global rank (in the set)."""
-    return submit("broadcast", name, process_set, tensor=tensor, root_rank=root_rank)
-
-
-def grouped_broadcast_async(tensors, root_rank, name=None, process_set=None) -> int:
-    """Broadcast each of ``tensors`` from ``root_rank`` as one request (one name); the handle
-    returns a list. Every rank must pass the same number of tensors, shapes and dtypes."""
-    return submit("grouped_broadcast", name, process_set, tensors=tensors, root_rank=root_rank)
-
-
-def reducescatter_async(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-                        process_set=None) -> int:
-    """Reduce over the set's ranks; rank i of the set keeps block i of the first dimension (the
-    first ``n % size`` ranks one row more). Scale factors as in all-reduce."""
-    return submit("reducescatter", name, process_set, tensor=tensor, op=op, prescale_factor=prescale_factor,
-                  postscale_factor=postscale_factor)
-
-
-def grouped_reducescatter_async(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-                                process_set=None) -> int:
-    """Reduce-scatter each of ``tensors`` as one request (one name, Horovod's
-    ``grouped_reducescatter``); the handle returns a list."""
-    return submit("grouped_reducescatter", name, process_set, tensors=tensors, op=op,
-                  prescale_factor=prescale_factor, postscale_factor=postscale_factor)
-
-
-def alltoall_async(tensor, splits=None, name=None, process_set=None) -> int:
-    """With ``splits`` the handle returns ``(output, received_splits)``, else the output."""
-    return submit("alltoall", name, process_set, tensor=tensor, splits=splits)
-
-
-def refused_async(kind: str, name: str, error: Exception, process_set=None) -> int:
-    """Submit a call that bindings (TensorFlow) refused before reaching the runtime, under
-    ``name``; ``synchronize`` raises the error every rank of the call gets."""
-    return refuse(kind, name, error, process_set)
-
-
-# ---- synchronous collectives ---------------------------------------------------------------------
-# Submitted and waited for without an integer handle: nothing else can hold the call.
-def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-              compression=Compression.none, process_set=None):
-    return run("allreduce", name, process_set, tensor=tensor, op=op, prescale_factor=prescale_factor,
-               postscale_factor=postscale_factor, compression=compression)
-
-
-def grouped_allreduce(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-                      compression=Compression.none, process_set=None):
-    return run("grouped_allreduce", name, process_set, tensors=tensors, op=op, prescale_factor=prescale_factor,
-               postscale_factor=postscale_factor, compression=compression)
-
-
-def allgather(tensor, name=None, process_set=None):
-    return run("allgather", name, process_set, tensor=tensor)
-
-
-def grouped_allgather(tensors, name=None, process_set=None):
-    return run("grouped_allgather", name, process_set, tensors=tensors)
-
-
-def broadcast(tensor, root_rank, name=None, process_set=None):
-    return run("broadcast", name, process_set, tensor=tensor, root_rank=root_rank)
-
-
-def grouped_broadcast(tensors, root_rank, name=None, process_set=None):
-    return run("grouped_broadcast", name, process_set, tensors=tensors, root_rank=root_rank)
-
-
-def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    return run("reducescatter", name, process_set, tensor=tensor, op=op, prescale_factor=prescale_factor,
-               postscale_factor=postscale_factor)
-
-
-def grouped_reducescatter(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-                          process_set=None):
-    return run("grouped_reducescatter", name, process_set, tensors=tensors, op=op, prescale_factor=prescale_factor,
-               postscale_factor=postscale_factor)
-
-
-def alltoall(tensor, splits=None, name=None, process_set=None):
-    return run("alltoall", name, process_set, tensor=tensor, splits=splits)
 
 
 # ---- timeline ------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-"""Every collective is submitted the same way; one table says how each one's arguments become
-a request.
+"""The collectives of the runtime API (``allreduce_async`` & co. and their synchronous twins,
+served by :mod:`.api`): every one is submitted the same way, and one table says how each one's
+arguments become a request.
 
-:func:`submit` does, for any entry of :data:`COLLECTIVES`:
+:func:`submit` (and :func:`run`, which waits) does, for any entry of :data:`COLLECTIVES`:
 
 1. the loop of the call's process set (a set this rank cannot use raises here, on this rank alone);
 2. the call's name, drawn before its arguments are looked at (:func:`.enqueue.call_name`);
@@ -9,7 +10,7 @@ a request.
    it moves and ``finish`` (the handle's result from the request's result), or refused: whatever
    a rank refuses is still sent under the call's name, so every rank of the call raises the same
    InvalidArgumentError and the next collective pairs as it should;
-4. the request onto the loop's queue; the handle comes back.
+4. the request onto the loop's queue (:meth:`.state.SharedState.queue`); the handle comes back.
 
 A single tensor travels as itself (its dtype and shape); a group (``grouped_*``) as one request
 whose ``parts`` are its members, negotiated, fused and completed as one unit.
@@ -24,7 +25,7 @@ from ..compression import Compression
 from ..errors import InvalidArgumentError
 from ..ops import Adasum, Average, as_reduce_op
 from . import arguments
-from .enqueue import call_name, enqueue_refusal, first, queue, queue_refusal, wait
+from .enqueue import call_name, enqueue_refusal, first, queue_refusal, wait
 from .global_state import RUNTIME
 from .handles import Handle
 from .messages import Kind, Request
@@ -63,7 +64,7 @@ def _queued(what: str, name, process_set, call) -> Handle:
             _on_rank_gpu(arrays, loop, name)
     except Exception as e:  # noqa: BLE001 - whatever this rank refuses, every rank must hear of it
         return queue_refusal(loop, collective.kind, name, e)
-    return queue(loop, [(Request(name, collective.kind, **fields), arrays)], finish)
+    return loop.state.queue([(Request(name, collective.kind, **fields), arrays)], finish, loop.timeline)
 
 
 def refuse(op: str, name: str, error: Exception, process_set=None) -> int:
@@ -239,3 +240,115 @@ COLLECTIVES: Dict[str, Collective] = {
     "alltoall": Collective(Kind.ALLTOALL, _alltoall),
 }
 """Every collective the runtime takes, by the name its automatic names and errors use."""
+
+
+# ---- asynchronous collectives --------------------------------------------------------------------
+def allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                    compression=Compression.none, process_set=None) -> int:
+    """Submit an all-reduce; returns a handle for :func:`synchronize`."""
+    return submit("allreduce", name, process_set, tensor=tensor, op=op, prescale_factor=prescale_factor,
+                  postscale_factor=postscale_factor, compression=compression)
+
+
+def grouped_allreduce_async(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                            compression=Compression.none, process_set=None) -> int:
+    """Submit all-reduces of ``tensors`` (dtypes may differ) negotiated as one unit and fused
+    where they fit; the handle returns a list. The group travels under one name: every rank must
+    pass the same number of tensors with the same shapes and dtypes, in the same order."""
+    return submit("grouped_allreduce", name, process_set, tensors=tensors, op=op, prescale_factor=prescale_factor,
+                  postscale_factor=postscale_factor, compression=compression)
+
+
+def allgather_async(tensor, name=None, process_set=None) -> int:
+    """Concatenate every rank's ``tensor`` along the first dimension (which may differ per rank)."""
+    return submit("allgather", name, process_set, tensor=tensor)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=None) -> int:
+    """All-gather each of ``tensors``; the handle returns a list. The group is one request (one
+    name): a rank that passes a different number of tensors gets the same TensorMismatchError
+    as the others, instead of the ranks with fewer returning while the others wait."""
+    return submit("grouped_allgather", name, process_set, tensors=tensors)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=None) -> int:
+    """Every rank of the set gets ``root_rank``'s tensor; ``root_rank`` is a global rank (in the set)."""
+    return submit("broadcast", name, process_set, tensor=tensor, root_rank=root_rank)
+
+
+def grouped_broadcast_async(tensors, root_rank, name=None, process_set=None) -> int:
+    """Broadcast each of ``tensors`` from ``root_rank`` as one request (one name); the handle
+    returns a list. Every rank must pass the same number of tensors, shapes and dtypes."""
+    return submit("grouped_broadcast", name, process_set, tensors=tensors, root_rank=root_rank)
+
+
+def reducescatter_async(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                        process_set=None) -> int:
+    """Reduce over the set's ranks; rank i of the set keeps block i of the first dimension (the
+    first ``n % size`` ranks one row more). Scale factors as in all-reduce."""
+    return submit("reducescatter", name, process_set, tensor=tensor, op=op, prescale_factor=prescale_factor,
+                  postscale_factor=postscale_factor)
+
+
+def grouped_reducescatter_async(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                                process_set=None) -> int:
+    """Reduce-scatter each of ``tensors`` as one request (one name, Horovod's
+    ``grouped_reducescatter``); the handle returns a list."""
+    return submit("grouped_reducescatter", name, process_set, tensors=tensors, op=op,
+                  prescale_factor=prescale_factor, postscale_factor=postscale_factor)
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=None) -> int:
+    """With ``splits`` the handle returns ``(output, received_splits)``, else the output."""
+    return submit("alltoall", name, process_set, tensor=tensor, splits=splits)
+
+
+def refused_async(kind: str, name: str, error: Exception, process_set=None) -> int:
+    """Submit a call that bindings (TensorFlow) refused before reaching the runtime, under
+    ``name``; ``synchronize`` raises the error every rank of the call gets."""
+    return refuse(kind, name, error, process_set)
+
+
+# ---- synchronous collectives ---------------------------------------------------------------------
+# Submitted and waited for without an integer handle: nothing else can hold the call.
+def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+              compression=Compression.none, process_set=None):
+    return run("allreduce", name, process_set, tensor=tensor, op=op, prescale_factor=prescale_factor,
+               postscale_factor=postscale_factor, compression=compression)
+
+
+def grouped_allreduce(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                      compression=Compression.none, process_set=None):
+    return run("grouped_allreduce", name, process_set, tensors=tensors, op=op, prescale_factor=prescale_factor,
+               postscale_factor=postscale_factor, compression=compression)
+
+
+def allgather(tensor, name=None, process_set=None):
+    return run("allgather", name, process_set, tensor=tensor)
+
+
+def grouped_allgather(tensors, name=None, process_set=None):
+    return run("grouped_allgather", name, process_set, tensors=tensors)
+
+
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    return run("broadcast", name, process_set, tensor=tensor, root_rank=root_rank)
+
+
+def grouped_broadcast(tensors, root_rank, name=None, process_set=None):
+    return run("grouped_broadcast", name, process_set, tensors=tensors, root_rank=root_rank)
+
+
+def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    return run("reducescatter", name, process_set, tensor=tensor, op=op, prescale_factor=prescale_factor,
+               postscale_factor=postscale_factor)
+
+
+def grouped_reducescatter(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                          process_set=None):
+    return run("grouped_reducescatter", name, process_set, tensors=tensors, op=op, prescale_factor=prescale_factor,
+               postscale_factor=postscale_factor)
+
+
+def alltoall(tensor, splits=None, name=None, process_set=None):
+    return run("alltoall", name, process_set, tensor=tensor, splits=splits)

@@ -1,8 +1,8 @@
 """Requests into a process set's queue, and handles out: what every public call ends in.
 
 * :func:`call_name`: the name a call travels under (drawn before its arguments are checked);
-* :func:`enqueue`: requests and their arrays onto a loop's queue; returns an integer handle
-  (:func:`queue` the same, returning the :class:`Handle` itself, unregistered);
+* :func:`enqueue`: requests and their arrays onto a loop's queue (:meth:`.state.SharedState.queue`);
+  returns an integer handle;
 * :func:`enqueue_refusal`: a call this rank refuses, still sent under its name;
 * :func:`poll` / :func:`synchronize`: a handle's state, and its result or error;
 * :func:`wait`: a synchronous call's result from its unregistered handle (nobody else can hold
@@ -15,9 +15,8 @@ from typing import Any, Callable, List, Tuple
 from ..errors import BlinkflowError, InvalidArgumentError, ShutdownError
 from . import arguments
 from .global_state import RUNTIME
-from .handles import Handle, Slot
+from .handles import Handle
 from .messages import Kind, Request, clipped
-from .state import Entry
 
 
 def call_name(name, op: str, set_id: int = 0) -> str:
@@ -35,26 +34,7 @@ def call_name(name, op: str, set_id: int = 0) -> str:
 def enqueue(loop, requests_arrays: List[Tuple[Request, Any]], finish: Callable[[List[Any]], Any]) -> int:
     """Queue ``(request, arrays)`` pairs on ``loop`` (a process set's); the handle's result is
     ``finish`` of the requests' results."""
-    return loop.state.handles.add(queue(loop, requests_arrays, finish))
-
-
-def queue(loop, requests_arrays: List[Tuple[Request, Any]], finish: Callable[[List[Any]], Any]) -> Handle:
-    """:func:`enqueue`, returning the handle itself, not entered in the handle table."""
-    slots = [Slot() for _ in requests_arrays]
-    entries = [Entry(request, array, slot) for (request, array), slot in zip(requests_arrays, slots)]
-    timeline = loop.timeline
-    if timeline is not None:
-        for entry in entries:
-            timeline.start(entry.name, "QUEUED")  # before submit: the background may drain at once
-    state = loop.state
-    try:
-        state.submit(entries)
-    except BlinkflowError:
-        if timeline is not None:
-            for entry in entries:
-                timeline.end(entry.name, "QUEUED")
-        raise
-    return Handle(slots, finish)
+    return loop.state.handles.add(loop.state.queue(requests_arrays, finish, loop.timeline))
 
 
 def enqueue_refusal(loop, kind: Kind, name: str, error: Exception) -> int:
@@ -68,7 +48,7 @@ def queue_refusal(loop, kind: Kind, name: str, error: Exception) -> Handle:
     """:func:`enqueue_refusal`, returning the handle itself, not entered in the handle table."""
     reason = str(error) if isinstance(error, BlinkflowError) else f"{type(error).__name__}: {error}"
     request = Request(name, kind, "", (), rejected=clipped(reason or type(error).__name__))
-    return queue(loop, [(request, None)], _refusals_never_finish)
+    return loop.state.queue([(request, None)], _refusals_never_finish, loop.timeline)
 
 
 def _refusals_never_finish(results):

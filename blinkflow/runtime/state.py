@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..config import Config
 from ..errors import BlinkflowError, DuplicateNameError
 from .doorbell import Doorbell
-from .handles import HandleTable, Slot
+from .handles import Handle, HandleTable, Slot
 from .messages import Request, shown
 
 
@@ -55,6 +55,25 @@ class SharedState:
         self.failure: Optional[BlinkflowError] = None
         self.shutdown_reason: Optional[str] = None
         """Set when this rank asks the job to stop (``shutdown()`` or the stall inspector)."""
+
+    def queue(self, requests_arrays: List[Tuple[Request, Any]], finish: Callable[[List[Any]], Any],
+              timeline=None) -> Handle:
+        """Queue ``(request, arrays)`` pairs atomically (a group is negotiated together); the
+        returned handle (not entered in the handle table) completes with ``finish`` of the
+        requests' results. ``timeline`` (the set's, if one is written) marks them queued."""
+        slots = [Slot() for _ in requests_arrays]
+        entries = [Entry(request, array, slot) for (request, array), slot in zip(requests_arrays, slots)]
+        if timeline is not None:
+            for entry in entries:
+                timeline.start(entry.name, "QUEUED")  # before submit: the background may drain at once
+        try:
+            self.submit(entries)
+        except BlinkflowError:
+            if timeline is not None:
+                for entry in entries:
+                    timeline.end(entry.name, "QUEUED")
+            raise
+        return Handle(slots, finish)
 
     def submit(self, entries: List[Entry]) -> None:
         """Queue ``entries`` atomically (a group is negotiated together).

@@ -12,14 +12,13 @@ Modules and subpackages, one job each:
 ``ops``               collectives on tf.Tensor, tf.Variable and Keras variables, with Horovod's gradients
 ``crossing``          one collective on a list of TF tensors as ONE runtime request
 ``differentiable``    the collectives of ``crossing`` with Horovod's gradients
-``async_ops``         collectives on TF tensors in two halves: submit now, wait once for many
 ``rank_ops``          ranks and sizes for the binding, and Horovod's ``size_op``, ``rank_op``, ...
 ``objects``           ``broadcast_object``, ``broadcast_object_fn``, ``allgather_object``
 ``variables``         ``broadcast_variables`` and the TF1 ``broadcast_global_variables`` / hook
 ``optimizer``         ``DistributedOptimizer`` for any Keras 3 optimizer
 ``legacy_optimizer``  ``DistributedOptimizer`` for TF1's ``tf.compat.v1.train.Optimizer``
 ``gradient_tape``     ``DistributedGradientTape`` for custom loops
-``gradients``         averaging a step's gradients over ranks (optimizer and tape share it)
+``gradients``         averaging a step's gradients over ranks in buckets, each submitted now, all waited once
 ``local_gradients``   gradients that stay on their rank (``register_local_var`` & co.)
 ``buckets``           gradient buckets, in the order backprop produces them
 ``submit_order``      making TensorFlow submit a bucket the moment backprop produced it

@@ -7,7 +7,7 @@ from ..compression import Compression
 from ..ops import ReduceOp
 from ._deprecated import warn_once
 from .gradients import GradientReducer
-from .local_gradients import LocalSources, layer_variables
+from .local_gradients import layer_variables
 
 
 class DistributedGradientTape:
@@ -31,18 +31,17 @@ class DistributedGradientTape:
                       "(Horovod 0.21); pass groups=")
         self._tape = tape
         self._reducer = GradientReducer(name, op, compression, gradient_predivide_factor, sparse_as_dense,
-                                        process_set)
-        self._local = LocalSources(scale_local_gradients, process_set)
+                                        process_set, scale_local_gradients)
 
     def register_local_source(self, source) -> None:
         """Keep ``source``'s gradient on this rank (Horovod's): it is not all-reduced."""
-        self._local.add(source)
+        self._reducer.local.add(source)
 
     def gradient(self, target, sources, output_gradients=None,
                  unconnected_gradients=tf.UnconnectedGradients.NONE):
         grads = self._tape.gradient(target, sources, output_gradients=output_gradients,
                                     unconnected_gradients=unconnected_gradients)
-        reduced = self._local.reduce(self._reducer, tf.nest.flatten(grads), tf.nest.flatten(sources))
+        reduced = self._reducer.reduce(tf.nest.flatten(grads), tf.nest.flatten(sources))
         return tf.nest.pack_sequence_as(grads, reduced)
 
     def __enter__(self):

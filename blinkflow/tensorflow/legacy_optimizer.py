@@ -11,7 +11,6 @@ import tensorflow as tf
 from ..compression import Compression
 from ..ops import ReduceOp
 from .gradients import GradientReducer
-from .local_gradients import LocalSources
 
 
 class LegacyDistributedOptimizer(tf.compat.v1.train.Optimizer):
@@ -29,20 +28,19 @@ class LegacyDistributedOptimizer(tf.compat.v1.train.Optimizer):
         super().__init__(name=name, use_locking=use_locking)
         self._optimizer = optimizer
         self._reducer = GradientReducer(name, op, compression, gradient_predivide_factor, sparse_as_dense,
-                                        process_set)
-        self._local = LocalSources(scale_local_gradients, process_set)
+                                        process_set, scale_local_gradients)
         self.process_set = process_set
 
     def register_local_var(self, var) -> None:
         """Keep ``var``'s gradient on this rank (Horovod's): it is not all-reduced."""
-        self._local.add(var)
+        self._reducer.local.add(var)
 
     def compute_gradients(self, *args, **kwargs):
         pairs = self._optimizer.compute_gradients(*args, **kwargs)
         if not pairs:
             return pairs
         grads, variables = zip(*pairs)
-        return list(zip(self._local.reduce(self._reducer, list(grads), list(variables)), variables))
+        return list(zip(self._reducer.reduce(list(grads), list(variables)), variables))
 
     def apply_gradients(self, *args, **kwargs):
         return self._optimizer.apply_gradients(*args, **kwargs)

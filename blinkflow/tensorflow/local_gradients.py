@@ -4,11 +4,13 @@
 Model-parallel parts of a model (a layer each rank keeps for itself) must not be averaged with
 the other ranks'. Their gradients skip the all-reduce; with ``scale_local_gradients`` (Horovod's
 default) they are divided by the process set's size instead, so that the learning rate, scaled
-by the number of ranks for the shared gradients, means the same for them (Horovod pull 3695).
+by the number of ranks for the shared gradients, means the same for them (Horovod pull 3695). The gradient reducer (:mod:`.gradients`) asks
+:meth:`LocalSources.holds` of each source and keeps a local one as :meth:`LocalSources.kept`
+returns it.
 """
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List
 
 import tensorflow as tf
 
@@ -36,29 +38,15 @@ class LocalSources:
     def __bool__(self) -> bool:
         return bool(self._ids)
 
-    def reduce(self, reducer, grads: Sequence, sources: Sequence) -> List:
-        """``reducer.reduce`` of the gradients of shared sources; local ones kept (scaled)."""
-        grads, sources = list(grads), list(sources)
-        if not self._ids:
-            return reducer.reduce(grads, sources)
-        local = [id(s) in self._ids for s in sources]
-        shared_at = [i for i, is_local in enumerate(local) if not is_local]
-        out = list(grads)
-        shared = reducer.reduce([grads[i] for i in shared_at], [sources[i] for i in shared_at])
-        for i, reduced in zip(shared_at, shared):
-            out[i] = reduced
-        if self.scale:
-            n = rank_ops.size(self.process_set)
-            for i, is_local in enumerate(local):
-                if is_local and grads[i] is not None:
-                    out[i] = _divided(grads[i], n)
-        return out
-
-
-def _divided(grad, n: int):
-    if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(grad.values / tf.cast(n, grad.values.dtype), grad.indices, grad.dense_shape)
-    return grad / tf.cast(n, grad.dtype)
+    def kept(self, grad):
+        """A local gradient as it stays on this rank: divided by the set's size with
+        ``scale_local_gradients``, else itself."""
+        if not self.scale or grad is None:
+            return grad
+        n = rank_ops.size(self.process_set)
+        if isinstance(grad, tf.IndexedSlices):
+            return tf.IndexedSlices(grad.values / tf.cast(n, grad.values.dtype), grad.indices, grad.dense_shape)
+        return grad / tf.cast(n, grad.dtype)
 
 
 def layer_variables(local_layers) -> List:

@@ -25,7 +25,7 @@ from ..ops import ReduceOp, as_reduce_op
 from ._deprecated import warn_once
 from .fit_alignment import align_fits_of
 from .gradients import GradientReducer
-from .local_gradients import LocalSources, layer_variables
+from .local_gradients import layer_variables
 
 _COMPRESSION_NAMES = {"none": Compression.none, "fp16": Compression.fp16}
 
@@ -92,15 +92,15 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
             warn_once("DistributedOptimizer.num_groups", "DistributedOptimizer: `num_groups` is deprecated "
                       "(Horovod 0.21); pass groups=")
         self._reducer = GradientReducer(f"DistributedOptimizer.{self.name}", self.op, compression,
-                                        self.gradient_predivide_factor, self.sparse_as_dense, process_set)
-        self._local = LocalSources(scale_local_gradients, process_set)
+                                        self.gradient_predivide_factor, self.sparse_as_dense, process_set,
+                                        scale_local_gradients)
         self._accumulation = _Accumulation()
         if process_set is None:
             align_fits_of(self)  # model.fit on shards of different lengths stays in step
 
     def register_local_var(self, var) -> None:
         """Keep ``var``'s gradient on this rank (Horovod's): it is not all-reduced."""
-        self._local.add(var)
+        self._reducer.local.add(var)
 
     # -- state ---------------------------------------------------------------------------------
     def build(self, var_list):
@@ -162,7 +162,7 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
             with keras.name_scope(self.name, caller=self):
                 self.build(trainable_variables)
         if self.backward_passes_per_step == 1:
-            self.inner_optimizer.apply(self._local.reduce(self._reducer, grads, trainable_variables),
+            self.inner_optimizer.apply(self._reducer.reduce(grads, trainable_variables),
                                        trainable_variables)
             return
         self._accumulate_and_maybe_apply(grads, trainable_variables)
@@ -180,7 +180,7 @@ class DistributedOptimizer(keras.optimizers.Optimizer):
 
         def apply_aggregated():
             aggregated = aggregated_gradients(state.accumulators, n, self.average_aggregated_gradients)
-            self.inner_optimizer.apply(self._local.reduce(self._reducer, aggregated, trainable_variables),
+            self.inner_optimizer.apply(self._reducer.reduce(aggregated, trainable_variables),
                                        trainable_variables)
             for accumulator in state.accumulators:
                 accumulator.assign(tf.zeros_like(accumulator))

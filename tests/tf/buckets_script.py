@@ -20,7 +20,7 @@ from script_checks import MODES, Route, check, close, run  # noqa: I100 (TF's th
 
 import blinkflow as bf  # noqa: E402
 import blinkflow.tensorflow as hvd  # noqa: E402
-from blinkflow.tensorflow import _bridge, async_ops  # noqa: E402
+from blinkflow.tensorflow import _bridge, gradients  # noqa: E402
 from harness import job_rank_size, run_cases  # noqa: E402
 
 hvd.init()
@@ -92,8 +92,8 @@ def case_submissions_in_any_order_match_by_name(rank, size):
             order = list(range(5)) if r % 2 == 0 else list(reversed(range(5)))
             if r == 2:
                 order = [2, 0, 4, 1, 3]
-            pendings = {k: async_ops.submit_grouped_allreduce([parts[k]], bf.Sum, f"order.{mode}.{k}") for k in order}
-            results = async_ops.wait([pendings[k] for k in range(5)], f"order.{mode}.wait")
+            pendings = {k: gradients.submit_grouped_allreduce([parts[k]], bf.Sum, f"order.{mode}.{k}") for k in order}
+            results = gradients.wait([pendings[k] for k in range(5)], f"order.{mode}.wait")
             return [res[0] for res in results]
         for k, got in enumerate(run(shuffled_submits, mode)):
             close(f"{mode} any submission order: bucket {k}", got, np.full(k + 1, sum(q + k for q in range(n))))
@@ -164,9 +164,9 @@ def case_errors_raise_at_the_wait_and_the_next_step_works(rank, size):
 
         # A submission rejected locally (Average of bool) raises at the wait, after the good one.
         def local_failure():
-            ok = async_ops.submit_grouped_allreduce([tf.constant([1.0, 2.0])], bf.Sum, f"local.{mode}.ok")
-            rejected = async_ops.submit_grouped_allreduce([tf.constant([True])], bf.Average, f"local.{mode}.bool")
-            return async_ops.wait([ok, rejected], f"local.{mode}.wait")
+            ok = gradients.submit_grouped_allreduce([tf.constant([1.0, 2.0])], bf.Sum, f"local.{mode}.ok")
+            rejected = gradients.submit_grouped_allreduce([tf.constant([True])], bf.Average, f"local.{mode}.bool")
+            return gradients.wait([ok, rejected], f"local.{mode}.wait")
         try:
             run(local_failure, mode)
             raised = None
@@ -176,7 +176,7 @@ def case_errors_raise_at_the_wait_and_the_next_step_works(rank, size):
               isinstance(raised, (bf.InvalidArgumentError, tf.errors.InvalidArgumentError)),
               f"{type(raised).__name__}: {str(raised)[:300]}")
         check(f"{mode} local rejection message", "bool" in str(raised), str(raised)[:300])
-        again = run(lambda: async_ops.wait([async_ops.submit_grouped_allreduce([tf.constant([1.0, 2.0])], bf.Sum,
+        again = run(lambda: gradients.wait([gradients.submit_grouped_allreduce([tf.constant([1.0, 2.0])], bf.Sum,
                                                                                  f"local.{mode}.ok")],
                                            f"local.{mode}.again"), mode)
         close(f"{mode} the good bucket was synchronized (its name is free again)", again[0][0], [float(n), 2.0 * n])

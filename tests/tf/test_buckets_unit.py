@@ -128,7 +128,7 @@ def test_kinds_fill_buckets_of_their_own_and_open_buckets_end_in_order():
 
 
 def test_a_group_crosses_back_as_one_flat_view_of_the_runtimes_buffer():
-    from blinkflow.tensorflow.async_ops import flat_view
+    from blinkflow.tensorflow.gradients import flat_view
 
     buffer = np.arange(20, dtype=np.float32)
     members = [buffer[0:6].reshape(2, 3), buffer[6:7].reshape(()), buffer[7:15].reshape(2, 2, 2)]
