@@ -26,8 +26,8 @@ STATUS_DTYPES = [tf.int64, tf.uint8]
 """The status a crossing returns beside its outputs: an int64 code and the message's UTF-8 bytes.
 Types ``EagerPyFunc`` has GPU kernels for: one int32 or string input or output puts the whole op
 on the CPU, and TensorFlow then copies every GPU tensor down to it and the results back up. The
-op that raises turns them into its int32 code and string message on the host (a scalar and a
-message that is empty unless the step failed)."""
+op that raises (``BlinkflowRaiseOnError``) takes them as they are, on the host (a scalar and a
+message that is empty unless the step failed): no op converts them in between."""
 _OK = 0
 # absl status codes (the numbering of tf.errors).
 _CODES = [
@@ -99,27 +99,19 @@ def raise_on_failure(outputs, status):
     code, message = status
     code.set_shape([])
     message.set_shape([None])
-    code, message = _as_host_status(code, message)
     module = _load_op()
-    if module is not None:
-        check = module.blinkflow_raise_on_error(code, message)
-    else:
-        check = tf.numpy_function(_raise_unknown, [code, message], [], stateful=True)
+    with tf.device("/CPU:0"):  # the raising op is a host op: a GPU route's status is copied down
+        if module is not None:
+            check = module.blinkflow_raise_on_error(code, message)
+        else:
+            check = tf.numpy_function(_raise_unknown, [code, message], [], stateful=True)
     with tf.control_dependencies([check]):
         return [tf.identity(o) for o in outputs]
 
 
-def _as_host_status(code, message):
-    """The raising op's int32 code and string message (both placed on the host by TensorFlow)."""
-    with tf.device("/CPU:0"):
-        byte_strings = tf.constant([bytes([b]) for b in range(256)])
-        text = tf.strings.reduce_join(tf.gather(byte_strings, tf.cast(message, tf.int32)))
-        return tf.cast(code, tf.int32), text
-
-
 def _raise_unknown(code, message):
     if code != _OK:
-        raise RuntimeError(message.decode("utf-8", "replace"))
+        raise RuntimeError(message.tobytes().decode("utf-8", "replace"))
     return []
 
 
