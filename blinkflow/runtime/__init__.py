@@ -5,14 +5,14 @@ One module per job, in the order a tensor meets them:
 * ``api``          the public functions (init, allreduce, ..., *_async, poll, synchronize): a facade
 * ``global_state`` this process's runtime as one object: the engine, broken state, automatic names
 * ``lifecycle``    init, shutdown and the exit hook
-* ``collectives``  one table: how each collective's arguments become a request; one submit
+* ``collectives``  the collectives (allreduce, ..., *_async): one table of how arguments become a request; one submit
 * ``arguments``    a call's arguments checked, or the reason this rank refuses them
-* ``enqueue``      requests onto a process set's queue; handles, poll and synchronize
+* ``enqueue``      call names; refusals and barriers onto a set's queue; handles, poll and synchronize
 * ``barriers``     barrier and join
 * ``objects``      pickled object collectives (broadcast_object, allgather_object)
 * ``process_sets`` the user's ProcessSet, the registry calls, the loop a set's calls run on
 * ``startup``      init within a deadline: the arrival census, set-up failures told to every rank
-* ``state``        what user threads share with the background thread: queue, names in flight
+* ``state``        what user threads share with the background thread: queue, the entries in flight
 * ``handles``      slots and the integer handles ``synchronize`` waits on
 * ``background``   the engine: the global set's thread, which sets the job up and runs its loop
 * ``set_threads``  the other process sets: the registry and one thread per set

@@ -149,11 +149,16 @@ class Executor:
         more = f" and {len(names) - 8} more" if len(names) > 8 else ""
         return f"{kind.label} of {', '.join(shown(n) for n in names[:8])}{more}"
 
-    def run(self, responses: List[Response], pending: Dict[str, Entry],
+    def run(self, responses: List[Response], pending: Dict[str, Any],
             on_done: Callable[[Response], None]) -> None:
+        """Run the cycle's ``responses`` in order. ``pending`` holds the names this rank submitted
+        that wait for their response (the negotiator's): a response's name is popped from it,
+        and its entry taken from the state's table (none where this rank never submitted it: a
+        joined rank, or an error owed to it)."""
         plan = self._plan(responses)
         self.last_allreduce_bytes = plan.allreduce_bytes
-        entries = [pending.pop(r.name, None) for r in responses]
+        entry_of = self.state.entry
+        entries = [entry_of(r.name) if pending.pop(r.name, None) is not None else None for r in responses]
         # Results per response, member by member; a response completes with its last piece.
         outputs: List[List[Any]] = [[None] * count for count in plan.members]
         remaining = list(plan.members)

@@ -34,13 +34,29 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..backends import quiet_wait
 from .coordinator import MessageTable
-from .messages import JOIN_NAME, Kind, Response
+from .messages import JOIN_NAME, Kind, Request, Response
 from .response_cache import HIT, INVALID, ResponseCache
-from .state import Entry
+
+@dataclasses.dataclass
+class Waiting:
+    """A request this rank submitted, from its cycle until its response runs (its entry, with the
+    arrays, waits in the state's table: :mod:`.state`)."""
+
+    request: Request
+    submitted: float
+    bit: Optional[int] = None
+    """Its response-cache bit while it is a cache hit."""
+    sent: bool = False
+    """Whether its request reached the coordinator."""
+
+    @property
+    def name(self) -> str:
+        return self.request.name
+
 
 #: Flag bits of byte 0 (set = "no", so that AND across ranks answers "nobody").
 _NO_REQUESTS, _NO_SHUTDOWN, _NO_JOIN, _NO_SETTINGS = 1, 2, 4, 8
@@ -61,7 +77,8 @@ class Negotiator:
         self.table = MessageTable(size, ranks, label, report_after_s) if rank == 0 else None
         """Rank 0's coordinator; ``ranks`` (global ranks of a process set's members) and ``label``
         (which set) only shape its messages."""
-        self.pending: Dict[str, Entry] = {}
+        self.pending: Dict[str, Waiting] = {}
+        """The names this rank submitted whose responses have not run yet (the executor pops them)."""
         # A cache hit that waits this long is also reported to the coordinator, so the stall
         # inspector can see who has it (hits are otherwise invisible to rank 0).
         self.report_after_s = report_after_s
@@ -84,29 +101,30 @@ class Negotiator:
         self.stats = {"cycles": 0, "slow_paths": 0, "cache_hits": 0}
         """Counters for tests and debugging: the fast path shows as cycles without slow paths."""
 
-    def add(self, entries: List[Entry]) -> List[int]:
-        """Take newly submitted entries; returns the cache bits they found invalid."""
+    def add(self, submitted: Sequence[Tuple[Request, float]]) -> List[int]:
+        """Take newly submitted requests (with their submission times); returns the cache bits
+        they found invalid."""
         invalid = []
-        for entry in entries:
-            self.pending[entry.name] = entry
-            if self.owed and entry.name in self.owed:
-                self._answer(entry)
+        for request, when in submitted:
+            waiting = self.pending[request.name] = Waiting(request, when)
+            if self.owed and waiting.name in self.owed:
+                self._answer(waiting)
                 continue
-            if entry.request.kind in (Kind.JOIN, Kind.BARRIER):
+            if waiting.request.kind in (Kind.JOIN, Kind.BARRIER):
                 continue
-            status, bit = self.cache.lookup(entry.request)
+            status, bit = self.cache.lookup(waiting.request)
             if status == HIT:
-                entry.bit = bit
+                waiting.bit = bit
             elif status == INVALID:
                 invalid.append(bit)
         return invalid
 
-    def _answer(self, entry: Entry) -> None:
-        """``entry`` is a call whose error this rank is owed: it is answered here, never sent. The
+    def _answer(self, waiting: Waiting) -> None:
+        """``waiting`` is a call whose error this rank is owed: it is answered here, never sent. The
         other names of the same verdict are dropped: this rank has now made its call of them,
         and a later call under another of those names is a new one."""
-        response, verdict = self.owed.pop(entry.name)
-        entry.sent = True
+        response, verdict = self.owed.pop(waiting.name)
+        waiting.sent = True
         self._answered.append(response)
         for name in [n for n, (_, v) in self.owed.items() if v == verdict]:
             del self.owed[name]
@@ -126,16 +144,17 @@ class Negotiator:
 
     def on_evict(self, bit: int) -> None:
         """A cache entry was dropped on every rank: its waiting hits must negotiate in full."""
-        for entry in self.pending.values():
-            if entry.bit == bit:
-                entry.bit = None
+        for waiting in self.pending.values():
+            if waiting.bit == bit:
+                waiting.bit = None
 
-    def cycle(self, new_entries: List[Entry], shutdown_reason: Optional[str], wake=None, failure=None
+    def cycle(self, new: Sequence[Tuple[Request, float]], shutdown_reason: Optional[str], wake=None, failure=None
               ) -> Tuple[List[Response], Optional[List[Optional[str]]]]:
-        """Run one cycle; returns (responses to execute, every rank's shutdown reason or None).
+        """Run one cycle with the requests submitted since the last (:meth:`.state.SharedState.drain`);
+        returns (responses to execute, every rank's shutdown reason or None).
         ``wake`` (a :class:`~.doorbell.Doorbell`) is set when new work is submitted meanwhile; ``failure()``
         returns the runtime's failure, if any (see quiet_wait)."""
-        invalid = self.add(new_entries)
+        invalid = self.add(new)
         now = time.monotonic()
         joined = JOIN_NAME in self.pending
         to_send = [e for e in self.pending.values() if not e.sent and self._must_send(e, now)]
@@ -165,7 +184,7 @@ class Negotiator:
         responses = [self.cache.get(b) for b in _bits_of(int.from_bytes(self._agreed_hits, "little"))
                      if b not in invalid_set and self.cache.has_bit(b)]
         for bit in invalid_set:
-            self.cache.evict(bit)  # calls on_evict: their entries negotiate in full next cycle
+            self.cache.evict(bit)  # calls on_evict: their requests negotiate in full next cycle
 
         self.stats["cycles"] += 1
         self.stats["cache_hits"] += len(responses)
@@ -188,12 +207,12 @@ class Negotiator:
             self._answered = []
         return responses, reasons
 
-    def _must_send(self, entry: Entry, now: float) -> bool:
-        if entry.bit is None:
+    def _must_send(self, waiting: Waiting, now: float) -> bool:
+        if waiting.bit is None:
             return True
-        return self.report_after_s is not None and now - entry.submitted > self.report_after_s
+        return self.report_after_s is not None and now - waiting.submitted > self.report_after_s
 
-    def _slow_path(self, to_send: List[Entry], hit_names: List[str]) -> List[Response]:
+    def _slow_path(self, to_send: List[Waiting], hit_names: List[str]) -> List[Response]:
         self.stats["slow_paths"] += 1
         now = time.monotonic()
         gathered = self.comm.gather([dataclasses.replace(e.request, waited=now - e.submitted) for e in to_send],

@@ -126,9 +126,7 @@ class SetLoop:
                 _mark_negotiating(timeline, new)
             responses, reasons = negotiator.cycle(new, state.shutdown_reason, state.work_submitted,
                                                   state.abort_check)
-            # The entries wait in negotiator.pending until they run; held here too, a cycle's
-            # entries (and so their results) would outlive their calls while this thread sleeps.
-            submitted, new = bool(new), None
+            submitted = bool(new)
             # Every rank leaves the negotiation at about the same moment: pacing the next cycle
             # from here (not from this cycle's start, which differs by how long each rank waited)
             # keeps the ranks' cycles aligned, so an idle cycle hardly waits for its peers.
@@ -191,9 +189,8 @@ class SetLoop:
         self.backends.clear()
 
 
-def _mark_negotiating(timeline, entries) -> None:
-    """Timeline: ``entries`` leave the queue and start negotiating (a function of its own, so
-    that no loop variable of the run loop keeps the last entry alive)."""
-    for entry in entries:
-        timeline.end(entry.name, "QUEUED")
-        timeline.start(entry.name, "NEGOTIATE")
+def _mark_negotiating(timeline, submitted) -> None:
+    """Timeline: the ``submitted`` requests leave the queue and start negotiating."""
+    for request, _ in submitted:
+        timeline.end(request.name, "QUEUED")
+        timeline.start(request.name, "NEGOTIATE")

@@ -1,8 +1,11 @@
 """What user threads and the background thread share: the submission queue, the names in
 flight, the handle table and the runtime's failure (if any).
 
-User threads only ever touch this object (never MPI); the background thread drains the queue
-each cycle and completes entries. A failure (a dead peer, a shutdown, a crash of the background
+User threads only ever touch this object (never MPI). An entry (request, arrays, result slot)
+stays here, in the table of names in flight, from its submission until the executor completes
+it (Horovod's tensor table): each cycle the background thread drains the queue's *requests*
+for the negotiation, which deals in requests alone, and the executor takes the entries of the
+responses it runs from here (:meth:`SharedState.entry`). A failure (a dead peer, a shutdown, a crash of the background
 thread) completes every entry in flight with that error, and later submissions raise it.
 """
 from __future__ import annotations
@@ -27,10 +30,6 @@ class Entry:
     array: Any
     slot: Slot
     submitted: float = dataclasses.field(default_factory=time.monotonic)
-    bit: Optional[int] = None
-    """Its response-cache bit while it is a cache hit."""
-    sent: bool = False
-    """Whether its request reached the coordinator."""
 
     @property
     def name(self) -> str:
@@ -101,11 +100,17 @@ class SharedState:
         entry.array = None  # never moved: its memory is the user's again
         self._deferred.setdefault(entry.name, []).append(entry)
 
-    def drain(self) -> List[Entry]:
+    def drain(self) -> List[Tuple[Request, float]]:
+        """The requests submitted since the last drain, each with its submission time; their
+        entries stay in flight here."""
         with self._lock:
             self._work.clear()  # under the lock: a submission after this sets it again
             out, self._queue = self._queue, []
-            return out
+        return [(entry.request, entry.submitted) for entry in out]
+
+    def entry(self, name: str) -> Optional[Entry]:
+        """The entry in flight under ``name`` (None after a failure completed it)."""
+        return self._in_flight.get(name)  # a dict read, atomic: an entry leaves only when completed or failed
 
     @property
     def work_submitted(self) -> Doorbell:

@@ -2,18 +2,22 @@
 corner cases of the response cache, and of errors decided before a rank made its call, that are
 hard to hit through timing under mpirun."""
 import threading
+import time
 
 from blinkflow.runtime import negotiation
-from blinkflow.runtime.handles import Slot
 from blinkflow.runtime.messages import Kind, Request, Response
-from blinkflow.runtime.negotiation import Negotiator
+from blinkflow.runtime.negotiation import Negotiator, Waiting
 from blinkflow.runtime.response_cache import ResponseCache
-from blinkflow.runtime.state import Entry
 from fake_comm import FakeComm, ThreadWorld
 
 
 def entry(name, shape=(4,)):
-    return Entry(Request(name, Kind.ALLREDUCE, "float32", shape), None, Slot())
+    """A request as the state's queue drains it: with its submission time."""
+    return submitted(Request(name, Kind.ALLREDUCE, "float32", shape))
+
+
+def submitted(request):
+    return request, time.monotonic()
 
 
 def run_ranks(size, script, report_after=(None, None, None)):
@@ -140,10 +144,10 @@ def test_an_error_decided_before_a_rank_made_its_call_answers_that_call_when_it_
     add = Request("add_process_set.noname.0", Kind.ADD_PROCESS_SET, "uint8", (0,))
 
     def script(rank, step, negotiator):
-        first = sorted(names(step({1: [Entry(barrier, None, Slot())], 2: [Entry(add, None, Slot())]}.get(rank, []))))
+        first = sorted(names(step({1: [submitted(barrier)], 2: [submitted(add)]}.get(rank, []))))
         owed = sorted(negotiator.owed)
         slow = negotiator.stats["slow_paths"]
-        late = names(step([Entry(barrier, None, Slot())] if rank == 0 else []))
+        late = names(step([submitted(barrier)] if rank == 0 else []))
         assert negotiator.stats["slow_paths"] == slow
         assert negotiator.pending == {}
         return first, owed, late, dict(negotiator.owed)
@@ -158,7 +162,7 @@ def test_a_rank_that_made_one_of_the_verdicts_calls_is_owed_none_and_what_it_kee
         return Response(Kind.ERROR, name, error="out of order", error_type="ProcessSetError", owed_to=(0, 1))
 
     negotiator = Negotiator(None, 1, 3, ResponseCache(4, 1), None, band="BAND")
-    negotiator.pending["a"] = entry("a")  # a cache hit it had not reported: its call of the verdict
+    negotiator.pending["a"] = Waiting(*entry("a"))  # a cache hit it had not reported: its call of the verdict
     negotiator._keep_owed([error("a"), error("b")])
     assert dict(negotiator.owed) == {}
     negotiator.pending.clear()

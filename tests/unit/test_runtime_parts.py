@@ -470,18 +470,18 @@ class _SummingBackend:
 def test_integer_average_is_exact_where_times_one_over_size_is_not(dtype):
     # 49 * (1/49) == 0.9999999999999999: multiplying by 1/size truncated an exact average of 1 to 0.
     from blinkflow.runtime.executor import Executor
-    from blinkflow.runtime.state import Entry, SharedState
-    from blinkflow.runtime.handles import Slot
+    from blinkflow.runtime.state import SharedState
 
     size = 49
     x = np.array([1, 2, 0, 2] if dtype.startswith("u") else [1, -1, 2, -2], dtype)
     request = Request("avg", Kind.ALLREDUCE, dtype, x.shape, op=int(ReduceOp.AVERAGE))
     state = SharedState(None, 0)
-    entry = Entry(request, x, Slot())
+    slot = state.queue([(request, x)], list).slots[0]
     executor = Executor(0, size, None, lambda device: _SummingBackend(size), state, 1 << 20)
-    executor.run([Response(Kind.ALLREDUCE, "avg", (request,) * size)], {"avg": entry}, lambda response: None)
-    assert entry.slot.result.dtype == np.dtype(dtype)
-    assert np.array_equal(entry.slot.result, x), entry.slot.result
+    pending = {request.name: when for request, when in state.drain()}
+    executor.run([Response(Kind.ALLREDUCE, "avg", (request,) * size)], pending, lambda response: None)
+    assert slot.result.dtype == np.dtype(dtype)
+    assert np.array_equal(slot.result, x), slot.result
 
 
 def test_a_finished_calls_result_is_let_go_before_later_calls_of_the_cycle_complete():
@@ -489,23 +489,23 @@ def test_a_finished_calls_result_is_let_go_before_later_calls_of_the_cycle_compl
     # executor must not keep it until its cycle ends. Before, a barrier later in the same cycle
     # woke the user while the executor still held the earlier results (a flaky leak check).
     from blinkflow.runtime.executor import Executor
-    from blinkflow.runtime.state import Entry, SharedState
-    from blinkflow.runtime.handles import Slot
+    from blinkflow.runtime.state import SharedState
 
     MIB = 1 << 20
     first = Request("first", Kind.ALLREDUCE, "float32", (MIB,), op=int(ReduceOp.SUM))  # 4 MiB: pooled
     later = Request("later", Kind.ALLREDUCE, "float32", (MIB // 4,), op=int(ReduceOp.SUM))  # 1 MiB: its own block
-    executor = Executor(0, 2, None, lambda device: _SummingBackend(2), SharedState(None, 0), MIB)
+    state = SharedState(None, 0)
+    executor = Executor(0, 2, None, lambda device: _SummingBackend(2), state, MIB)
     seen = []
 
     def on_done(response):
         seen.append((response.name, [block.lent for block in executor.results.blocks]))
 
-    pending = {"first": Entry(first, np.ones(MIB, np.float32), Slot()),
-               "later": Entry(later, np.ones(MIB // 4, np.float32), Slot())}
+    # The handles are dropped at once: only the state's table holds the entries until they complete.
+    state.queue([(first, np.ones(MIB, np.float32))], list)
+    state.queue([(later, np.ones(MIB // 4, np.float32))], list)
     executor.run([Response(Kind.ALLREDUCE, "first", (first,) * 2), Response(Kind.ALLREDUCE, "later", (later,) * 2)],
-                 pending, on_done)
-    del pending
+                 {request.name: when for request, when in state.drain()}, on_done)
     gc.collect()  # (nothing to collect: the entries die by reference counting once let go of)
     assert [name for name, _ in seen] == ["first", "later"]
     assert seen[1][1] == [False, True], f"when 'later' completed, the pool's blocks were lent: {seen[1][1]}"
