@@ -166,6 +166,15 @@ class Backend(abc.ABC):
         self._mark("end", "COPY_IN")
         self.allreduce(buf, op, out=out, scale=scale)
 
+    def allreduce_algorithm(self, nelems: int, dtype, npieces: int, in_place: bool) -> Callable[..., None]:
+        """What runs an all-reduce of ``npieces`` tensors of ``nelems`` elements of ``dtype`` in
+        all (``in_place``: no prescale, so the pieces may be read where they lie): a callable
+        with :meth:`allreduce_pieces`' arguments, the registered algorithm the call-shape policy
+        chose. The runtime's executor asks this and calls the answer, so the pieces go straight
+        to the algorithm that moves them. By default (a backend that packs every call, whatever
+        runs it after: the cuda backend) :meth:`allreduce_pieces` itself."""
+        return self.allreduce_pieces
+
     def _pack(self, pieces: Sequence[Any], buf) -> None:
         """Copy ``pieces`` back to back into ``buf``: one C loop (a step's hundreds of gradients)."""
         if pieces:

@@ -28,7 +28,7 @@ STAMPED = [
     ("blinkflow.runtime.state", "SharedState.drain", "drain"),
     ("blinkflow.backends.quiet_wait", "wait", "mpi_wait"),
     ("blinkflow.runtime.executor", "Executor.run", "execute"),
-    ("blinkflow.backends.cpu.backend", "CpuBackend.allreduce_pieces", "backend"),
+    ("blinkflow.backends.cpu.backend", "CpuBackend.allreduce_algorithm", "backend"),
     ("blinkflow.runtime.state", "SharedState.complete", "complete"),
 ]
 #: What happens between two stamps, for the report.
@@ -40,9 +40,9 @@ HOPS = {
     ("mpi_wait>", "mpi_wait<"): "MPI wait (negotiation's Iallreduce, or the data's)",
     ("mpi_wait<", "execute>"): "negotiation: agreed bits read, responses made",
     ("execute>", "backend>"): "executor: batch planned, result memory, op and factors",
-    ("backend>", "mpi_wait>"): "backend: policy's choice looked up, packed",
-    ("mpi_wait<", "backend<"): "backend: scaled",
-    ("backend<", "complete>"): "executor: results sliced",
+    ("backend>", "backend<"): "backend: the call shape's algorithm looked up",
+    ("backend<", "mpi_wait>"): "algorithm: MPI's all-reduce started",
+    ("mpi_wait<", "complete>"): "algorithm: scaled; executor: results sliced",
     ("complete>", "complete<"): "result handed to the slot (the user thread is woken)",
     ("complete<", "execute<"): "executor: done",
     ("execute<", "call<"): "user thread wakes, result returned",

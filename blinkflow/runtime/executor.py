@@ -313,15 +313,16 @@ class Executor:
                     inputs.append(array.ravel())  # contiguous: a strided 1-d view is copied, not passed on
         if not op.elementwise:
             return self._adasum(step, backend, inputs)
-        # One route on every backend: the backend packs the inputs (timeline: COPY_IN) or reads
-        # them in place, reduces, and writes the result into a private array (every result is a
-        # slice of it; the backend's buffer is reused by the next batch), a float Average's or
-        # postscale's factor folded into that last write. An integer's scaling follows here,
-        # with Horovod's integer arithmetic.
+        # One route on every backend: the algorithm the backend answers for the call shape (the
+        # policy's) packs the inputs (timeline: COPY_IN) or reads them in place, reduces, and
+        # writes the result into a private array (every result is a slice of it; a backend's
+        # buffer is reused by the next batch), a float Average's or postscale's factor folded
+        # into that last write. An integer's scaling follows here, with Horovod's arithmetic.
         scale = first.postscale / self.size if op is ReduceOp.AVERAGE else first.postscale
         folded = scale if dtype.kind in "fc" else 1.0
         private = self._result(first.device, total, dtype)
-        backend.allreduce_pieces(inputs, op.combiner, out=private, scale=folded, prescale=first.prescale)
+        algorithm = backend.allreduce_algorithm(total, dtype, len(inputs), first.prescale == 1.0)
+        algorithm(inputs, op.combiner, private, folded, first.prescale)
         self._mark(names, "B", "COPY_OUT")  # the unpacking: the copy out ran in the backend
         if op is ReduceOp.AVERAGE and dtype.kind in "iu":
             scaling.average(private, self.size, first.postscale, scale=backend.scale)

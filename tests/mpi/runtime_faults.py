@@ -84,7 +84,8 @@ def crash():
         def broken(*args, **kwargs):
             raise RuntimeError("injected backend failure")
 
-        backend.allreduce = backend.allreduce_pieces = broken  # every way into an all-reduce
+        # every way into an all-reduce: the executor's (the algorithm of the call shape) and a direct call's
+        backend.allreduce = backend.allreduce_pieces = backend.allreduce_algorithm = broken
     died = time.monotonic()
     try:
         bf.allreduce(np.ones(8), name="boom")

@@ -450,6 +450,8 @@ class _SummingBackend:
         self.scale = lambda buf, factor: Backend.scale(self, buf, factor)
         self.allreduce_pieces = lambda pieces, op, out, scale=1.0, prescale=1.0: Backend.allreduce_pieces(
             self, pieces, op, out, scale, prescale)
+        self.allreduce_algorithm = lambda nelems, dtype, npieces, in_place: Backend.allreduce_algorithm(
+            self, nelems, dtype, npieces, in_place)
         self._pack = lambda pieces, buf: Backend._pack(self, pieces, buf)
         self._mark = lambda what, phase: None   # no timeline
 

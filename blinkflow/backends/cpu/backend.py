@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import collections
 import dataclasses
+import functools
 import itertools
 import platform
 from typing import Callable, NamedTuple, Optional, Sequence
@@ -84,6 +85,8 @@ class _AllreduceShape(NamedTuple):
     """Elements per stage (``n`` when one stage holds the call)."""
     last: RankProgram
     """The last stage's program (``program`` unless the last stage is shorter)."""
+    run: Callable[..., None]
+    """The algorithm that runs it, with ``allreduce_pieces``' arguments (its result flat)."""
 
 
 def _flat(arr) -> np.ndarray:
@@ -124,7 +127,7 @@ class CpuBackend(Backend):
         """All-reduces of pieces by path, and chunks done for a slower neighbour (tests, debugging)."""
         self.l2_bytes = single_copy.l2_bytes()
         self.single_copy: Optional[SingleCopyAllreduce] = self._probe_single_copy(config)
-        self.mpi_allreduce = MpiAllreduce(self.comm, ctx.failure, self._mark)
+        self.mpi_allreduce = MpiAllreduce(self.comm, ctx.failure, self._mark, self.stats)
         self.caps = policy.Capabilities("cpu", single_copy=self.single_copy is not None, l2_bytes=self.l2_bytes)
         self.last_choice: Optional[policy.Choice] = None
         """The policy's choice for the latest collective (tests, debugging)."""
@@ -163,7 +166,7 @@ class CpuBackend(Backend):
         if memory is None:
             return None
         return SingleCopyAllreduce(layout, self.local, self.comm, self.arena, memory, pids, self.transport,
-                                   self.state, self._mark)
+                                   self.state, self._mark, self.stats)
 
     # ---- plumbing ----------------------------------------------------------------------------
     def buffer(self, nelems: int, dtype):
@@ -253,8 +256,11 @@ class CpuBackend(Backend):
             return
         choice, program = self._program("allreduce", n, buf.itemsize, dtype=buf.dtype)
         if choice.algorithm == "mpi":
-            self._run_mpi(choice, lambda: self.mpi_allreduce.run_in_place(buf, op) if result is None
-                          else self.mpi_allreduce.run([buf], op, result, scale))
+            self.last_choice = choice
+            if result is None:
+                self.mpi_allreduce.run_in_place(buf, op)
+            else:
+                self.mpi_allreduce.run([buf], op, result, scale)
             return
         work = self._shared(buf)
         if result is None:
@@ -266,37 +272,41 @@ class CpuBackend(Backend):
 
     def allreduce_pieces(self, pieces: Sequence[np.ndarray], op: ReduceOp, out, scale: float = 1.0,
                          prescale: float = 1.0) -> None:
-        """All-reduce the concatenation of ``pieces`` into ``out`` (see Backend.allreduce_pieces):
-        by the single-copy path where it suits the call, else packed into :meth:`buffer` and run
-        by the runner, a stage at a time (a prescaled call is packed: the single copy reduces
-        the callers' tensors where they lie, and those must not be scaled in place)."""
+        """All-reduce the concatenation of ``pieces`` into ``out`` (see Backend.allreduce_pieces)
+        by the algorithm :meth:`allreduce_algorithm` answers."""
         result = _flat(out)
-        n = result.shape[0]
-        if self.size == 1 or n == 0:
-            if n:
-                np.concatenate(pieces, out=result)
-                if prescale != 1.0:
-                    self.scale(result, prescale)
-                if scale != 1.0:
-                    scaled_copy(result, result, scale)
-            return
-        shape = self._allreduce_shape(n, result.dtype, len(pieces), in_place=prescale == 1.0)
+        self.allreduce_algorithm(result.shape[0], result.dtype, len(pieces), prescale == 1.0)(
+            pieces, op, result, scale, prescale)
+
+    def allreduce_algorithm(self, nelems: int, dtype, npieces: int, in_place: bool) -> Callable[..., None]:
+        """The policy's algorithm for the call shape (see Backend.allreduce_algorithm), decided on
+        its first call: MPI's all-reduce (:mod:`.mpi_allreduce`), the single copy where it suits
+        the call (:mod:`.single_copy_path`; a prescaled call is packed: the single copy reduces the
+        callers' tensors where they lie, and those must not be scaled in place), else the pieces
+        packed into :meth:`buffer` and run by the runner, a stage at a time. Its result must be
+        flat (the executor's is)."""
+        if self.size == 1 or nelems == 0:
+            return self._allreduce_alone
+        shape = self._allreduce_shape(nelems, np.dtype(dtype), npieces, in_place)
+        self.last_choice = shape.choice
+        return shape.run
+
+    def _allreduce_alone(self, pieces: Sequence[np.ndarray], op: ReduceOp, result: np.ndarray, scale: float = 1.0,
+                         prescale: float = 1.0) -> None:
+        """One rank, or nothing to reduce: the pieces, scaled, are the result."""
+        if result.shape[0]:
+            np.concatenate(pieces, out=result)
+            if prescale != 1.0:
+                self.scale(result, prescale)
+            if scale != 1.0:
+                scaled_copy(result, result, scale)
+
+    def _allreduce_packed(self, shape: _AllreduceShape, pieces: Sequence[np.ndarray], op: ReduceOp,
+                          result: np.ndarray, scale: float = 1.0, prescale: float = 1.0) -> None:
+        """The runner's algorithm: the pieces packed into :meth:`buffer`, a stage at a time (the
+        policy's, ``Choice.stage_elems``), prescaled, and the stage's program run on it."""
         choice, program = shape.choice, shape.program
-        self.last_choice = choice
-        if choice.algorithm == "mpi":
-            self._run_mpi(choice, lambda: self.mpi_allreduce.run(pieces, op, result, scale, prescale))
-            return
-        if choice.algorithm == "single_copy":
-            self.stats["single_copy"] += 1
-            before = self.single_copy.helped_chunks
-            self._mark("start", choice.phase)
-            try:
-                self.single_copy.run(program, [_flat(p) for p in pieces], kernels.combiner(op), result, scale,
-                                     choice.chunk_bytes)
-            finally:
-                self._mark("end", choice.phase)
-            self.stats["helped_chunks"] += self.single_copy.helped_chunks - before
-            return
+        n = result.shape[0]
         self.stats["packed"] += 1
         ufunc = kernels.combiner(op)
         stage = shape.stage
@@ -319,14 +329,6 @@ class CpuBackend(Backend):
                 self.scale(buf, prescale)
             self._mark("end", "COPY_IN")
             self._run(choice, program if hi - lo == stage else shape.last, buf, ufunc, out=result[lo:hi], scale=scale)
-
-    def _run_mpi(self, choice: policy.Choice, run) -> None:
-        self.stats["mpi"] += 1
-        self._mark("start", choice.phase)
-        try:
-            run()
-        finally:
-            self._mark("end", choice.phase)
 
     def _allreduce_shape(self, n: int, dtype: np.dtype, npieces: int, in_place: bool) -> _AllreduceShape:
         """The policy's decision for an all-reduce of ``n`` elements of ``dtype`` in
@@ -361,7 +363,13 @@ class CpuBackend(Backend):
             if stage < n:
                 program = self.programs.get("allreduce", stage, chunk)
                 last = program if n % stage == 0 else self.programs.get("allreduce", n % stage, chunk)
-        shape = self._allreduce_shapes[key] = _AllreduceShape(choice, program, stage, last)
+        if choice.algorithm == "mpi":
+            run = self.mpi_allreduce.run
+        elif choice.algorithm == "single_copy":
+            run = functools.partial(self.single_copy.allreduce_pieces, program, choice)
+        else:
+            run = functools.partial(self._allreduce_packed, _AllreduceShape(choice, program, stage, last, None))
+        shape = self._allreduce_shapes[key] = _AllreduceShape(choice, program, stage, last, run)
         if len(self._allreduce_shapes) > self.programs.capacity:
             self._allreduce_shapes.popitem(last=False)
         return shape

@@ -31,17 +31,23 @@ from ...scaling import scaled_copy
 from .. import quiet_wait
 
 
+#: The timeline phase of a call it runs (``policy.Choice.phase`` of its algorithm).
+PHASE = "ALGORITHM_MPI"
+
+
 class MpiAllreduce:
     """MPI's all-reduce of packed pieces, on the backend's communicator."""
 
     def __init__(self, comm, failure: Optional[Callable[[], Optional[BaseException]]] = None,
-                 mark: Callable[[str, str], None] = lambda ph, what: None):
+                 mark: Callable[[str, str], None] = lambda ph, what: None, stats: Optional[dict] = None):
         from mpi4py import MPI
 
         self.comm = comm
         self.failure = failure
         self._mark = mark
         """The backend's timeline mark (``mark("start" | "end", phase)``)."""
+        self.stats = stats if stats is not None else {"mpi": 0}
+        """The backend's counters: ``"mpi"`` counts the calls run here."""
         self._ops = {ReduceOp.SUM: MPI.SUM, ReduceOp.MIN: MPI.MIN, ReduceOp.MAX: MPI.MAX,
                      ReduceOp.PRODUCT: MPI.PROD}
         self._in_place = MPI.IN_PLACE
@@ -54,23 +60,34 @@ class MpiAllreduce:
         """``out`` = the all-reduce of the concatenation of ``pieces`` (flat, of ``out``'s dtype),
         each first times ``prescale``, times ``scale``. A single unscaled piece is read where it
         lies; otherwise the pieces are packed into a private buffer first."""
-        if len(pieces) == 1 and prescale == 1.0:
-            send = pieces[0]
-        else:
-            self._mark("start", "COPY_IN")
-            send = self._packed(out.shape[0], out.dtype)
-            if pieces:
-                np.concatenate(pieces, out=send)
-            if prescale != 1.0:
-                scaled_copy(send, send, prescale)
-            self._mark("end", "COPY_IN")
-        self._reduce(send, out, op)
-        if scale != 1.0:
-            scaled_copy(out, out, scale)
+        self.stats["mpi"] += 1
+        mark = self._mark
+        mark("start", PHASE)
+        try:
+            if len(pieces) == 1 and prescale == 1.0:
+                send = pieces[0]
+            else:
+                mark("start", "COPY_IN")
+                send = self._packed(out.shape[0], out.dtype)
+                if pieces:
+                    np.concatenate(pieces, out=send)
+                if prescale != 1.0:
+                    scaled_copy(send, send, prescale)
+                mark("end", "COPY_IN")
+            self._reduce(send, out, op)
+            if scale != 1.0:
+                scaled_copy(out, out, scale)
+        finally:
+            mark("end", PHASE)
 
     def run_in_place(self, buf: np.ndarray, op: ReduceOp) -> None:
         """``buf`` = the all-reduce of every rank's ``buf``."""
-        self._reduce(self._in_place, buf, op)
+        self.stats["mpi"] += 1
+        self._mark("start", PHASE)
+        try:
+            self._reduce(self._in_place, buf, op)
+        finally:
+            self._mark("end", PHASE)
 
     def _reduce(self, send, out: np.ndarray, op: ReduceOp) -> None:
         mpi_op = self._ops.get(ReduceOp(op).combiner)

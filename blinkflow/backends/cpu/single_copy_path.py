@@ -19,11 +19,12 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...errors import BackendError
+from ...ops import ReduceOp
 from ...schedule.program import RankProgram, compile_program
 from ...schedule.runner import SequenceState, run_program
 from ...schedule.views import Star, cross_host_part, one_hop_stars
 from ..base import Layout
-from . import cma, single_copy
+from . import cma, kernels, single_copy
 from .transport import CpuTransport, Scratch, scaled_copy
 
 #: Bytes of the control window per rank: where its tensors are, for peers reading them in place
@@ -73,7 +74,8 @@ class SingleCopyAllreduce:
     """The path, for one backend. ``peer_memory`` / ``pids`` come from :func:`.cma.probe`."""
 
     def __init__(self, layout: Layout, local_comm, comm, arena, peer_memory: cma.PeerMemory, pids: Sequence[int],
-                 transport: CpuTransport, state: SequenceState, mark: Callable[[str, str], None]):
+                 transport: CpuTransport, state: SequenceState, mark: Callable[[str, str], None],
+                 stats: Optional[dict] = None):
         self.layout = layout
         self.local = local_comm
         self.comm = comm
@@ -89,6 +91,8 @@ class SingleCopyAllreduce:
         self._flag = np.zeros(1, np.int8)
         self._tmp = (Scratch(), Scratch())
         self.helped_chunks = 0
+        self.stats = stats if stats is not None else {"single_copy": 0, "helped_chunks": 0}
+        """The backend's counters: calls run here, and chunks done for a slower neighbour."""
 
     def shape(self, program: RankProgram) -> _Shape:
         shape = self._shapes.get(id(program))
@@ -98,6 +102,25 @@ class SingleCopyAllreduce:
             if len(self._shapes) > 64:
                 self._shapes.pop(next(iter(self._shapes)))
         return shape
+
+    def allreduce_pieces(self, program: RankProgram, choice, pieces: Sequence[np.ndarray], op: ReduceOp,
+                         result: np.ndarray, scale: float = 1.0, prescale: float = 1.0) -> None:
+        """The backend's ``single_copy`` algorithm for a call shape the policy gave it
+        (``choice``; ``program`` at the runner's chunk): ``Backend.allreduce_pieces``' arguments,
+        never prescaled (the pieces are read where they lie, so they are not scaled)."""
+        if prescale != 1.0:
+            raise BackendError("the single copy reads the pieces where they lie: a prescaled call is packed")
+        for piece in pieces:
+            if not isinstance(piece, np.ndarray) or not piece.flags.c_contiguous:
+                raise BackendError("the single copy reads C-contiguous numpy arrays where they lie")
+        self.stats["single_copy"] += 1
+        before = self.helped_chunks
+        self.mark("start", choice.phase)
+        try:
+            self.run(program, [p.reshape(-1) for p in pieces], kernels.combiner(op), result, scale, choice.chunk_bytes)
+        finally:
+            self.mark("end", choice.phase)
+        self.stats["helped_chunks"] += self.helped_chunks - before
 
     def run(self, program: RankProgram, pieces: Sequence[np.ndarray], ufunc, result: np.ndarray, scale: float,
             chunk_bytes: int) -> None:
