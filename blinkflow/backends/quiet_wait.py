@@ -35,6 +35,26 @@ SLEEP_FRACTION = 0.125
 ABANDONED: List[Any] = []
 
 
+def keep_unfinished(requests) -> None:
+    """Keep in :data:`ABANDONED` each of ``requests`` that has not completed, as its owner lets go
+    of them. mpi4py frees a pending request whose object is dropped (``MPI_Request_free``), and a
+    freed send that then fails (its peer died, its communicator was revoked) has no request left
+    to report to: Open MPI reports it on no communicator, where errors are fatal, and that aborts
+    the whole job, survivors included. A test that raises has completed the request in error,
+    save an any-source receive told of a failure (ULFM's ``ERR_PROC_FAILED_PENDING``), which is
+    still pending."""
+    from mpi4py import MPI
+
+    pending = getattr(MPI, "ERR_PROC_FAILED_PENDING", None)
+    for request in requests:
+        try:
+            done = request.Test()
+        except MPI.Exception as error:
+            done = error.Get_error_class() != pending
+        if not done:
+            ABANDONED.append(request)
+
+
 def wait(request, wake=None,
          failure: Optional[Callable[[], Optional[BaseException]]] = None) -> None:
     """Complete ``request`` (an ``MPI.Request``), testing it with growing sleeps in between

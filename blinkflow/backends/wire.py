@@ -181,6 +181,10 @@ class MpiWire:
             self._reap_at = REAP_AT
 
     def close(self) -> None:
-        """Cancel the pending control receive. Data requests are complete when programs end.
+        """Cancel the pending control receive. Sends and data requests are complete when
+        programs end; those a failed program left pending are kept until exit
+        (:func:`.quiet_wait.keep_unfinished`: freed while pending, a failing send aborts the job).
         (The mailbox belongs to the backend, which frees it.)"""
+        quiet_wait.keep_unfinished([r for r, _ in self._sent] + self._requests[1:])
+        self._sent.clear()
         teardown.cancel(self._control)

@@ -110,7 +110,8 @@ class SideChannel:
 
     # ---- end ----------------------------------------------------------------------------------
     def close(self) -> None:
-        """Cancel the posted receives, let go of the sends and free the communicator.
+        """Cancel the posted receives, let go of the sends (keeping those still pending: see
+        :func:`~blinkflow.backends.quiet_wait.keep_unfinished`) and free the communicator.
 
         A receive from a peer that died may be complete already (in error: a test raised for
         it) or refuse the cancel; one still pending is kept referenced until exit
@@ -126,6 +127,8 @@ class SideChannel:
             self.closed = True
             receives = [r for r in [self._notice] + list(self._beats.values()) if r is not None]
             quiet_wait.ABANDONED.extend(r for r in receives if not _settle(r))
+            quiet_wait.keep_unfinished(self._sends)  # a send freed while pending may abort the job
+            self._sends = []
             teardown.free(self.comm)   # kept while revoked: see teardown.free
 
     def _finish_sends(self, wait_s: float) -> None:

@@ -65,7 +65,7 @@ def victim_stops(r):
         def broken(*args, **kwargs):
             raise RuntimeError("injected backend failure")
 
-        backend.allreduce = backend.allreduce_pieces = broken
+        backend.allreduce = backend.allreduce_pieces = backend.allreduce_algorithm = broken  # every way in
         try:
             bf.allreduce(np.ones(8), name="boom")
         except bf.ShutdownError as e:

@@ -101,3 +101,26 @@ def test_a_failure_is_raised_instead_of_waiting_forever():
         quiet_wait.wait(request, failure=lambda: failure[0] if failure else None)
     # MPI may still write into the buffers the request holds: it is kept, never freed with them.
     assert quiet_wait.ABANDONED[-1] is request
+
+
+def test_requests_let_go_of_while_pending_are_kept_until_exit():
+    """A real MPI request on this process alone: a receive nobody sends to stays pending and is
+    kept (freed by mpi4py with its object, a pending send that later failed would abort the job);
+    a completed one is let go of."""
+    import numpy as np
+    from mpi4py import MPI
+
+    comm = MPI.COMM_SELF.Dup()
+    try:
+        pending = comm.Irecv(np.empty(1, np.int64), source=0, tag=7)
+        completed = comm.Isend(np.ones(1, np.int64), dest=0, tag=8)
+        matched = comm.Irecv(np.empty(1, np.int64), source=0, tag=8)
+        matched.Wait()
+        before = len(quiet_wait.ABANDONED)
+        quiet_wait.keep_unfinished([pending, completed])
+        assert quiet_wait.ABANDONED[before:] == [pending]
+        pending.Cancel()
+        pending.Wait()  # cancelled: it completes, and the test lets go of it
+    finally:
+        quiet_wait.ABANDONED[:] = [r for r in quiet_wait.ABANDONED if r is not pending]
+        comm.Free()
