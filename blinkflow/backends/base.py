@@ -2,7 +2,8 @@
 
 The runtime hands a backend flat, 1-D, C-contiguous buffers of one dtype (a fused batch's
 tensors, as pieces, or a single tensor) and asks for one collective at a time, always in the same
-order on every rank: an all-reduce is :meth:`Backend.allreduce_pieces`, with a float's pre- and
+order on every rank: an all-reduce is :meth:`Backend.allreduce_pieces` (run by the algorithm
+:meth:`Backend.allreduce_algorithm` answers for its call shape), with a float's pre- and
 postscale factors folded in; an integer's scaling, and every other collective's, are separate
 :meth:`Backend.scale` calls. So ``op`` here is always an elementwise combiner
 (``ReduceOp.combiner``: SUM, MIN, MAX or PRODUCT).

@@ -1,8 +1,9 @@
 """Runs the responses of a cycle on the backend and completes the entries they answer.
 
 Called on the background thread with the cycle's responses (identical on every rank). All-reduces
-are fused (see :mod:`fusion`) and each batch is one ``backend.allreduce_pieces`` call on every
-backend (packed or read in place, prescaled, reduced, written scaled into a private array), then
+are fused (see :mod:`fusion`) and each batch is one call of the algorithm the backend answers for
+its call shape (``backend.allreduce_algorithm``, with ``allreduce_pieces``' arguments, on every
+backend: packed or read in place, prescaled, reduced, written scaled into a private array), then
 unpacked into views of that array. Other collectives run one by one on fresh arrays. A rank that
 has *joined* takes part in collectives it did not submit with zeros (all-reduce) or nothing
 (all-gather).
@@ -326,7 +327,7 @@ class Executor:
         self._mark(names, "B", "COPY_OUT")  # the unpacking: the copy out ran in the backend
         if op is ReduceOp.AVERAGE and dtype.kind in "iu":
             scaling.average(private, self.size, first.postscale, scale=backend.scale)
-        elif folded == 1.0:
+        elif folded == 1.0 and scale != 1.0:
             backend.scale(private, scale)
         slices, shaped = batch.views  # hundreds of gradients: a C-level map over slices made once
         results = list(map(private.__getitem__, slices))

@@ -78,11 +78,11 @@ class Request:
     """Seconds the tensor had waited on its rank when this request was sent (a late report of a
     cache hit); lets the stall inspector date it from its submission. Not part of equality."""
     rejected: str = ""
-    rejected_as: str = ""
-    """The error class every rank raises for this refusal ("" for InvalidArgumentError)."""
     """Why this rank refused the call (bad arguments), or "". A refused call still travels under
     the name it would have had, so the coordinator answers every rank with one error naming this
     rank and its reason, and no rank's later calls pair with the others' earlier ones."""
+    rejected_as: str = ""
+    """The error class every rank raises for this refusal ("" for InvalidArgumentError)."""
 
     def signature(self) -> tuple:
         """What must be identical on every rank for the request to be valid."""

@@ -180,7 +180,10 @@ class Negotiator:
         quiet_wait.wait(self.comm.Iallreduce(packed, agreed, op=self.band), wake, failure)  # no spinning
         flags = agreed[0]
 
-        invalid_set = set(_bits_of(self._ones ^ int.from_bytes(self._agreed_invalid, "little")))
+        if self._agreed_invalid == self._none_invalid:  # the steady state: nothing found invalid anywhere
+            invalid_set = set()
+        else:
+            invalid_set = set(_bits_of(self._ones ^ int.from_bytes(self._agreed_invalid, "little")))
         responses = [self.cache.get(b) for b in _bits_of(int.from_bytes(self._agreed_hits, "little"))
                      if b not in invalid_set and self.cache.has_bit(b)]
         for bit in invalid_set:

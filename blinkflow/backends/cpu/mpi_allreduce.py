@@ -90,7 +90,9 @@ class MpiAllreduce:
             self._mark("end", PHASE)
 
     def _reduce(self, send, out: np.ndarray, op: ReduceOp) -> None:
-        mpi_op = self._ops.get(ReduceOp(op).combiner)
+        mpi_op = self._ops.get(op)  # (a ReduceOp hashes as its int: no enum call on this path)
+        if mpi_op is None:
+            mpi_op = self._ops.get(ReduceOp(op).combiner)
         if mpi_op is None:
             raise BackendError(f"MPI's all-reduce cannot combine with {op!r}")
         quiet_wait.wait(self.comm.Iallreduce(send, out, op=mpi_op), failure=self.failure)
