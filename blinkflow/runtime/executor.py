@@ -154,8 +154,9 @@ class Executor:
             on_done: Callable[[Response], None]) -> None:
         """Run the cycle's ``responses`` in order. ``pending`` holds the names this rank submitted
         that wait for their response (the negotiator's): a response's name is popped from it,
-        and its entry taken from the state's table (none where this rank never submitted it: a
-        joined rank, or an error owed to it)."""
+        and its entry taken from the state's table (none where this rank did not submit it: a
+        joined rank, or an error owed to it; a failure meanwhile leaves drained entries there,
+        :meth:`.state.SharedState.fail`)."""
         plan = self._plan(responses)
         self.last_allreduce_bytes = plan.allreduce_bytes
         entry_of = self.state.entry

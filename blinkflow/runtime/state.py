@@ -2,10 +2,11 @@
 flight, the handle table and the runtime's failure (if any).
 
 User threads only ever touch this object (never MPI). An entry (request, arrays, result slot)
-stays here, in the table of names in flight, from its submission until the executor completes
-it (Horovod's tensor table): each cycle the background thread drains the queue's *requests*
-for the negotiation, which deals in requests alone, and the executor takes the entries of the
-responses it runs from here (:meth:`SharedState.entry`). A failure (a dead peer, a shutdown, a crash of the background
+stays here, in the table of names in flight, from its submission (a second call under a name in
+flight: once the first completes) until the executor completes it (Horovod's tensor table):
+each cycle the background thread drains the queue's *requests* for the negotiation, which deals
+in requests alone, and the executor takes the entries of the responses it runs from here
+(:meth:`SharedState.entry`). A failure (a dead peer, a shutdown, a crash of the background
 thread) completes every entry in flight with that error, and later submissions raise it.
 """
 from __future__ import annotations
@@ -109,8 +110,8 @@ class SharedState:
         return [(entry.request, entry.submitted) for entry in out]
 
     def entry(self, name: str) -> Optional[Entry]:
-        """The entry in flight under ``name`` (None after a failure completed it)."""
-        return self._in_flight.get(name)  # a dict read, atomic: an entry leaves only when completed or failed
+        """The entry in flight under ``name``, or None."""
+        return self._in_flight.get(name)  # one dict read, atomic: no lock
 
     @property
     def work_submitted(self) -> Doorbell:
@@ -141,12 +142,19 @@ class SharedState:
             entry.slot.set_result(result)
 
     def fail(self, error: BlinkflowError) -> None:
-        """Stop for good: every entry in flight and every later call gets ``error``."""
+        """Stop for good: every entry in flight and every later call gets ``error``.
+
+        It may come from another thread (the watchdog, another process set's loop, an elastic
+        reset) while this set's cycle runs responses every rank agreed to: entries already
+        drained stay in the table until the executor completes them (or the state goes), so this
+        rank still takes part in those collectives with its own data; taken out, it would add
+        zeros, as a joined rank does, and the peers of a healthy set would get a wrong sum."""
         with self._lock:
             if self.failure is None:
                 self.failure = error
             entries = list(self._in_flight.values()) + [e for waiting in self._deferred.values() for e in waiting]
-            self._in_flight.clear()
+            undrained = {id(e) for e in self._queue}
+            self._in_flight = {name: e for name, e in self._in_flight.items() if id(e) not in undrained}
             self._deferred.clear()
             self._queue = []
         for entry in entries:

@@ -53,7 +53,6 @@ import numpy as np
 import tensorflow as tf
 
 from ..arrays import on_device
-
 from ..compression import Compression
 from ..config import get_config
 from ..errors import BlinkflowError

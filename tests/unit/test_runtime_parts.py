@@ -525,3 +525,37 @@ def test_handles_of_a_stopped_runtime_never_name_a_new_runtimes_calls():
     assert stale not in fresh
     with pytest.raises(BlinkflowError, match="unknown handle"):
         new.get(stale)
+
+
+def test_a_failure_during_a_cycle_leaves_the_drained_entries_to_their_collectives():
+    # fail() may come from another thread (the watchdog, another set's loop, an elastic reset)
+    # between the negotiation and the executor. A collective every rank agreed to must still get
+    # this rank's data: without its entry the rank would add zeros, as a joined rank does, and
+    # the peers of a healthy set would get a wrong sum. An entry never drained is let go of.
+    from blinkflow.errors import ShutdownError
+    from blinkflow.runtime.executor import Executor
+    from blinkflow.runtime.state import SharedState
+
+    sent = []
+
+    class Recording(_SummingBackend):
+        def __init__(self, size):
+            super().__init__(size)
+            inner = self.allreduce_pieces
+            self.allreduce_pieces = lambda pieces, *args: (sent.append([p.copy() for p in pieces]),
+                                                           inner(pieces, *args))[1]
+
+    request = Request("agreed", Kind.ALLREDUCE, "float32", (3,), op=int(ReduceOp.SUM))
+    late = Request("late", Kind.ALLREDUCE, "float32", (3,), op=int(ReduceOp.SUM))
+    state = SharedState(None, 0)
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    slot = state.queue([(request, x)], list).slots[0]
+    pending = {r.name: when for r, when in state.drain()}
+    state.queue([(late, np.ones(3, np.float32))], list)  # queued after the drain: never negotiated
+    state.fail(ShutdownError("a peer died"))
+    assert state.entry("agreed") is not None and state.entry("late") is None
+    executor = Executor(0, 2, None, lambda device: Recording(2), state, 1 << 20)
+    executor.run([Response(Kind.ALLREDUCE, "agreed", (request,) * 2)], pending, lambda response: None)
+    assert len(sent) == 1 and np.array_equal(sent[0][0], x), sent  # its data, not a joined rank's zeros
+    assert isinstance(slot.error, ShutdownError)  # the caller got the failure, first
+    assert state.entry("agreed") is None  # completed: let go of

@@ -291,44 +291,44 @@ class CpuBackend(Backend):
         self.last_choice = shape.choice
         return shape.run
 
-    def _allreduce_alone(self, pieces: Sequence[np.ndarray], op: ReduceOp, result: np.ndarray, scale: float = 1.0,
+    def _allreduce_alone(self, pieces: Sequence[np.ndarray], op: ReduceOp, out: np.ndarray, scale: float = 1.0,
                          prescale: float = 1.0) -> None:
         """One rank, or nothing to reduce: the pieces, scaled, are the result."""
-        if result.shape[0]:
-            np.concatenate(pieces, out=result)
+        if out.shape[0]:
+            np.concatenate(pieces, out=out)
             if prescale != 1.0:
-                self.scale(result, prescale)
+                self.scale(out, prescale)
             if scale != 1.0:
-                scaled_copy(result, result, scale)
+                scaled_copy(out, out, scale)
 
     def _allreduce_packed(self, shape: _AllreduceShape, pieces: Sequence[np.ndarray], op: ReduceOp,
-                          result: np.ndarray, scale: float = 1.0, prescale: float = 1.0) -> None:
+                          out: np.ndarray, scale: float = 1.0, prescale: float = 1.0) -> None:
         """The runner's algorithm: the pieces packed into :meth:`buffer`, a stage at a time (the
         policy's, ``Choice.stage_elems``), prescaled, and the stage's program run on it."""
         choice, program = shape.choice, shape.program
-        n = result.shape[0]
+        n = out.shape[0]
         self.stats["packed"] += 1
         ufunc = kernels.combiner(op)
         stage = shape.stage
         if stage == n:  # one stage: the whole call packed by one C loop
             self._mark("start", "COPY_IN")
-            buf = self.buffer(n, result.dtype)
+            buf = self.buffer(n, out.dtype)
             np.concatenate(pieces, out=buf)  # (flat and contiguous: Backend.allreduce_pieces' contract)
             if prescale != 1.0:
                 self.scale(buf, prescale)
             self._mark("end", "COPY_IN")
-            self._run(choice, program, buf, ufunc, out=result, scale=scale)
+            self._run(choice, program, buf, ufunc, out=out, scale=scale)
             return
         starts = list(itertools.accumulate((p.shape[0] for p in pieces[:-1]), initial=0))
         for lo in range(0, n, stage):
             hi = min(n, lo + stage)
             self._mark("start", "COPY_IN")
-            buf = self.buffer(hi - lo, result.dtype)
+            buf = self.buffer(hi - lo, out.dtype)
             _pack_range(pieces, starts, lo, buf)
             if prescale != 1.0:
                 self.scale(buf, prescale)
             self._mark("end", "COPY_IN")
-            self._run(choice, program if hi - lo == stage else shape.last, buf, ufunc, out=result[lo:hi], scale=scale)
+            self._run(choice, program if hi - lo == stage else shape.last, buf, ufunc, out=out[lo:hi], scale=scale)
 
     def _allreduce_shape(self, n: int, dtype: np.dtype, npieces: int, in_place: bool) -> _AllreduceShape:
         """The policy's decision for an all-reduce of ``n`` elements of ``dtype`` in

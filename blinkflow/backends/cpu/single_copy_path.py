@@ -104,7 +104,7 @@ class SingleCopyAllreduce:
         return shape
 
     def allreduce_pieces(self, program: RankProgram, choice, pieces: Sequence[np.ndarray], op: ReduceOp,
-                         result: np.ndarray, scale: float = 1.0, prescale: float = 1.0) -> None:
+                         out: np.ndarray, scale: float = 1.0, prescale: float = 1.0) -> None:
         """The backend's ``single_copy`` algorithm for a call shape the policy gave it
         (``choice``; ``program`` at the runner's chunk): ``Backend.allreduce_pieces``' arguments,
         never prescaled (the pieces are read where they lie, so they are not scaled)."""
@@ -117,7 +117,7 @@ class SingleCopyAllreduce:
         before = self.helped_chunks
         self.mark("start", choice.phase)
         try:
-            self.run(program, [p.reshape(-1) for p in pieces], kernels.combiner(op), result, scale, choice.chunk_bytes)
+            self.run(program, [p.reshape(-1) for p in pieces], kernels.combiner(op), out, scale, choice.chunk_bytes)
         finally:
             self.mark("end", choice.phase)
         self.stats["helped_chunks"] += self.helped_chunks - before
