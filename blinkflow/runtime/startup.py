@@ -23,7 +23,7 @@ import time
 import warnings
 from typing import List, Optional
 
-from ..backends import teardown
+from ..backends import quiet_wait, teardown
 from ..config import Config, unknown_variables
 from ..errors import ConfigError, ConfigWarning, InitError, PlanError, ProcessSetError, TopologyError
 from .side_channel import SideChannel, open_side_channel
@@ -155,6 +155,8 @@ def leaves_peers_waiting(error: BaseException) -> bool:
 
 
 def _wait_all(requests, timeout: float) -> None:
+    """Complete ``requests`` (the census's sends) within the timeout (5 s at most); those still
+    pending then are kept until exit, never freed (:func:`..backends.quiet_wait.keep_unfinished`)."""
     start = time.monotonic()
     end = start + min(timeout, 5.0)
     pending = list(requests)
@@ -162,6 +164,7 @@ def _wait_all(requests, timeout: float) -> None:
         pending = [r for r in pending if not r.Test()]
         if pending:
             _pause(start)
+    quiet_wait.keep_unfinished(pending)
 
 
 def _ranks(ranks: List[int]) -> str:
