@@ -30,16 +30,22 @@ SIZES = (1, 1000, (1 << 20) + 3)
 CHECK_BLOCK = 1 << 20
 
 
-def inputs(rank: int, nelems: int, dtype: str, salt: int, out=None) -> np.ndarray:
-    """Rank ``rank``'s input; float32 ones may be drawn into ``out`` (a scratch buffer reused
-    for every rank's input of a reference, so no new memory is touched per rank)."""
+def inputs(rank: int, nelems: int, dtype: str, salt: int) -> np.ndarray:
+    """Rank ``rank``'s input, drawn from a seed of its rank and ``salt``."""
     rng = np.random.default_rng(1000 * rank + salt)
     if dtype == "int32":
         return rng.integers(-1000, 1000, nelems).astype(np.int32)
-    # Drawn in float32 (float16 rounds from it): float64 draws would make a 128 MiB temporary
-    # of each 16 Mi-element input, which every rank draws for every rank.
-    drawn = rng.standard_normal(nelems, dtype=np.float32, out=out if dtype == "float32" else None)
-    return drawn.astype(dtype, copy=False)
+    # Drawn in float32 (float16 rounds from it): float64 draws would make a temporary twice the
+    # input's size, which every rank draws for every rank.
+    return rng.standard_normal(nelems, dtype=np.float32).astype(dtype, copy=False)
+
+
+def whole_inputs(rank: int, nelems: int) -> np.ndarray:
+    """Rank ``rank``'s float32 input of small whole numbers, which every order of summing adds
+    exactly: it differs from rank to rank and along the buffer, with a period of 1021 elements
+    (a prime: no chunk, shard or stage boundary lines up with it). For a large buffer, whose
+    reference would otherwise be every rank's random draw summed in float64 on every rank."""
+    return ((np.arange(nelems, dtype=np.int32) * 7 + 13 * rank) % 1021 - 510).astype(np.float32)
 
 
 def check(label: str, ok, detail="") -> None:
@@ -106,9 +112,14 @@ def case_allreduce_of_a_large_buffer_then_a_small_one(rank, size):
     smallest whose runner chunk (a sixteenth, a power of two) passes the 1 MiB floor; on the
     device executor a chunk grows from 2 MiB per tree."""
     for salt, nelems in ((100, (8 << 20) + 5), (101, 1000)):
-        mine = cupy.asarray(inputs(r, nelems, "float32", salt))
-        scratch = np.empty(nelems, np.float32)
-        want, magnitude = summed(inputs(q, nelems, "float32", salt, out=scratch) for q in range(n))
+        if nelems > 1000:  # whole numbers: the exact sum is the reference (magnitude 0: equality)
+            mine = cupy.asarray(whole_inputs(r, nelems))
+            want, magnitude = whole_inputs(0, nelems), 0.0
+            for q in range(1, n):
+                want += whole_inputs(q, nelems)
+        else:
+            mine = cupy.asarray(inputs(r, nelems, "float32", salt))
+            want, magnitude = summed(inputs(q, nelems, "float32", salt) for q in range(n))
         close(f"allreduce sum float32 {nelems} after growth", bf.allreduce(mine, op=bf.Sum, name=f"big.{nelems}"),
               want, "float32", magnitude)
         if nelems > 1000 and n > 1:
