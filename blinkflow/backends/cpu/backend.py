@@ -256,7 +256,6 @@ class CpuBackend(Backend):
             return
         choice, program = self._program("allreduce", n, buf.itemsize, dtype=buf.dtype)
         if choice.algorithm == "mpi":
-            self.last_choice = choice
             if result is None:
                 self.mpi_allreduce.run_in_place(buf, op)
             else:
@@ -301,15 +300,15 @@ class CpuBackend(Backend):
             if scale != 1.0:
                 scaled_copy(out, out, scale)
 
-    def _allreduce_packed(self, shape: _AllreduceShape, pieces: Sequence[np.ndarray], op: ReduceOp,
-                          out: np.ndarray, scale: float = 1.0, prescale: float = 1.0) -> None:
-        """The runner's algorithm: the pieces packed into :meth:`buffer`, a stage at a time (the
-        policy's, ``Choice.stage_elems``), prescaled, and the stage's program run on it."""
-        choice, program = shape.choice, shape.program
+    def _allreduce_packed(self, choice: policy.Choice, program: RankProgram, stage: int, last: RankProgram,
+                          pieces: Sequence[np.ndarray], op: ReduceOp, out: np.ndarray, scale: float = 1.0,
+                          prescale: float = 1.0) -> None:
+        """The runner's algorithm: the pieces packed into :meth:`buffer`, ``stage`` elements at a
+        time (the policy's, ``Choice.stage_elems``), prescaled, and the stage's program run on it
+        (``last`` for a shorter last stage)."""
         n = out.shape[0]
         self.stats["packed"] += 1
         ufunc = kernels.combiner(op)
-        stage = shape.stage
         if stage == n:  # one stage: the whole call packed by one C loop
             self._mark("start", "COPY_IN")
             buf = self.buffer(n, out.dtype)
@@ -328,7 +327,7 @@ class CpuBackend(Backend):
             if prescale != 1.0:
                 self.scale(buf, prescale)
             self._mark("end", "COPY_IN")
-            self._run(choice, program if hi - lo == stage else shape.last, buf, ufunc, out=out[lo:hi], scale=scale)
+            self._run(choice, program if hi - lo == stage else last, buf, ufunc, out=out[lo:hi], scale=scale)
 
     def _allreduce_shape(self, n: int, dtype: np.dtype, npieces: int, in_place: bool) -> _AllreduceShape:
         """The policy's decision for an all-reduce of ``n`` elements of ``dtype`` in
@@ -368,7 +367,7 @@ class CpuBackend(Backend):
         elif choice.algorithm == "single_copy":
             run = functools.partial(self.single_copy.allreduce_pieces, program, choice)
         else:
-            run = functools.partial(self._allreduce_packed, _AllreduceShape(choice, program, stage, last, None))
+            run = functools.partial(self._allreduce_packed, choice, program, stage, last)
         shape = self._allreduce_shapes[key] = _AllreduceShape(choice, program, stage, last, run)
         if len(self._allreduce_shapes) > self.programs.capacity:
             self._allreduce_shapes.popitem(last=False)
