@@ -8,6 +8,14 @@ returns early (the runner fails a case whose body holds a ``return``, so a case 
 cannot show green). Each rank prints one record per case and, once every case ran, the one
 completion marker; scripts that are not split into cases print the marker with :func:`done`.
 
+Under ``--with-ft ulfm`` a rank's last lines may never reach mpirun's output: once about half
+of a job's ranks have exited with a failure status, Open MPI closes the others' output (their
+next write fails with EIO) and may end them (measured: 3 ranks, 2 leaving with ``os._exit(1)``:
+the third's next 19 prints of 20 failed; 5 ranks, all printing one line then leaving so: 10 to
+18 lines lost in 100; none with status 0 or by a signal). A script whose ranks end that way says
+its result lines with :func:`say`, which first writes them to a file of the job's own; the job's
+result carries them as ``said``.
+
 The pytest side launches a script once per configuration (:func:`launch`, memoised, so one
 mpirun launch serves every case of it) and reports each case as its own test
 (:meth:`Launch.expect`): passed on every rank, skipped (with the reason) on every rank, or
@@ -32,6 +40,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import traceback
@@ -43,6 +52,8 @@ FAKE_CUPY = os.path.join(TESTS, "fake_cupy")
 RECORD = "@@case "
 #: The one completion marker: ``@@done <rank>``, printed by every rank that finished its script.
 DONE = "@@done "
+#: The folder, one per job, where :func:`say` writes each rank's lines (one file per process).
+SAID = "TESTS_SAID"
 PASS, SKIP, FAIL = "pass", "skip", "fail"
 DEFAULT_TIMEOUT = 240
 #: A failing rank waits this long before taking the job down, so peers failing the same case
@@ -88,6 +99,16 @@ def record(case: str, rank: int, status: str, text: str = "", seconds: float = 0
 def done(rank: int) -> None:
     """Print the completion marker: this rank ran its whole script."""
     print(f"\n{DONE}{rank}", flush=True)
+
+
+def say(line: str) -> None:
+    """Keep ``line`` in the job's own record of what its ranks said, then print it: the record
+    survives what mpirun's output may not (see the module docstring)."""
+    folder = os.environ.get(SAID)
+    if folder:
+        with open(os.path.join(folder, str(os.getpid())), "a") as said:
+            said.write(line + "\n")
+    print(line, flush=True)
 
 
 def abort_job() -> None:
@@ -267,17 +288,21 @@ def run_ranks(n: int, script: Union[str, Sequence[str]], env: Optional[Mapping[s
               cwd: Optional[str] = None) -> subprocess.CompletedProcess:
     """Run ``script`` (a Python file, or an argv whose ``"python"`` means this interpreter) on
     ``n`` ranks. A job that outlives ``timeout`` is killed whole (its process group) and raises
-    :class:`LaunchTimeout` with every rank's output; ``check``: a non-zero exit raises too."""
-    env = with_tests_on_path(env or {})
-    return _run(mpirun_command(n, _argv(script), env, mpi_options), env, timeout, check, cwd,
-                f"mpirun -np {n}")
+    :class:`LaunchTimeout` with every rank's output; ``check``: a non-zero exit raises too. The
+    result's ``said`` holds what the ranks gave :func:`say`."""
+    with tempfile.TemporaryDirectory(prefix="tests-said-") as folder:
+        env = with_tests_on_path(dict(env or {}, **{SAID: folder}))
+        return _run(mpirun_command(n, _argv(script), env, mpi_options), env, timeout, check, cwd,
+                    f"mpirun -np {n}")
 
 
 def run_alone(script: Union[str, Sequence[str]], env: Optional[Mapping[str, str]] = None,
               timeout: float = DEFAULT_TIMEOUT, check: bool = True) -> subprocess.CompletedProcess:
     """Run ``script`` as one plain process, without mpirun (a program that must not start MPI),
     under :func:`run_ranks`'s rules."""
-    return _run(_argv(script), with_tests_on_path(env or {}), timeout, check, None, "the process")
+    with tempfile.TemporaryDirectory(prefix="tests-said-") as folder:
+        return _run(_argv(script), with_tests_on_path(dict(env or {}, **{SAID: folder})), timeout, check, None,
+                    "the process")
 
 
 def _run(cmd: List[str], env: Mapping[str, str], timeout: float, check: bool, cwd: Optional[str],
@@ -298,6 +323,8 @@ def _run(cmd: List[str], env: Mapping[str, str], timeout: float, check: bool, cw
         if proc.poll() is None:
             _kill_group(proc)
     result = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    folder = env[SAID]   # each process's lines in order; processes in no particular order
+    result.said = "".join(open(os.path.join(folder, name)).read() for name in sorted(os.listdir(folder)))
     if check and result.returncode != 0:
         raise AssertionError(f"{what} exited {result.returncode}: {' '.join(cmd)}\n"
                              f"--- stdout ---\n{out[-6000:]}\n--- stderr ---\n{err[-6000:]}")

@@ -12,6 +12,8 @@ before the job has started again on it.
 2. A reset whose start fails on rank 2 without a rank lost (an error of its own): the next shrink
    loses nobody, so the reset ends on every rank instead of trying again: ``ENDED rank FIRST
    <error class>: <message>``.
+
+Every rank leaves with status 1 (its job ended broken), so its lines go through ``harness.say``.
 """
 import importlib
 import os
@@ -21,6 +23,7 @@ import numpy as np
 
 import blinkflow as bf
 from blinkflow.errors import ShutdownError
+from harness import say
 from losses import reduce_until_the_loss_is_noticed
 
 reforming = importlib.import_module("blinkflow.elastic.reform")   # the package exports its function by that name
@@ -39,10 +42,10 @@ if first == 3:
     reforming._start = die   # after the shrink that kept this rank, before the new job starts on it
 reduce_until_the_loss_is_noticed("step")
 reset = reforming.reform()
-print(f"RESET rank {first} new {bf.rank()} lost {list(reset.lost)} size {bf.size()}", flush=True)
+say(f"RESET rank {first} new {bf.rank()} lost {list(reset.lost)} size {bf.size()}")
 got = bf.allreduce(np.full(8, float(first)), op=bf.Sum, name="sum")
-print(f"SUM rank {first} got {int(got[0])}", flush=True)
-print(f"DONE rank {first}", flush=True)
+say(f"SUM rank {first} got {int(got[0])}")
+say(f"DONE rank {first}")
 
 
 def fail_to_start(*_args, **_kwargs):
@@ -55,4 +58,4 @@ try:
     reforming.reform()
     raise AssertionError("the reset went on after a start failed without a rank lost")
 except (RuntimeError, ShutdownError) as error:
-    print(f"ENDED rank {first} {type(error).__name__}: {error}", flush=True)
+    say(f"ENDED rank {first} {type(error).__name__}: {error}")   # then leaves with status 1: see harness.say

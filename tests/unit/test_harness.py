@@ -240,3 +240,16 @@ def test_the_tests_of_one_launch_run_on_one_worker(tmp_path):
     for ran in tmp_path.glob("ran-*"):
         workers.setdefault(ran.name.split("-")[1], set()).add(ran.read_text())
     assert sorted(workers) == ["1", "2"] and all(len(w) == 1 for w in workers.values()), (workers, out[-2000:])
+
+
+def test_what_a_process_says_reaches_the_result_even_when_its_output_cannot(tmp_path):
+    """``say`` keeps a line in the job's own record before printing it: a process whose output
+    is closed (as Open MPI closes a rank's once most ranks left with a failure status) and that
+    leaves with status 1 still has its lines in ``said``, in order."""
+    script = tmp_path / "says.py"
+    script.write_text("import os, sys\nfrom harness import say\nsay('first')\nsay('second')\n"
+                      "os.close(1)\ntry:\n    say('third')\nexcept OSError:\n    os._exit(1)\n")
+    result = harness.run_alone(["python", str(script)], check=False)
+    assert result.returncode == 1, result.stderr
+    assert result.said == "first\nsecond\nthird\n"
+    assert result.stdout == "first\nsecond\n"
