@@ -14,6 +14,7 @@ Modules and subpackages, one job each:
 ``config``         the one configuration object: every ``BLINKFLOW_*`` variable read once
 ``errors``         the one error hierarchy, under ``BlinkflowError``
 ``ops``            reduction operations (Horovod's names)
+``placement``      host or device: where a collective's data is reduced, decided once
 ``processes``      whether a process lives, from its pid
 ``scaling``        Horovod's pre/post-scale arithmetic, defined once
 ``setting_text``   the one reader of a setting's text (environment, config file, flag)

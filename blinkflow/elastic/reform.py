@@ -286,11 +286,12 @@ class _Old:
     @classmethod
     def of(cls, engine) -> "_Old":
         from ..backends.cuda import device as cuda_device
+        from ..placement import cuda_usable
 
         job = engine.job
         sets = dict(engine.sets.ranks_of) if engine.sets is not None else {}
         sets.pop(0, None)
-        cuda = engine.config.backend != "cpu" and cuda_device.is_available()
+        cuda = cuda_usable(engine.config)
         return cls(group=members(engine).Get_group(), rank=job.rank, size=job.size,
                    device=job.devices[job.rank], sets=sets, rate_gbps=_allreduce_rate(job),
                    cuda_ordinal=cuda_device.rank_device(job.layout) if cuda else None)

@@ -13,9 +13,10 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
-from ..arrays import as_cupy, on_device
+from ..arrays import as_cupy
 from ..errors import InvalidArgumentError
 from ..ops import Average
+from ..placement import DEVICE, HOST, of_array
 from .messages import shown
 
 DTYPES = {"bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
@@ -26,10 +27,12 @@ _dtype_of, _shape_of = operator.attrgetter("dtype"), operator.attrgetter("shape"
 
 def as_array(tensor) -> Tuple[Any, str]:
     """(array, device) of a numpy or GPU array (CuPy's, or anything CuPy takes without a copy; see
-    :mod:`blinkflow.arrays`) or of anything numpy converts, of a supported dtype."""
+    :mod:`blinkflow.arrays`) or of anything numpy converts, of a supported dtype; the device is
+    :func:`blinkflow.placement.of_array`'s answer."""
     if type(tensor) is np.ndarray and tensor.dtype in _NAMES:  # the common case, checked cheaply
-        return tensor, "cpu"
-    array, device = (as_cupy(tensor), "cuda") if on_device(tensor) else (np.asarray(tensor), "cpu")
+        return tensor, HOST
+    device = of_array(tensor)
+    array = as_cupy(tensor) if device == DEVICE else np.asarray(tensor)
     if array.dtype in _NAMES:  # the common case, without numpy's slow dtype.name
         return array, device
     if array.dtype.name not in DTYPES:

@@ -80,11 +80,14 @@ def start(comm=None, process_sets=None, device=None) -> None:
 
 
 def _use_rank_gpu(engine) -> None:
-    """The rank's GPU becomes current in the calling thread when the cuda backend is in reach
-    (:func:`blinkflow.backends.cuda.device.use_rank_device`)."""
-    from ..backends.cuda.device import use_rank_device
+    """The rank's GPU becomes current in the calling thread when the cuda backend is usable
+    (:func:`blinkflow.placement.cuda_usable`; :func:`blinkflow.backends.cuda.device.use_rank_device`)."""
+    from ..placement import cuda_usable
 
-    use_rank_device(engine.job.layout, engine.config.backend)
+    if cuda_usable(engine.config):
+        from ..backends.cuda.device import use_rank_device
+
+        use_rank_device(engine.job.layout)
 
 
 def _communicator(comm):

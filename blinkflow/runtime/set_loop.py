@@ -33,12 +33,10 @@ from .stall import StallInspector
 from .state import SharedState
 
 
-def make_backend(device: str, config: Config, ctx: BackendContext):
-    """The executor for arrays on ``device``: cpu (numpy) or cuda (cupy)."""
+def make_backend(device: str, ctx: BackendContext):
+    """The executor for arrays on ``device`` (the requests' placement, :mod:`blinkflow.placement`):
+    cpu (numpy) or cuda (cupy)."""
     if device == "cuda":
-        if config.backend == "cpu":
-            raise BackendError("a CuPy array was given but BLINKFLOW_BACKEND=cpu; pass numpy arrays or set "
-                               "BLINKFLOW_BACKEND=auto")
         try:
             from ..backends.cuda import CudaBackend
         except ImportError as e:
@@ -86,7 +84,7 @@ class SetLoop:
     def backend(self, device: str):
         backend = self.backends.get(device)
         if backend is None:
-            backend = self.backends[device] = make_backend(device, self.config, self.ctx)
+            backend = self.backends[device] = make_backend(device, self.ctx)
         return backend
 
     def describe_running(self) -> str:

@@ -3,21 +3,21 @@ their memory.
 
 A collective on TF tensors becomes a Python function over arrays that enqueues on the runtime
 and waits for the result. A whole list of tensors crosses in ONE call, so the runtime sees every
-gradient of a step at once and fuses them. Two routes:
+gradient of a step at once and fuses them. Two routes, the one :mod:`blinkflow.placement`
+answers for the call's tensors:
 
 * **device**: GPU tensors cross into CuPy by DLPack, without a copy (:mod:`..backends.cuda.dlpack`),
   are reduced by the cuda backend's tree schedule, and come back the same way (placed on, and
-  synchronised on, the GPU the backend drives for this rank). Taken when a tensor lives on a GPU, or for every tensor when ``BLINKFLOW_BACKEND=cuda`` (a tensor TF keeps
-  on the host is first placed on the GPU by TF). bfloat16, which CuPy lacks, is reduced in
-  float32 on the device.
+  synchronised on, the GPU the backend drives for this rank; a tensor TF keeps on the host is
+  first placed there by TF). bfloat16, which CuPy lacks, is reduced in float32 on the device.
 * **host**: CPU tensors become numpy arrays (``.numpy()``, a view where TF allows) for the cpu
-  backend. ``BLINKFLOW_BACKEND=cpu`` sends every tensor this way.
+  backend.
 
 Eagerly the function runs directly and runtime errors arrive as the blinkflow errors, each also
 an instance of the matching ``tf.errors`` class (:func:`._errors.as_tf_error`). Inside a graph
 (a ``tf.function``, or a TF1 ``tf.Graph`` run by ``tf.compat.v1.Session``) it runs as one
 stateful op: ``tf.numpy_function`` where only the host route is possible
-(no CuPy, or ``BLINKFLOW_BACKEND=cpu``), else ``tf.py_function``, which hands its function the
+(:func:`blinkflow.placement.tensors_may_go_to_device`), else ``tf.py_function``, which hands its function the
 tensors where they live so the route is chosen per call. In a ``tf.function`` TF's automatic
 control dependencies order stateful ops in program order, so every rank enqueues its collectives
 in the same order even with one inter-op thread (no cross-rank deadlock). A TF1 graph run by a
@@ -46,6 +46,7 @@ from typing import Callable, Dict, List, Sequence
 import numpy as np
 import tensorflow as tf
 
+from .. import placement
 from ..errors import BackendError, BlinkflowError
 from . import _errors, _tf1, _xla
 from ._naming import scope_name
@@ -63,35 +64,6 @@ def runtime():
     return api
 
 
-def _device_possible() -> bool:
-    """Whether any tensor may take the device route (decided once per process)."""
-    possible = _route_cache.get("possible")
-    if possible is None:
-        from ..config import get_config
-
-        backend = get_config().backend
-        if backend == "cpu":
-            possible = False
-        elif backend == "cuda":
-            possible = True
-        else:
-            from ..backends.cuda.device import is_available
-
-            possible = is_available()
-        _route_cache["possible"] = possible
-    return possible
-
-
-def _forced() -> bool:
-    from ..config import get_config
-
-    return get_config().backend == "cuda"
-
-
-def _on_gpu(t) -> bool:
-    return "GPU" in (getattr(t, "device", "") or "").upper()
-
-
 def _run_eager(fn, tensors, out_dtypes):
     """``fn`` on the tensors' arrays, by the route their placement asks for; tensors out."""
     return _to_tensors(fn(_to_arrays(tensors)), out_dtypes)
@@ -100,7 +72,7 @@ def _run_eager(fn, tensors, out_dtypes):
 def _to_arrays(tensors) -> list:
     """The tensors' arrays for the runtime: cupy views by DLPack on the device route, numpy
     (views where TensorFlow allows) on the host route."""
-    if _device_possible() and (_forced() or any(_on_gpu(t) for t in tensors)):
+    if placement.of_tensors(tensors) == placement.DEVICE:
         return _device_arrays(tensors)
     conversions["host"] += len(tensors)
     return [t.numpy() for t in tensors]
@@ -131,7 +103,7 @@ def _device_arrays(tensors) -> list:
     try:
         with tf.device(where):
             # bfloat16, which CuPy lacks, is reduced in float32 (and cast back in _to_tensors)
-            placed = [tf.cast(t, tf.float32) if t.dtype == tf.bfloat16 else (t if _on_gpu(t) else tf.identity(t))
+            placed = [tf.cast(t, tf.float32) if t.dtype == tf.bfloat16 else (t if placement.on_gpu(t) else tf.identity(t))
                       for t in tensors]
         for i, t in enumerate(placed):
             arrays.append(tf_to_cupy(t, sync=i == len(placed) - 1))  # one device sync for the group
@@ -219,7 +191,7 @@ def submit(fn: Callable[[List], int], tensors: Sequence[tf.Tensor], name: str) -
     if _xla.in_xla_context():
         return _xla_call(lambda arrays: [np.int64(_start(fn, lambda: arrays))], tensors, [tf.int64], [[]], name,
                          copy_inputs=True)[0]
-    if _device_possible():
+    if placement.tensors_may_go_to_device():
         def graph_fn(*eager):
             return np.int64(_start(fn, lambda: _to_arrays(list(eager))))
 
@@ -277,7 +249,7 @@ _deferred_ids = itertools.count(-1, -1)
 def _xla_call(fn, tensors, out_dtypes, out_shapes, name, copy_inputs=False) -> List[tf.Tensor]:
     """:func:`._xla.call`, bfloat16 widened to float32 where the device route is possible (as
     :func:`_device_arrays` does: CuPy has no bfloat16)."""
-    widen = _device_possible()
+    widen = placement.tensors_may_go_to_device()
     tensors = [tf.cast(t, tf.float32) if widen and t.dtype == tf.bfloat16 else t for t in tensors]
     wide = [tf.float32 if widen and tf.as_dtype(d) == tf.bfloat16 else d for d in out_dtypes]
     def counted(arrays):
@@ -313,10 +285,10 @@ def _cross(on_eager, on_numpy, on_arrays, tensors, out_dtypes, out_shapes, name,
     if _xla.in_xla_context():
         return _xla_call(on_arrays, tensors, out_dtypes, out_shapes, name)
     if _tf1.in_tf1_graph() and _tf1.available():
-        route = _tf1.Route(_device_possible(), _to_arrays, _to_tensors, conversions)
+        route = _tf1.Route(placement.tensors_may_go_to_device(), _to_arrays, _to_tensors, conversions)
         return _tf1.call(on_arrays, tensors, out_dtypes, out_shapes, name, route)
 
-    if _device_possible():
+    if placement.tensors_may_go_to_device():
         def graph_fn(*eager):
             try:
                 return _errors.ok(on_eager(list(eager)))

@@ -39,6 +39,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..errors import BlinkflowError, NotSupportedError
+from .. import placement
 from . import _errors, _op_library
 
 _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64),
@@ -149,7 +150,7 @@ def _run(call_id, n_in, in_desc, in_ptrs, n_out, out_desc, out_ptrs, stream, err
                                  "released with the tf.function or graph that traced it); trace the function again")
         ins = _shapes(in_desc, n_in)
         outs = _shapes(out_desc, n_out)
-        if stream:
+        if placement.of_xla_call(stream) == placement.DEVICE:
             _run_on_device(entry, ins, in_ptrs, outs, out_ptrs, stream)
         else:
             _run_on_host(entry, ins, in_ptrs, outs, out_ptrs)

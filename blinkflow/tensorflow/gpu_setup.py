@@ -1,8 +1,8 @@
 """What ``blinkflow.tensorflow.init()`` does to TensorFlow's GPUs before TF initialises them.
 
 - **Memory growth.** TensorFlow's allocator takes nearly all of a GPU's memory when it first
-  touches it, after which the cuda backend's receive arena and CuPy's pool cannot allocate. With
-  the cuda backend in reach (CuPy sees a device and ``BLINKFLOW_BACKEND`` is not ``cpu``), init()
+  touches it, after which the cuda backend's receive arena and CuPy's pool cannot allocate. Where
+  the cuda backend is usable (:func:`blinkflow.placement.cuda_usable`), init()
   makes TF grow its memory as needed instead (``set_memory_growth``), unless
   ``BLINKFLOW_TF_MEMORY_GROWTH=0``.
 - **The rank's GPU.** Local rank k drives CUDA device k (:mod:`blinkflow.topology.visible_devices`),
@@ -19,16 +19,12 @@ import logging
 from typing import List, Optional
 
 from ..config import Config
+from ..placement import cuda_usable
 
 log = logging.getLogger("blinkflow")
 
 
-def uses_cuda_backend(config: Config, cuda_usable: bool) -> bool:
-    """Whether GPU tensors of this job go through the cuda backend."""
-    return config.backend != "cpu" and cuda_usable
-
-
-def setup_tf_gpus(tf, config: Config, local_rank: int, cuda_usable: bool) -> List[str]:
+def setup_tf_gpus(tf, config: Config, local_rank: int, cupy_sees_gpu: bool) -> List[str]:
     """Apply the settings above to ``tf``; the lines logged (empty when TF sees no GPU)."""
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
@@ -39,7 +35,7 @@ def setup_tf_gpus(tf, config: Config, local_rank: int, cuda_usable: bool) -> Lis
                        f"TensorFlow shown only {gpus[local_rank].name} (local rank {local_rank} drives CUDA device "
                        f"{local_rank}; BLINKFLOW_PIN_GPUS=0 leaves TF's devices alone)",
                        "could not pin TensorFlow to this rank's GPU")
-    if config.tf_memory_growth and uses_cuda_backend(config, cuda_usable):
+    if config.tf_memory_growth and cuda_usable(config, cupy_sees_gpu):
         def grow():
             for gpu in gpus:
                 if not tf.config.experimental.get_memory_growth(gpu):
@@ -62,16 +58,13 @@ def _apply(action, did: str, failed: str) -> List[str]:
     return [did]
 
 
-def cuda_usable() -> bool:
-    from ..backends.cuda.device import is_available
-    return is_available()
-
-
 def prepare(config: Optional[Config] = None, local_rank: Optional[int] = None) -> List[str]:
     """:func:`setup_tf_gpus` for this process (called by ``blinkflow.tensorflow.init``)."""
     import tensorflow as tf
 
+    from ..backends.cuda.device import is_available
     from ..config import get_config
     from ..runtime import api
     config = config or get_config()
-    return setup_tf_gpus(tf, config, api.local_rank() if local_rank is None else local_rank, cuda_usable())
+    return setup_tf_gpus(tf, config, api.local_rank() if local_rank is None else local_rank,
+                         is_available())

@@ -42,7 +42,7 @@ class DeviceApi:
 
 def test_cuda_backend_makes_tf_grow_and_shows_the_rank_its_gpu():
     tf = DeviceApi(4)
-    lines = setup_tf_gpus(tf, Config(), local_rank=2, cuda_usable=True)
+    lines = setup_tf_gpus(tf, Config(), local_rank=2, cupy_sees_gpu=True)
     assert tf.visible == "/physical_device:GPU:2" and len(tf.growth) == 4
     assert len(lines) == 2 and "grows its GPU memory" in lines[1]
 
@@ -55,21 +55,21 @@ def test_cuda_backend_makes_tf_grow_and_shows_the_rank_its_gpu():
 ])
 def test_memory_growth_only_with_the_cuda_backend(config, cuda, growth):
     tf = DeviceApi(1)
-    setup_tf_gpus(tf, config, local_rank=0, cuda_usable=cuda)
+    setup_tf_gpus(tf, config, local_rank=0, cupy_sees_gpu=cuda)
     assert bool(tf.growth) == growth
     assert tf.visible is None   # one GPU: nothing to choose
 
 
 def test_pin_gpus_0_and_ranks_beyond_the_gpus_leave_tf_devices_alone():
     tf = DeviceApi(2)
-    setup_tf_gpus(tf, Config(pin_gpus=0), local_rank=1, cuda_usable=False)
-    setup_tf_gpus(tf, Config(), local_rank=2, cuda_usable=False)
+    setup_tf_gpus(tf, Config(pin_gpus=0), local_rank=1, cupy_sees_gpu=False)
+    setup_tf_gpus(tf, Config(), local_rank=2, cupy_sees_gpu=False)
     assert tf.visible is None
 
 
 def test_tf_already_initialised_is_said_not_raised():
     tf = DeviceApi(2, initialised=True)
-    lines = setup_tf_gpus(tf, Config(), local_rank=1, cuda_usable=True)
+    lines = setup_tf_gpus(tf, Config(), local_rank=1, cupy_sees_gpu=True)
     assert len(lines) == 2 and all("before blinkflow.init()" in line for line in lines)
     assert "TF_FORCE_GPU_ALLOW_GROWTH=true" in lines[1]
 

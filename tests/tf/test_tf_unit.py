@@ -279,6 +279,7 @@ def test_the_device_route_synchronises_after_the_collective_even_for_empty_outpu
     """TensorFlow may reuse the inputs' memory and reads the outputs once the bridge returns: one
     device sync must come after the collective, also when the last output is empty (a rank with
     no rows of a reduce-scatter; it used to ride on the last output's conversion)."""
+    from blinkflow import placement
     from blinkflow.backends.cuda import dlpack
     from blinkflow.tensorflow import _bridge
 
@@ -295,8 +296,8 @@ def test_the_device_route_synchronises_after_the_collective_even_for_empty_outpu
                         or tf.zeros(a.shape))
     monkeypatch.setattr(_bridge, "_synchronize", lambda: events.append(("sync",)))
     monkeypatch.setattr(_bridge, "_rank_device_scope", contextlib.nullcontext)
-    monkeypatch.setattr(_bridge, "_on_gpu", lambda t: True)
-    monkeypatch.setattr(_bridge, "_device_possible", lambda: True)
+    monkeypatch.setattr(placement, "on_gpu", lambda t: True)
+    monkeypatch.setattr(placement, "tensors_may_go_to_device", lambda: True)
     out = _bridge._run_eager(lambda arrays: events.append(("collective",)) or [Array(5), Array(0)],
                              [tf.ones([5]), tf.ones([0])], [tf.float32, tf.float32])
     assert [o.shape.as_list() for o in out] == [[5], [0]]

@@ -69,14 +69,12 @@ def rank_device(layout) -> int:
     return choose_device(layout.local_rank, cupy.cuda.runtime.getDeviceCount())
 
 
-def use_rank_device(layout, backend_setting: str) -> Optional[int]:
-    """With the cuda backend in reach (``BLINKFLOW_BACKEND`` not ``cpu``, CuPy seeing a GPU), make
-    the rank's GPU the calling thread's current CUDA device and return its ordinal (else None):
-    the arrays a user makes after ``init()`` then land on the GPU the rank's collectives run on,
-    as Horovod's ``torch.cuda.set_device(local_rank)`` recipe arranges by hand. CUDA's current
-    device belongs to a thread, so only the thread that called ``init()`` is moved."""
-    if backend_setting == "cpu" or not is_available():
-        return None
+def use_rank_device(layout) -> int:
+    """Make the rank's GPU the calling thread's current CUDA device and return its ordinal (where
+    the cuda backend is usable: :func:`blinkflow.placement.cuda_usable`): the arrays a user makes
+    after ``init()`` then land on the GPU the rank's collectives run on, as Horovod's
+    ``torch.cuda.set_device(local_rank)`` recipe arranges by hand. CUDA's current device belongs
+    to a thread, so only the thread that called ``init()`` is moved."""
     import cupy
 
     device = rank_device(layout)
