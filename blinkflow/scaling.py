@@ -1,4 +1,4 @@
-"""Horovod's pre/post-scale arithmetic, the one definition every backend and binding uses.
+"""Horovod's pre/post-scale factors and arithmetic, the one definition every backend and binding uses.
 
 A collective's ``prescale_factor``, ``postscale_factor`` and Average's division by the number of
 ranks multiply a buffer by a factor. Horovod 0.28's CPU operations do it in
@@ -24,6 +24,17 @@ blinkflow does the same, bit for bit, with three choices of its own:
 - bfloat16 and bool, which ScaleBuffer refuses: bfloat16 multiplies by the factor rounded to
   bfloat16, bool in float64 (nonzero is true).
 
+Which factors a call has, and where each applies, is decided here too:
+
+- :func:`predivided`: ``gradient_predivide_factor`` f of an Average (the optimizers' and the
+  tape's) is a Sum prescaled by 1/f and postscaled by f/size, as Horovod's
+  ``DistributedOptimizer`` does;
+- :func:`folded_factor`: the factor an all-reduce's algorithm folds into its last write (a float's
+  postscale, Average's 1/size included; every backend's algorithm takes it, and the prescale,
+  as arguments);
+- :func:`finish`: what follows on the reduced result where nothing was folded (an integer's or a
+  bool's Average or postscale).
+
 The forms, held to each other by ``tests/unit/test_scaling.py``:
 
 - arrays (numpy, and CuPy for dtypes its kernel lacks): :func:`scale`, :func:`scaled_copy`,
@@ -34,9 +45,11 @@ The forms, held to each other by ``tests/unit/test_scaling.py``:
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Tuple
 
 import numpy as np
+
+from .ops import ReduceOp
 
 
 def scale(buf, factor: float) -> None:
@@ -76,6 +89,36 @@ def average(buf, size: int, postscale: float = 1.0, scale: Callable[[object, flo
     if buf.dtype.kind == "i":
         quotient += ((wide - quotient * size) != 0) & (wide < 0)
     buf[...] = quotient
+
+
+def predivided(op: ReduceOp, size: int, predivide_factor: float) -> Tuple[ReduceOp, float, float]:
+    """(op, prescale, postscale) the runtime applies for gradients reduced by ``op`` over
+    ``size`` ranks with ``gradient_predivide_factor`` f: ``op`` unscaled when f is 1; else (an
+    Average) a Sum prescaled by 1/f and postscaled by f/size."""
+    if predivide_factor == 1.0:
+        return op, 1.0, 1.0
+    return ReduceOp.SUM, 1.0 / predivide_factor, predivide_factor / size
+
+
+def folded_factor(is_average: bool, postscale: float, size: int, dtype: np.dtype) -> float:
+    """The factor an all-reduce's algorithm multiplies into its last write: a float's (or
+    complex's) whole postscale, divided by ``size`` for an Average; 1 for other dtypes, whose
+    scaling :func:`finish` applies afterwards with Horovod's arithmetic."""
+    if dtype.kind not in "fc":
+        return 1.0
+    return postscale / size if is_average else postscale
+
+
+def finish(buf, is_average: bool, postscale: float, size: int, scale: Callable[[object, float], None] = scale) -> None:
+    """The scaling left, in place, after an all-reduce whose algorithm folded
+    :func:`folded_factor`: none for floats; an integer's or bool's :func:`average`, or postscale,
+    through ``scale`` (a backend passes its own)."""
+    if buf.dtype.kind in "fc":
+        return
+    if is_average:
+        average(buf, size, postscale, scale)
+    elif postscale != 1.0:
+        scale(buf, postscale)
 
 
 def tf_scaled(tensor, factor: float):

@@ -318,18 +318,16 @@ class Executor:
         # One route on every backend: the algorithm the backend answers for the call shape (the
         # policy's) packs the inputs (timeline: COPY_IN) or reads them in place, reduces, and
         # writes the result into a private array (every result is a slice of it; a backend's
-        # buffer is reused by the next batch), a float Average's or postscale's factor folded
-        # into that last write. An integer's scaling follows here, with Horovod's arithmetic.
-        scale = first.postscale / self.size if op is ReduceOp.AVERAGE else first.postscale
-        folded = scale if dtype.kind in "fc" else 1.0
+        # buffer is reused by the next batch), the factor blinkflow/scaling.py folds (a float's
+        # Average and postscale) in that last write; it then finishes what was not folded (an
+        # integer's), with Horovod's arithmetic.
+        average = op is ReduceOp.AVERAGE
         private = self._result(first.device, total, dtype)
         algorithm = backend.allreduce_algorithm(total, dtype, len(inputs), first.prescale == 1.0)
-        algorithm(inputs, op.combiner, private, folded, first.prescale)
+        algorithm(inputs, op.combiner, private, scaling.folded_factor(average, first.postscale, self.size, dtype),
+                  first.prescale)
         self._mark(names, "B", "COPY_OUT")  # the unpacking: the copy out ran in the backend
-        if op is ReduceOp.AVERAGE and dtype.kind in "iu":
-            scaling.average(private, self.size, first.postscale, scale=backend.scale)
-        elif folded == 1.0 and scale != 1.0:
-            backend.scale(private, scale)
+        scaling.finish(private, average, first.postscale, self.size, backend.scale)
         slices, shaped = batch.views  # hundreds of gradients: a C-level map over slices made once
         results = list(map(private.__getitem__, slices))
         for i, shape in shaped:

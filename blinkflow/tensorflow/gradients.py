@@ -52,6 +52,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from .. import scaling
 from ..arrays import on_device
 from ..compression import Compression
 from ..config import get_config
@@ -81,11 +82,10 @@ class GradientReducer:
         """The sources whose gradients stay on this rank (``register_local_var`` & co. add to it)."""
 
     def _scale_factors(self):
-        """(op, prescale, postscale) that the runtime applies."""
-        f = self.gradient_predivide_factor
-        if f == 1.0:
+        """(op, prescale, postscale) that the runtime applies (:func:`blinkflow.scaling.predivided`)."""
+        if self.gradient_predivide_factor == 1.0:
             return self.op, 1.0, 1.0
-        return ReduceOp.SUM, 1.0 / f, f / rank_ops.size(self.process_set)
+        return scaling.predivided(self.op, rank_ops.size(self.process_set), self.gradient_predivide_factor)
 
     @tf.autograph.experimental.do_not_convert
     def reduce(self, grads: Sequence[Optional[tf.Tensor]], sources: Sequence) -> List[Optional[tf.Tensor]]:

@@ -198,3 +198,31 @@ def test_kernel_factor_rounds_as_the_kernel_multiplies():
     bf = scaling.kernel_factor("bfloat16", 1 / 3)
     assert np.float32(bf).view(np.uint32) & 0xFFFF == 0  # a bfloat16 value
     assert abs(bf - 1 / 3) < 2 ** -9
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "uint8", "int64", "bool"])
+@pytest.mark.parametrize("is_average, postscale", [(True, 1.0), (True, 0.5), (False, 1.0), (False, 3.0)])
+def test_what_an_algorithm_folds_and_what_finishes_after_make_horovods_scaling(dtype, is_average, postscale):
+    """An all-reduce's scaling split in two (the factor the algorithm folds into its last write,
+    then what finish() does on the result) gives what scaling a summed buffer all at once gives."""
+    size = 3
+    summed = np.array([7, -8, 9, 0, 1], dtype=np.float64).astype(dtype) if dtype != "uint8" else \
+        np.array([7, 8, 9, 0, 1], dtype=dtype)
+    want = summed.copy()
+    if is_average:
+        scaling.average(want, size, postscale)
+    else:
+        scaling.scale(want, postscale)
+    got = summed.copy()
+    scaling.scale(got, scaling.folded_factor(is_average, postscale, size, got.dtype))   # the algorithm's last write
+    scaling.finish(got, is_average, postscale, size)
+    np.testing.assert_array_equal(got, want)
+    folds = got.dtype.kind in "fc"
+    assert (scaling.folded_factor(is_average, postscale, size, got.dtype) != 1.0) == (folds and (is_average or postscale != 1.0))
+
+
+def test_a_predivided_average_is_a_sum_scaled_before_and_after():
+    from blinkflow.ops import ReduceOp
+
+    assert scaling.predivided(ReduceOp.AVERAGE, 4, 1.0) == (ReduceOp.AVERAGE, 1.0, 1.0)
+    assert scaling.predivided(ReduceOp.AVERAGE, 4, 2.0) == (ReduceOp.SUM, 0.5, 0.5)
