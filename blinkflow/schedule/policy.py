@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 from ..errors import ConfigError
 
@@ -226,13 +226,16 @@ class Choice:
 
 def choose(collective: str, nbytes: int, itemsize: int, layout, config, caps: Capabilities,
            npieces: int = 1, ntrees: int = 1, op=None, rates: Optional[PlanRates] = None,
-           dtype: Optional[str] = None) -> Choice:
+           dtype: Optional[str] = None, trees_allow_single_copy: Optional[Callable[[], bool]] = None) -> Choice:
     """The algorithm and chunk of one call: ``nbytes`` of elements of ``itemsize`` bytes
     (``npieces`` tensors of an all-reduce that were not packed; ``ntrees`` of the call's plan,
     which the device executor cuts its chunks by and the cuda runner's arena shares its slots
     among; ``op`` its reduce op, None for an elementwise one; ``rates`` the plan's and NCCL's,
     None when unknown: ``auto`` then keeps the trees; ``dtype`` its element type's name, None when
-    unknown: only a dtype of :data:`MPI_DTYPES` may take ``mpi``). Raises ConfigError when
+    unknown: only a dtype of :data:`MPI_DTYPES` may take ``mpi``; ``trees_allow_single_copy`` says
+    whether the call's trees let the single copy run it, asked only where the single copy would
+    be chosen, since it lowers the call's program: the cpu backend passes it, and where it says
+    no the call takes what it would without the single copy). Raises ConfigError when
     ``BLINKFLOW_ALGORITHM`` names an algorithm that cannot run this call. An Adasum all-reduce
     always takes ``adasum``: it is not elementwise, so no tree runs it, and
     ``BLINKFLOW_ALGORITHM`` (a choice among the trees' algorithms) does not apply to it."""
@@ -276,11 +279,14 @@ def choose(collective: str, nbytes: int, itemsize: int, layout, config, caps: Ca
         return Choice("mpi", 0, why=f"{nbytes} bytes: latency bound (at most {MPI_ALLREDUCE_MAX_BYTES})")
     single = (collective == "allreduce" and caps.single_copy and nbytes >= SINGLE_COPY_MIN_SHARD_BYTES * layout.local_size
               and nbytes >= SINGLE_COPY_MIN_PIECE_BYTES * max(1, npieces))
-    if wanted == "single_copy" and not (collective == "allreduce" and caps.single_copy):
+    forced = wanted == "single_copy" and collective == "allreduce" and caps.single_copy
+    if (single and wanted == "auto") or forced:
+        if trees_allow_single_copy is None or trees_allow_single_copy():
+            return Choice("single_copy", fixed or single_copy_chunk_bytes(caps.l2_bytes))
+        single = False
+    if wanted == "single_copy" and not single:
         raise ConfigError("BLINKFLOW_ALGORITHM=single_copy runs all-reduces of the cpu backend where ranks may read "
                           "each other's memory; set BLINKFLOW_ALGORITHM=auto")
-    if (single and wanted == "auto") or (wanted == "single_copy" and collective == "allreduce"):
-        return Choice("single_copy", fixed or single_copy_chunk_bytes(caps.l2_bytes))
     if caps.backend == "cuda":
         chunk = cuda_runner_slot_cap(fixed or cuda_runner_chunk_bytes(nbytes), layout, ntrees, caps)
         return Choice("runner", chunk, why=nccl or "")
@@ -325,6 +331,14 @@ def cuda_runner_slot_cap(chunk_bytes: int, layout, ntrees: int, caps: Capabiliti
     senders = max((len(r) for r in layout.host_ranks), default=1) if layout is not None else 1
     per_slot = caps.arena_bytes // (max(1, senders) * max(1, ntrees) * max(1, caps.runner_slots))
     return min(chunk_bytes, max(CUDA_SLOT_ALIGN_BYTES, per_slot // CUDA_SLOT_ALIGN_BYTES * CUDA_SLOT_ALIGN_BYTES))
+
+
+def cuda_arena_slot_bytes(config, layout, ntrees: int, caps: Capabilities) -> int:
+    """The cuda runner's receive slot at its smallest: the runner's chunk for the smallest call
+    (or ``BLINKFLOW_CHUNK_BYTES``), capped as every runner chunk is (:func:`cuda_runner_slot_cap`),
+    so that small programs share one arena; a call whose chunk is larger grows it."""
+    fixed = config.chunk_bytes if config is not None else 0
+    return cuda_runner_slot_cap(fixed or cuda_runner_chunk_bytes(0), layout, ntrees, caps)
 
 
 def cuda_runner_chunk_bytes(nbytes: int) -> int:

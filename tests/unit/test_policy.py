@@ -204,3 +204,36 @@ def test_nccl_where_the_plans_trees_do_not_beat_its_rings():
     with pytest.raises(ConfigError, match="no NCCL here"):
         choose("allreduce", MIB, 4, ONE_HOST, Config(algorithm="nccl"), Capabilities("cuda"), rates=equal)
     assert choose("allreduce", MIB, 4, ONE_HOST, Config(algorithm="nccl"), CPU).algorithm == "runner"
+
+
+def test_the_single_copy_is_chosen_only_where_the_calls_trees_let_it_run():
+    """The cpu backend hands the policy whether the call's trees let the single copy run (a
+    lowering, so asked only where the single copy would be chosen); where they do not, the call
+    takes what it would without the single copy, and a forced single copy is a ConfigError."""
+    asked = []
+
+    def trees(answer):
+        return lambda: asked.append(answer) or answer
+
+    big = 16 * MIB * 4
+    assert choose("allreduce", big, 4, ONE_HOST, Config(), CPU, trees_allow_single_copy=trees(True)).algorithm \
+        == "single_copy"
+    refused = choose("allreduce", big, 4, ONE_HOST, Config(), CPU, trees_allow_single_copy=trees(False))
+    assert refused == choose("allreduce", big, 4, ONE_HOST, Config(), dataclasses.replace(CPU, single_copy=False))
+    assert choose("allreduce", 1024, 4, ONE_HOST, Config(), CPU, dtype="float32",
+                  trees_allow_single_copy=trees(True)).algorithm \
+        == "mpi"
+    assert asked == [True, False]   # never for a call the single copy would not take
+    with pytest.raises(ConfigError, match="single_copy runs all-reduces"):
+        choose("allreduce", big, 4, ONE_HOST, Config(algorithm="single_copy"), CPU, trees_allow_single_copy=trees(False))
+
+
+@pytest.mark.parametrize("ntrees", [1, 3, 16])
+@pytest.mark.parametrize("config", [Config(), Config(chunk_bytes=4 * MIB)])
+def test_the_cuda_arenas_smallest_slot_is_the_runners_chunk_for_the_smallest_call(config, ntrees):
+    """The receive arena is sized by the policy's rule, which is the chunk the policy gives the
+    runner for the smallest all-reduce at that many trees: every runner chunk then fits a slot."""
+    caps = Capabilities("cuda", arena_bytes=64 * MIB, runner_slots=2)
+    smallest = choose("allreduce", 0, 4, TWO_HOSTS, config, caps, ntrees=ntrees)
+    assert smallest.algorithm == "runner"
+    assert policy.cuda_arena_slot_bytes(config, TWO_HOSTS, ntrees, caps) == smallest.chunk_bytes

@@ -195,15 +195,11 @@ class CpuBackend(Backend):
                 dtype: Optional[np.dtype] = None, stars: Optional[Callable[[], bool]] = None) -> policy.Choice:
         """The policy's algorithm and chunk for this call (the same on every rank: its inputs
         were agreed at construction, and every rank makes the same call). ``stars()`` says
-        whether the call's trees let the single copy run it; it is asked only where the policy
-        chose the single copy (it lowers the call's program), and where it says no (or is None)
-        the policy is asked again without the single copy."""
-        config, name = self._config(), None if dtype is None else dtype.name
-        choice = policy.choose(collective, nbytes, itemsize, self.layout, config, self.caps, npieces=npieces,
-                               dtype=name)
-        if choice.algorithm == "single_copy" and not (stars is not None and stars()):
-            choice = policy.choose(collective, nbytes, itemsize, self.layout, config,
-                                   dataclasses.replace(self.caps, single_copy=False), npieces=npieces, dtype=name)
+        whether the call's trees let the single copy run it (the policy asks it only where it
+        would choose the single copy); without it the single copy is not possible."""
+        choice = policy.choose(collective, nbytes, itemsize, self.layout, self._config(), self.caps, npieces=npieces,
+                               dtype=None if dtype is None else dtype.name,
+                               trees_allow_single_copy=stars or (lambda: False))
         self.last_choice = choice
         return choice
 

@@ -334,12 +334,9 @@ class CudaBackend(Backend):
             arena.close()
             self._arena = None
             self.state.reset()
-        # Bytes: at least the smallest runner chunk (or the configured one), capped, so that
-        # small programs share one arena; a larger buffer's chunk grows it (above), the same call
-        # on every local rank.
-        runner_caps = dataclasses.replace(self.caps, device_executor=False, nccl=False)
-        per_slot = policy.choose("allreduce", 0, 1, layout, self.ctx.config, runner_caps,
-                                 ntrees=self._max_channels).chunk_bytes
+        # Bytes: the policy's smallest slot, or a larger buffer's chunk (above), the same call on
+        # every local rank.
+        per_slot = policy.cuda_arena_slot_bytes(self.ctx.config, layout, self._max_channels, self.caps)
         self._arena = IpcArena(self.local_comm, links, self.nslots, max(slot_bytes, per_slot), self._routes)
         self._arena_channels = self._max_channels
 
