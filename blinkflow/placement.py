@@ -10,7 +10,7 @@ setting    TensorFlow tensors (the TF crossing)        arrays handed to the runt
            host                                        anything else on the host
 ``cuda``   the device (a tensor TensorFlow keeps on    as ``auto``
            the host is placed on the rank's GPU first)
-``cpu``    the host                                    the host; a GPU array is refused
+``cpu``    the host (in an XLA step on a GPU, refused)  the host; a GPU array is refused
 =========  ==========================================  =========================================
 
 A whole call goes one way: the TF crossing hands the runtime numpy arrays (host) or CuPy views
@@ -34,8 +34,8 @@ HOST, DEVICE = "cpu", "cuda"
 """The two answers: the backends' names."""
 
 _possible: dict = {}
-"""Per process: whether a TF tensor may take the device route (the setting and CuPy's devices
-do not change while a process runs)."""
+"""Whether a TF tensor may take the device route, per configuration object (CuPy's devices do
+not change while a process runs; the configuration is read again after an elastic start)."""
 
 
 def cuda_usable(config: Optional[Config] = None, cupy_sees_gpu: Optional[bool] = None) -> bool:
@@ -53,11 +53,12 @@ def cuda_usable(config: Optional[Config] = None, cupy_sees_gpu: Optional[bool] =
 def tensors_may_go_to_device() -> bool:
     """Whether any TF tensor of this process may take the device route: ``cuda`` forces it (and
     fails with a typed error where CuPy cannot), ``auto`` needs CuPy to see a GPU."""
-    possible = _possible.get("tensors")
-    if possible is None:
-        backend = get_config().backend
-        possible = _possible["tensors"] = backend == DEVICE or (backend != HOST and cuda_usable())
-    return possible
+    config = get_config()
+    known = _possible.get("tensors")
+    if known is None or known[0] is not config:
+        possible = config.backend == DEVICE or (config.backend != HOST and cuda_usable(config))
+        known = _possible["tensors"] = (config, possible)
+    return known[1]
 
 
 def of_tensors(tensors: Sequence) -> str:
@@ -91,5 +92,12 @@ def of_array(array) -> str:
 
 def of_xla_call(stream: int) -> str:
     """Where an XLA custom call's buffers are: XLA hands a stream only to a call it placed on a
-    GPU."""
-    return DEVICE if stream else HOST
+    GPU. Those are refused under ``BLINKFLOW_BACKEND=cpu`` (InvalidArgumentError, on every rank:
+    the setting is the job's), since XLA already placed them where the host route cannot read."""
+    if not stream:
+        return HOST
+    if get_config().backend == HOST:
+        raise InvalidArgumentError("an XLA-compiled step on a GPU hands blinkflow GPU buffers, but "
+                                   "BLINKFLOW_BACKEND=cpu; set BLINKFLOW_BACKEND=auto, or compile the step without XLA "
+                                   "(model.compile(jit_compile=False), tf.function(jit_compile=False))")
+    return DEVICE

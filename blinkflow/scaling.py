@@ -104,16 +104,21 @@ def folded_factor(is_average: bool, postscale: float, size: int, dtype: np.dtype
     """The factor an all-reduce's algorithm multiplies into its last write: a float's (or
     complex's) whole postscale, divided by ``size`` for an Average; 1 for other dtypes, whose
     scaling :func:`finish` applies afterwards with Horovod's arithmetic."""
-    if dtype.kind not in "fc":
+    if not _folds(dtype):
         return 1.0
     return postscale / size if is_average else postscale
+
+
+def _folds(dtype: np.dtype) -> bool:
+    """Whether an algorithm folds a result's scaling into its last write (floats and complex)."""
+    return dtype.kind in "fc"
 
 
 def finish(buf, is_average: bool, postscale: float, size: int, scale: Callable[[object, float], None] = scale) -> None:
     """The scaling left, in place, after an all-reduce whose algorithm folded
     :func:`folded_factor`: none for floats; an integer's or bool's :func:`average`, or postscale,
     through ``scale`` (a backend passes its own)."""
-    if buf.dtype.kind in "fc":
+    if _folds(buf.dtype):
         return
     if is_average:
         average(buf, size, postscale, scale)

@@ -106,8 +106,11 @@ def say(line: str) -> None:
     survives what mpirun's output may not (see the module docstring)."""
     folder = os.environ.get(SAID)
     if folder:
-        with open(os.path.join(folder, str(os.getpid())), "a") as said:
-            said.write(line + "\n")
+        try:
+            with open(os.path.join(folder, str(os.getpid())), "a") as said:
+                said.write(line + "\n")
+        except OSError as e:   # the job's folder out of reach (another host): the printed line is left
+            print(f"harness.say: could not keep the line in {folder}: {e}", file=sys.stderr, flush=True)
     print(line, flush=True)
 
 
@@ -316,19 +319,26 @@ def _run(cmd: List[str], env: Mapping[str, str], timeout: float, check: bool, cw
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         out, err = proc.communicate()
+        said = _said(env[SAID])
         raise LaunchTimeout(f"{what} timed out after {timeout}s: {' '.join(cmd)}\n"
-                            f"--- stdout ---\n{_text(out)[-4000:]}\n--- stderr ---\n{_text(err)[-4000:]}",
-                            _text(out), _text(err)) from None
+                            f"--- stdout ---\n{_text(out)[-4000:]}\n--- stderr ---\n{_text(err)[-4000:]}"
+                            + (f"\n--- said ---\n{said[-2000:]}" if said else ""), _text(out), _text(err)) from None
     finally:
         if proc.poll() is None:
             _kill_group(proc)
     result = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-    folder = env[SAID]   # each process's lines in order; processes in no particular order
-    result.said = "".join(open(os.path.join(folder, name)).read() for name in sorted(os.listdir(folder)))
+    result.said = _said(env[SAID])
     if check and result.returncode != 0:
         raise AssertionError(f"{what} exited {result.returncode}: {' '.join(cmd)}\n"
-                             f"--- stdout ---\n{out[-6000:]}\n--- stderr ---\n{err[-6000:]}")
+                             f"--- stdout ---\n{out[-6000:]}\n--- stderr ---\n{err[-6000:]}"
+                             + (f"\n--- said ---\n{result.said[-2000:]}" if result.said else ""))
     return result
+
+
+def _said(folder: str) -> str:
+    """What the job's processes gave :func:`say`: each process's lines in order, processes in
+    no particular order."""
+    return "".join(open(os.path.join(folder, name)).read() for name in sorted(os.listdir(folder)))
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -333,7 +333,7 @@ def cuda_runner_slot_cap(chunk_bytes: int, layout, ntrees: int, caps: Capabiliti
     return min(chunk_bytes, max(CUDA_SLOT_ALIGN_BYTES, per_slot // CUDA_SLOT_ALIGN_BYTES * CUDA_SLOT_ALIGN_BYTES))
 
 
-def cuda_arena_slot_bytes(config, layout, ntrees: int, caps: Capabilities) -> int:
+def cuda_arena_slot_bytes(layout, config, caps: Capabilities, ntrees: int) -> int:
     """The cuda runner's receive slot at its smallest: the runner's chunk for the smallest call
     (or ``BLINKFLOW_CHUNK_BYTES``), capped as every runner chunk is (:func:`cuda_runner_slot_cap`),
     so that small programs share one arena; a call whose chunk is larger grows it."""

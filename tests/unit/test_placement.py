@@ -66,6 +66,22 @@ def test_the_cuda_backend_is_usable_only_where_cupy_sees_a_gpu_and_the_setting_a
     assert placement.cuda_usable(Config(backend=backend), cupy_sees_gpu) is usable
 
 
-def test_an_xla_call_is_on_the_device_when_xla_hands_it_a_stream():
+def test_an_xla_call_is_on_the_device_when_xla_hands_it_a_stream(setting):
+    setting("auto", True)
     assert placement.of_xla_call(0) == "cpu"
     assert placement.of_xla_call(0x7F00) == "cuda"
+    setting("cpu", True)
+    assert placement.of_xla_call(0) == "cpu"
+    with pytest.raises(InvalidArgumentError, match="jit_compile=False"):
+        placement.of_xla_call(0x7F00)
+
+
+def test_a_new_configuration_is_placed_afresh(monkeypatch):
+    """An elastic rank reads its settings again once it joined (config.forget_config): the
+    device route is decided for the configuration in force, not the first one."""
+    monkeypatch.setattr(placement, "_possible", {})
+    monkeypatch.setattr("blinkflow.backends.cuda.device.is_available", lambda: True)
+    monkeypatch.setattr(placement, "get_config", lambda: Config(backend="cpu"))
+    assert not placement.tensors_may_go_to_device()
+    monkeypatch.setattr(placement, "get_config", lambda: Config(backend="auto"))
+    assert placement.tensors_may_go_to_device()

@@ -236,4 +236,18 @@ def test_the_cuda_arenas_smallest_slot_is_the_runners_chunk_for_the_smallest_cal
     caps = Capabilities("cuda", arena_bytes=64 * MIB, runner_slots=2)
     smallest = choose("allreduce", 0, 4, TWO_HOSTS, config, caps, ntrees=ntrees)
     assert smallest.algorithm == "runner"
-    assert policy.cuda_arena_slot_bytes(config, TWO_HOSTS, ntrees, caps) == smallest.chunk_bytes
+    assert policy.cuda_arena_slot_bytes(TWO_HOSTS, config, caps, ntrees) == smallest.chunk_bytes
+
+
+@pytest.mark.parametrize("algorithm", ["nccl", "device"])
+def test_the_cuda_arena_is_sized_under_any_algorithm_setting(algorithm):
+    """Under BLINKFLOW_ALGORITHM=nccl (or device) a broadcast still runs on the runner, whose
+    arena is sized by the runner's rule: the policy's answer for an all-reduce (NCCL's, or the
+    device executor's) does not enter it. (The arena was once sized by asking choose() for an
+    all-reduce with NCCL and the device executor switched off, which raised ConfigError under
+    these settings, so such a job's broadcasts failed.)"""
+    caps = Capabilities("cuda", nccl=True, device_executor=True)
+    assert choose("broadcast", 1 << 20, 4, TWO_HOSTS, Config(algorithm=algorithm), caps).algorithm == \
+        ("device" if algorithm == "device" else "runner")
+    assert policy.cuda_arena_slot_bytes(TWO_HOSTS, Config(algorithm=algorithm), caps, 2) == \
+        policy.cuda_arena_slot_bytes(TWO_HOSTS, Config(), caps, 2) > 0

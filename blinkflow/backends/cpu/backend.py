@@ -329,9 +329,9 @@ class CpuBackend(Backend):
         """The policy's decision for an all-reduce of ``n`` elements of ``dtype`` in
         ``npieces`` tensors (``in_place``: the single copy may read them where they lie, i.e.
         no prescale), asked once and remembered per call shape. The single copy runs the
-        runner's schedule, so where the policy chose it, whether the shape's trees let it is read
-        off the program at the runner's chunk (a rule of the policy's that depends on no call),
-        and the policy is asked again without it if not; MPI's own all-reduce needs no program.
+        runner's schedule, so the policy is handed whether the shape's trees let it run, read off
+        the program at the runner's chunk (a rule of the policy's that depends on no call); MPI's
+        own all-reduce needs no program.
         Every input of the decision is in the key: the call's shape, and what a test may change
         on a live backend (the chunk, the single copy, the policy's stage size, the algorithm)."""
         itemsize = dtype.itemsize

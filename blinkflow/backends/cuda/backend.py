@@ -336,7 +336,7 @@ class CudaBackend(Backend):
             self.state.reset()
         # Bytes: the policy's smallest slot, or a larger buffer's chunk (above), the same call on
         # every local rank.
-        per_slot = policy.cuda_arena_slot_bytes(self.ctx.config, layout, self._max_channels, self.caps)
+        per_slot = policy.cuda_arena_slot_bytes(layout, self.ctx.config, self.caps, self._max_channels)
         self._arena = IpcArena(self.local_comm, links, self.nslots, max(slot_bytes, per_slot), self._routes)
         self._arena_channels = self._max_channels
 

@@ -70,8 +70,8 @@ def rank_device(layout) -> int:
 
 
 def use_rank_device(layout) -> int:
-    """Make the rank's GPU the calling thread's current CUDA device and return its ordinal (where
-    the cuda backend is usable: :func:`blinkflow.placement.cuda_usable`): the arrays a user makes
+    """Make the rank's GPU the calling thread's current CUDA device and return its ordinal (init()
+    calls it where :func:`blinkflow.placement.cuda_usable` says yes): the arrays a user makes
     after ``init()`` then land on the GPU the rank's collectives run on, as Horovod's
     ``torch.cuda.set_device(local_rank)`` recipe arranges by hand. CUDA's current device belongs
     to a thread, so only the thread that called ``init()`` is moved."""
