@@ -52,6 +52,7 @@ TAIL_LINES = 40
 #: What Open MPI's failure detector prints on a rank it declared dead once that rank runs again
 #: (after a pause longer than the detector's timeout), just before it aborts the rank.
 REPORTED_DEAD = "I have been reported dead by someone else"
+_REPORTED_DEAD_BYTES = REPORTED_DEAD.encode()
 #: How long the wrapper waits for an aborted rank's last output to be read (a process the rank
 #: started may hold its stderr open, and then the pipe never ends).
 DRAIN_S = 2.0
@@ -108,6 +109,9 @@ class _Pump(threading.Thread):
                  timestamp: bool = False):
         super().__init__(daemon=True)
         self.pipe, self.out_fd, self.tag, self.tail, self.timestamp = pipe, out_fd, tag, tail, timestamp
+        #: Whether a line said Open MPI's detector declared the rank dead: noted as it passes,
+        #: since the abort that follows dumps every thread's stack, more lines than the tail keeps.
+        self.reported_dead = False
         self.log = open(log_path, "wb") if log_path else None
         self.redrawing = False   # a "\r" update is on screen, not yet ended by a newline
 
@@ -150,6 +154,7 @@ class _Pump(threading.Thread):
                 self.log.flush()
             if self.tail is not None:
                 self.tail.append(shown.decode(errors="replace"))
+                self.reported_dead = self.reported_dead or _REPORTED_DEAD_BYTES in line
         at = data.rfind(b"\r")
         if 0 <= at < len(data) - 1:   # text after a "\r": a redraw (a bare "\r" waits, it may be a CRLF)
             data = data[at:]
@@ -289,7 +294,7 @@ def run(command: List[str], output_dir: Optional[str] = None, environ: Optional[
             # rank's last words say so, and blinkrun names the loss by its cause (no heartbeat),
             # not by the abort. They were written before the rank ended: read them first.
             pumps[1].join(timeout=DRAIN_S)
-            if any(REPORTED_DEAD in line for line in list(tail)):   # a copy: the pump may still append
+            if pumps[1].reported_dead:
                 exited["declared_dead"] = True
         emit(exited)
         _terminate_group(child.pid, own_group)   # leftovers of the rank's own children hold the pipes

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from blinkflow.launcher import events
+from blinkflow.launcher import events, rank_exec
 from blinkflow.launcher.rank_exec import exit_status, log_dir
 
 PY = sys.executable
@@ -66,6 +66,13 @@ def test_a_rank_open_mpi_ended_as_declared_dead_says_so_in_its_exit_event():
     proc = wrap([PY, "-c", f"import os, sys; print({said!r}, file=sys.stderr, flush=True); os.abort()"])
     exited = next(e for e in split_events(proc.stderr)[1] if e["event"] == events.EXITED)
     assert (exited["status"], exited.get("declared_dead")) == (134, True), proc.stderr
+    # the abort then dumps every thread's stack (faulthandler): more lines than the wrapper's tail
+    # keeps (a training process has dozens of threads), which once pushed the line out of sight
+    dump = "\n".join(f'  File "x.py", line {i} in f' for i in range(3 * rank_exec.TAIL_LINES))
+    proc = wrap([PY, "-c", f"import os, sys; print({said!r}, file=sys.stderr); print({dump!r}, file=sys.stderr, "
+                           "flush=True); os.abort()"])
+    exited = next(e for e in split_events(proc.stderr)[1] if e["event"] == events.EXITED)
+    assert (exited["status"], exited.get("declared_dead")) == (134, True), proc.stderr[-2000:]
     proc = wrap([PY, "-c", "import os, sys; print('something else', file=sys.stderr, flush=True); os.abort()"])
     exited = next(e for e in split_events(proc.stderr)[1] if e["event"] == events.EXITED)
     assert (exited["status"], exited.get("declared_dead")) == (134, None), proc.stderr
