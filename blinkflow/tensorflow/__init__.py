@@ -10,8 +10,8 @@ Modules and subpackages, one job each:
 
 ``api``               ``hvd.allreduce`` & co. with Horovod's keyword arguments and positional order
 ``ops``               collectives on tf.Tensor, tf.Variable and Keras variables, with Horovod's gradients
-``crossing``          one collective on a list of TF tensors as ONE runtime request
-``differentiable``    the collectives of ``crossing`` with Horovod's gradients
+``raw_ops``           one collective on a list of TF tensors as ONE runtime request, without a gradient
+``differentiable``    the collectives of ``raw_ops`` with Horovod's gradients
 ``rank_ops``          ranks and sizes for the binding, and Horovod's ``size_op``, ``rank_op``, ...
 ``objects``           ``broadcast_object``, ``broadcast_object_fn``, ``allgather_object``
 ``variables``         ``broadcast_variables`` and the TF1 ``broadcast_global_variables`` / hook
@@ -33,15 +33,13 @@ Modules and subpackages, one job each:
 ``gpu_setup``         what ``init()`` does to TensorFlow's GPUs before TF initialises them
 ``keras2_calls``      Keras 2 calls of Horovod's examples, accepted under Keras 3
 ``keras``             subpackage: ``blinkflow.tensorflow.keras``, Horovod's Keras names
-``_bridge``           the one crossing between TensorFlow and the runtime, by where memory lives
+``crossing``          subpackage: TF tensors into the runtime and back, one module per mode (eager,
+                      ``tf.function``, TF1 graph, XLA)
 ``_compat``           every TensorFlow / Keras version check
 ``_deprecated``       deprecated Horovod arguments that still work and warn once
-``_errors``           runtime errors as their ``tf.errors`` twins, in graphs and eagerly
 ``_library_cache``    the op libraries' cache folder: what may be loaded, what a killed build left
 ``_naming``           deterministic default names, so unnamed collectives match across ranks
 ``_op_library``       the C++ ops, compiled on first use against the installed TensorFlow
-``_tf1``              collectives in TF1 graphs run by ``tf.compat.v1.Session``
-``_xla``              collectives inside XLA clusters (``jit_compile``)
 """
 from __future__ import annotations
 

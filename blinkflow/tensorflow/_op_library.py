@@ -3,11 +3,11 @@ headers into blinkflow's cache folder (``$XDG_CACHE_HOME/blinkflow``, else ``~/.
 :func:`blinkflow.config.cache_dir`), once per TensorFlow version and source text:
 
 * the graph ops (:func:`load`): ``BlinkflowRaiseOnError`` (``raise_on_error_op.cc``), a runtime
-  error keeps its ``tf.errors`` code inside a graph (:mod:`._errors`); ``BlinkflowAwait``
+  error keeps its ``tf.errors`` code inside a graph (:mod:`.crossing.errors`); ``BlinkflowAwait``
   (``await_op.cc``), an asynchronous kernel that waits for a collective without holding a
-  thread, for TF1-style graphs (:mod:`._tf1`);
+  thread, for TF1-style graphs (:mod:`.crossing.tf1`);
 * the XLA op (:func:`load_xla`): ``BlinkflowXlaCall`` (``xla_call_op.cc``), a collective inside
-  an XLA cluster, lowered to a custom call (:mod:`._xla`). It links ``libtensorflow_cc`` (where
+  an XLA cluster, lowered to a custom call (:mod:`.crossing.xla`). It links ``libtensorflow_cc`` (where
   TensorFlow keeps its XLA bridge), so it is a library of its own: a TensorFlow whose XLA headers
   do not compile still gets the graph ops.
 

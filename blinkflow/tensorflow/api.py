@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..compression import Compression
 from ..ops import Average
-from . import _bridge, ops
+from . import crossing, ops
 from ._compat import is_tf_object
 from ._deprecated import op_from
 
@@ -35,7 +35,7 @@ def allreduce(tensor, op=None, name=None, prescale_factor=1.0, postscale_factor=
     if _tf(tensor):
         return ops.allreduce(tensor, op, name, prescale_factor, postscale_factor, compression, process_set,
                              average=average)
-    return _bridge.runtime().allreduce(tensor, _op(op, average, "allreduce"), name, prescale_factor, postscale_factor,
+    return crossing.runtime().allreduce(tensor, _op(op, average, "allreduce"), name, prescale_factor, postscale_factor,
                                        compression, process_set)
 
 
@@ -47,34 +47,34 @@ def grouped_allreduce(tensors, op=None, name=None, prescale_factor=1.0, postscal
     if _group_is_tf(tensors):
         return ops.grouped_allreduce(tensors, op, name, prescale_factor, postscale_factor, compression, process_set,
                                      average=average)
-    return _bridge.runtime().grouped_allreduce(tensors, _op(op, average, "grouped_allreduce"), name, prescale_factor,
+    return crossing.runtime().grouped_allreduce(tensors, _op(op, average, "grouped_allreduce"), name, prescale_factor,
                                                postscale_factor, compression, process_set)
 
 
 def allgather(tensor, name=None, process_set=None, ignore_name_scope=False, device_dense=""):
     if _tf(tensor):
         return ops.allgather(tensor, name, process_set)
-    return _bridge.runtime().allgather(tensor, name, process_set)
+    return crossing.runtime().allgather(tensor, name, process_set)
 
 
 def grouped_allgather(tensors, name=None, process_set=None, ignore_name_scope=False):
     tensors = list(tensors)
     if _group_is_tf(tensors):
         return ops.grouped_allgather(tensors, name, process_set)
-    return _bridge.runtime().grouped_allgather(tensors, name, process_set)
+    return crossing.runtime().grouped_allgather(tensors, name, process_set)
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=False, device_dense=""):
     if _tf(tensor):
         return ops.broadcast(tensor, root_rank, name, process_set)
-    return _bridge.runtime().broadcast(tensor, root_rank, name, process_set)
+    return crossing.runtime().broadcast(tensor, root_rank, name, process_set)
 
 
 def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
                   compression=Compression.none, process_set=None, device_dense="", ignore_name_scope=False):
     if _tf(tensor):
         return ops.reducescatter(tensor, op, name, prescale_factor, postscale_factor, compression, process_set)
-    return _bridge.runtime().reducescatter(tensor, op, name, prescale_factor, postscale_factor, process_set)
+    return crossing.runtime().reducescatter(tensor, op, name, prescale_factor, postscale_factor, process_set)
 
 
 def grouped_reducescatter(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -83,10 +83,10 @@ def grouped_reducescatter(tensors, op=Average, name=None, prescale_factor=1.0, p
     if _group_is_tf(tensors):
         return ops.grouped_reducescatter(tensors, op, name, prescale_factor, postscale_factor, compression,
                                          process_set)
-    return _bridge.runtime().grouped_reducescatter(tensors, op, name, prescale_factor, postscale_factor, process_set)
+    return crossing.runtime().grouped_reducescatter(tensors, op, name, prescale_factor, postscale_factor, process_set)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope=False):
     if _tf(tensor):
         return ops.alltoall(tensor, splits, name, process_set)
-    return _bridge.runtime().alltoall(tensor, splits, name, process_set)
+    return crossing.runtime().alltoall(tensor, splits, name, process_set)

@@ -5,7 +5,7 @@
 // may start its collectives in another order than its peers'; a kernel that blocked its thread
 // until the others joined would leave every thread of two ranks waiting for a collective the
 // other rank has no thread left to start. Waiting here holds no thread.
-// Compiled on first use by _errors.py against the installed TensorFlow's headers.
+// Compiled on first use by _op_library.py against the installed TensorFlow's headers.
 #include <functional>
 #include <mutex>
 #include <unordered_map>

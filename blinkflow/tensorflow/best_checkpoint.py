@@ -13,7 +13,7 @@ from __future__ import annotations
 import keras
 
 from ..errors import InvalidArgumentError
-from . import _bridge
+from . import crossing
 
 #: What Keras wants a path to end with, by ``save_weights_only``: the check a path given at
 #: construction passes, and the one a path set later is held to when training begins.
@@ -44,9 +44,9 @@ class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
         super().on_train_begin(logs)
 
     def on_train_batch_end(self, batch, logs=None):
-        if _bridge.runtime().rank() == 0:
+        if crossing.runtime().rank() == 0:
             super().on_train_batch_end(batch, logs)
 
     def on_epoch_end(self, epoch, logs=None):
-        if _bridge.runtime().rank() == 0:
+        if crossing.runtime().rank() == 0:
             super().on_epoch_end(epoch, logs)

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 
 from ..ops import ReduceOp
-from . import _bridge, uneven_epochs
+from . import crossing, uneven_epochs
 from .best_checkpoint import BestModelCheckpoint  # noqa: F401  (Horovod's name, in Horovod's module)
 from ._compat import learning_rate_of
 from .local_gradients import LocalSources
@@ -101,7 +101,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
             return
         keys = sorted(k for k, v in logs.items() if np.ndim(v) == 0 and np.issubdtype(np.asarray(v).dtype, np.number))
         values = np.array([float(logs[k]) for k in keys], dtype=np.float64)
-        rt = _bridge.runtime()
+        rt = crossing.runtime()
         averaged = rt.synchronize(rt.allreduce_async(values, op=ReduceOp.AVERAGE, name=f"MetricAverage.{epoch}"))
         for key, value in zip(keys, np.asarray(averaged)):
             logs[key] = float(value)
@@ -187,7 +187,7 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
         self.warmup_epochs = warmup_epochs
 
         def multiplier(epoch):
-            size = _bridge.runtime().size()
+            size = crossing.runtime().size()
             epoch = epoch + 1.0 / self.steps_per_epoch
             return 1.0 / size * (epoch * (size - 1) / warmup_epochs + 1)
 
@@ -197,6 +197,6 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
 
     def on_epoch_end(self, epoch, logs=None):
         super().on_epoch_end(epoch, logs)
-        if epoch == self.warmup_epochs - 1 and self.verbose > 0 and _bridge.runtime().rank() == 0:
+        if epoch == self.warmup_epochs - 1 and self.verbose > 0 and crossing.runtime().rank() == 0:
             print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "
                   f"{learning_rate_of(self.model.optimizer):g}.")

@@ -23,7 +23,7 @@ import tensorflow as tf
 from ..errors import BlinkflowError
 from ..ops import ReduceOp
 from . import _naming, rank_ops
-from .crossing import raw
+from .raw_ops import raw
 
 Gradient = Callable[[List[tf.Tensor], List[tf.Tensor], List[tf.Tensor]], List[tf.Tensor]]
 """(output gradients, inputs, outputs) -> input gradients."""

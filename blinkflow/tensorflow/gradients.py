@@ -10,7 +10,7 @@ reduces the bucket meanwhile; eagerly the buckets are submitted one after anothe
 while the next ones are handed over. ``BLINKFLOW_BUCKET_BYTES`` sets the bucket size (0: one
 bucket).
 
-Each bucket crosses into the runtime in two halves (:func:`._bridge.submit`, :func:`._bridge.wait`):
+Each bucket crosses into the runtime in two halves (``submit`` and ``wait`` of :func:`.crossing.mode`):
 Horovod's TensorFlow ops are asynchronous kernels that enqueue and let the graph go on, but a
 Python op cannot complete later, so a bucket's *submit* op enqueues it and returns a handle at
 once, and one *wait* op takes every handle and returns all the results. A bucket of one dtype and
@@ -33,7 +33,7 @@ cannot have a gradient (integers) stays ``None``.
 
 ``IndexedSlices`` (embedding gradients) travel through an allgather of values and indices,
 submitted the same way, unless ``sparse_as_dense`` or the step is XLA-compiled (an all-gather has
-no static shape there, :mod:`._xla`). Which gradients are sparse must agree across ranks; each
+no static shape there, :mod:`.crossing.xla`). Which gradients are sparse must agree across ranks; each
 step checks it before submitting (:mod:`.sparse_agreement`) and stops with a
 TensorMismatchError naming the variable on every rank where it does not.
 A rank outside the process set passes its gradients through unchanged, as Horovod's
@@ -58,7 +58,7 @@ from ..compression import Compression
 from ..config import get_config
 from ..errors import BlinkflowError
 from ..ops import ReduceOp, as_reduce_op
-from . import _bridge, _xla, buckets, differentiable, rank_ops, sparse, sparse_agreement
+from . import buckets, crossing, differentiable, rank_ops, sparse, sparse_agreement
 from .local_gradients import LocalSources
 from .submit_order import SubmitOrder
 
@@ -109,7 +109,7 @@ class GradientReducer:
         if self.process_set is not None and self.process_set.included() is False:
             return grads  # Horovod's rule: a rank outside the set keeps its own gradients
         out: List[Optional[tf.Tensor]] = [None] * len(grads)
-        all_dense = self.sparse_as_dense or _xla.in_xla_context()
+        all_dense = self.sparse_as_dense or crossing.xla.in_xla_context()
         dense_at, sent, contexts, sparse_at = [], [], [], {}
         for i, (g, source) in enumerate(zip(grads, sources)):
             # Inside an XLA-compiled step an all-gather has no static shape: slices go dense there.
@@ -225,22 +225,23 @@ def submit_grouped_allreduce(tensors: Sequence[tf.Tensor], op, name: str, presca
     """Start all-reducing ``tensors`` over ``process_set`` (None: every rank) as one group named
     ``name`` (fused by the runtime)."""
     def start(arrays):
-        return _bridge.runtime().grouped_allreduce_async(arrays, op=op, name=name, prescale_factor=prescale_factor,
+        return crossing.runtime().grouped_allreduce_async(arrays, op=op, name=name, prescale_factor=prescale_factor,
                                                          postscale_factor=postscale_factor, process_set=process_set)
 
     tensors = list(tensors)
     flat = len({t.dtype for t in tensors}) == 1 and all(t.shape.is_fully_defined() for t in tensors)
-    return Pending(_bridge.submit(start, tensors, name), [t.dtype for t in tensors], [t.shape for t in tensors], flat)
+    handle = crossing.mode().submit(start, tensors, name)
+    return Pending(handle, [t.dtype for t in tensors], [t.shape for t in tensors], flat)
 
 
 def submit_grouped_allgather(tensors: Sequence[tf.Tensor], name: str, process_set=None) -> Pending:
     """Start concatenating each tensor over the ranks of ``process_set`` along its first dimension."""
     def start(arrays):
-        return _bridge.runtime().grouped_allgather_async(arrays, name=name, process_set=process_set)
+        return crossing.runtime().grouped_allgather_async(arrays, name=name, process_set=process_set)
 
     tensors = list(tensors)
     shapes = [tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else t.shape for t in tensors]
-    return Pending(_bridge.submit(start, tensors, name), [t.dtype for t in tensors], shapes)
+    return Pending(crossing.mode().submit(start, tensors, name), [t.dtype for t in tensors], shapes)
 
 
 def wait(pendings: Sequence[Pending], name: str) -> List[List[tf.Tensor]]:
@@ -248,7 +249,7 @@ def wait(pendings: Sequence[Pending], name: str) -> List[List[tf.Tensor]]:
     pendings = list(pendings)
     if not pendings:
         return []
-    synchronize = _bridge.runtime().synchronize
+    synchronize = crossing.runtime().synchronize
     finishers: List[Callable[[int], Sequence]] = []
     dtypes, shapes = [], []
     for p in pendings:
@@ -260,7 +261,7 @@ def wait(pendings: Sequence[Pending], name: str) -> List[List[tf.Tensor]]:
             finishers.append(synchronize)
             dtypes.extend(p.dtypes)
             shapes.extend(p.shapes)
-    crossed = _bridge.wait(finishers, [p.handle for p in pendings], dtypes, shapes, name)
+    crossed = crossing.mode().wait(finishers, [p.handle for p in pendings], dtypes, shapes, name)
     out, at = [], 0
     for p in pendings:
         if p.flat:

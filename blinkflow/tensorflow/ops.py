@@ -12,7 +12,7 @@ collective where its tensors live and uses names as given.
 Unnamed calls get deterministic names (:mod:`._naming`). A call is named before its arguments
 are checked, and a call these bindings refuse (an unknown op, a scale factor that is not a
 number, splits that are not integers) still reaches the runtime under that name
-(:func:`.crossing.refuse`): every rank then raises the same InvalidArgumentError naming the
+(:func:`.raw_ops.refuse`): every rank then raises the same InvalidArgumentError naming the
 refusing rank, eagerly or when the graph runs, and no rank's later collective pairs with
 another's earlier one. Empty groups are negotiated too: a rank alone with ``[]`` must not return
 early.
@@ -30,7 +30,7 @@ from ..runtime import arguments
 from . import _naming, differentiable, sparse
 from ._compat import is_tf_object, to_tensor
 from ._deprecated import op_from
-from .crossing import raw, refuse
+from .raw_ops import raw, refuse
 from .rank_ops import set_id
 
 # Library code runs as written inside tf.function: AutoGraph need not (and should not) rewrite it.

@@ -3,7 +3,7 @@
 // crossing's Python function returns it, so no op runs between the two to convert it. blinkflow's collectives run inside a graph through
 // tf.numpy_function, which turns every Python exception into UNKNOWN; this op lets a runtime
 // error keep its code (a cross-rank mismatch is FAILED_PRECONDITION) and its message.
-// Compiled on first use by _errors.py against the installed TensorFlow's headers.
+// Compiled on first use by _op_library.py against the installed TensorFlow's headers.
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"

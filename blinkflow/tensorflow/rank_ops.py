@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from ..errors import BlinkflowError
 from ..runtime.process_sets import set_id_of
-from . import _bridge
+from . import crossing
 
 #: ``process_set_included_op``'s answers besides 0 and 1 (Horovod's error codes).
 PROCESS_SET_ERROR_INIT = -1
@@ -27,13 +27,13 @@ PROCESS_SET_ERROR_UNKNOWN_SET = -3
 def size(process_set=None) -> int:
     """The number of ranks of ``process_set`` (default: the job)."""
     if process_set is None or set_id_of(process_set) == 0:
-        return _bridge.runtime().size()
+        return crossing.runtime().size()
     return process_set.size()
 
 
 def rank() -> int:
     """This process's rank in the job."""
-    return _bridge.runtime().rank()
+    return crossing.runtime().rank()
 
 
 def set_rank(process_set=None) -> int:
@@ -63,7 +63,7 @@ def _at_run_time(query: Callable[[], int], name) -> tf.Tensor:
 def size_op(process_set_id: int = 0, name=None) -> tf.Tensor:
     """The number of ranks of process set ``process_set_id`` (default: the job)."""
     def query():
-        rt = _bridge.runtime()
+        rt = crossing.runtime()
         if process_set_id == 0:
             return rt.size()
         ranks = rt.process_set_ranks(process_set_id)
@@ -78,24 +78,24 @@ def size_op(process_set_id: int = 0, name=None) -> tf.Tensor:
 
 def rank_op(name=None) -> tf.Tensor:
     """This process's rank in the job."""
-    return _at_run_time(lambda: _bridge.runtime().rank(), name)
+    return _at_run_time(lambda: crossing.runtime().rank(), name)
 
 
 def local_size_op(name=None) -> tf.Tensor:
     """The number of ranks on this host."""
-    return _at_run_time(lambda: _bridge.runtime().local_size(), name)
+    return _at_run_time(lambda: crossing.runtime().local_size(), name)
 
 
 def local_rank_op(name=None) -> tf.Tensor:
     """This process's rank on its host."""
-    return _at_run_time(lambda: _bridge.runtime().local_rank(), name)
+    return _at_run_time(lambda: crossing.runtime().local_rank(), name)
 
 
 def process_set_included_op(process_set_id: int = 0, name=None) -> tf.Tensor:
     """1 if this process is in process set ``process_set_id``, else 0; -1 before ``init()``, -3
     for a set that is not registered (Horovod's codes)."""
     def query():
-        rt = _bridge.runtime()
+        rt = crossing.runtime()
         if not rt.is_initialized():
             return PROCESS_SET_ERROR_INIT
         ranks = rt.process_set_ranks(process_set_id)

@@ -15,7 +15,7 @@ from ..errors import BlinkflowError, NotSupportedError
 from ..ops import ReduceOp, as_reduce_op
 from ..runtime import arguments
 from . import differentiable, rank_ops
-from .crossing import refuse
+from .raw_ops import refuse
 
 
 def check_op(op) -> ReduceOp:

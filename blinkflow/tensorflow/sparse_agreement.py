@@ -23,7 +23,7 @@ import tensorflow as tf
 from ..arrays import on_device
 from ..errors import TensorMismatchError
 from ..ops import ReduceOp
-from . import _bridge
+from . import crossing
 
 
 def variable_label(source, index: int) -> str:
@@ -53,7 +53,7 @@ def agree(name: str, sparse_flags: Sequence[bool], labels: Sequence[str], proces
     flags = np.array([1] + [1 if f else 0 for f in sparse_flags], np.int64)
 
     def check(arrays):
-        rt = _bridge.runtime()
+        rt = crossing.runtime()
         totals = rt.synchronize(rt.allreduce_async(arrays[0], op=ReduceOp.SUM, name=name, process_set=process_set))
         totals = totals.get() if on_device(totals) else np.asarray(totals)
         message = disagreements(totals, labels)
@@ -63,5 +63,5 @@ def agree(name: str, sparse_flags: Sequence[bool], labels: Sequence[str], proces
 
     # Through the bridge like the gradients, eagerly too: the flags take the gradients' route (the
     # cuda backend's for GPU tensors), so the check adds no host collective to a GPU step.
-    checked = _bridge.call(check, [tf.constant(flags)], [tf.int64], [tf.TensorShape([])], name)[0]
+    checked = crossing.mode().call(check, [tf.constant(flags)], [tf.int64], [tf.TensorShape([])], name)[0]
     return None if tf.executing_eagerly() else checked

@@ -144,7 +144,7 @@ def case_a_nested_function_traced_alone_by_one_rank_first(rank, size):
 
 
 def case_unnamed_allreduce_in_control_flow_under_xla(rank, size):
-    from blinkflow.tensorflow import _xla
+    from blinkflow.tensorflow.crossing import xla as _xla
 
     x = start()
 

@@ -40,9 +40,9 @@ class Route:
     """How many tensors crossed into the runtime by the host and by DLPack since it was made."""
 
     def __init__(self):
-        from blinkflow.tensorflow import _bridge
+        from blinkflow.tensorflow.crossing import arrays
 
-        self._counts = _bridge.conversions
+        self._counts = arrays.conversions
         self._start = dict(self._counts)
 
     def crossed(self):

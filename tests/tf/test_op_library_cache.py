@@ -145,7 +145,7 @@ def test_a_trusted_library_is_loaded_as_built(fake_gxx, tmp_path, monkeypatch):
 
 
 def test_xla_callbacks_go_with_the_function_that_traced_them():
-    from blinkflow.tensorflow import _xla
+    from blinkflow.tensorflow.crossing import xla as _xla
 
     if _op_library.load_xla() is None:
         pytest.skip("blinkflow's XLA op cannot be built here (g++ or TensorFlow's XLA headers)")
@@ -169,7 +169,7 @@ def test_xla_callbacks_go_with_the_function_that_traced_them():
 def test_an_unknown_xla_call_fails_its_step_with_a_message():
     import ctypes
 
-    from blinkflow.tensorflow import _xla
+    from blinkflow.tensorflow.crossing import xla as _xla
 
     error = ctypes.create_string_buffer(512)
     code = _xla._run(10**12, 0, None, None, 0, None, None, None, error, 512)

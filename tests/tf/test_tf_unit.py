@@ -245,7 +245,7 @@ def test_graph_names_of_a_process_set_are_a_family_of_their_own():
 
 def test_errors_on_tf_tensors_are_both_classes():
     import blinkflow as bf
-    from blinkflow.tensorflow._errors import as_tf_error
+    from blinkflow.tensorflow.crossing.errors import as_tf_error
 
     mismatch = as_tf_error(bf.TensorMismatchError("ranks disagree", "t"))
     assert isinstance(mismatch, bf.TensorMismatchError) and isinstance(mismatch, tf.errors.FailedPreconditionError)
@@ -281,7 +281,7 @@ def test_the_device_route_synchronises_after_the_collective_even_for_empty_outpu
     no rows of a reduce-scatter; it used to ride on the last output's conversion)."""
     from blinkflow import placement
     from blinkflow.backends.cuda import dlpack
-    from blinkflow.tensorflow import _bridge
+    from blinkflow.tensorflow.crossing import arrays, eager
 
     class Array:
         __cuda_array_interface__ = {"version": 3}  # a GPU array, as the bridge recognises one
@@ -294,11 +294,11 @@ def test_the_device_route_synchronises_after_the_collective_even_for_empty_outpu
     monkeypatch.setattr(dlpack, "tf_to_cupy", lambda t, sync=True: Array(int(tf.size(t))))
     monkeypatch.setattr(dlpack, "cupy_to_tf", lambda a, sync=True: events.append(("out", sync))
                         or tf.zeros(a.shape))
-    monkeypatch.setattr(_bridge, "_synchronize", lambda: events.append(("sync",)))
-    monkeypatch.setattr(_bridge, "_rank_device_scope", contextlib.nullcontext)
+    monkeypatch.setattr(arrays, "_synchronize", lambda: events.append(("sync",)))
+    monkeypatch.setattr(arrays, "_rank_device_scope", contextlib.nullcontext)
     monkeypatch.setattr(placement, "on_gpu", lambda t: True)
     monkeypatch.setattr(placement, "tensors_may_go_to_device", lambda: True)
-    out = _bridge._run_eager(lambda arrays: events.append(("collective",)) or [Array(5), Array(0)],
-                             [tf.ones([5]), tf.ones([0])], [tf.float32, tf.float32])
+    out = eager.call(lambda ins: events.append(("collective",)) or [Array(5), Array(0)],
+                     [tf.ones([5]), tf.ones([0])], [tf.float32, tf.float32], [[5], [0]], "empty_last")
     assert [o.shape.as_list() for o in out] == [[5], [0]]
     assert events == [("collective",), ("sync",), ("out", False)], events

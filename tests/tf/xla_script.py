@@ -45,7 +45,7 @@ def model():
 
 def compiled_calls():
     """How many collectives crossed through an XLA custom call so far (the route was taken)."""
-    from blinkflow.tensorflow import _xla
+    from blinkflow.tensorflow.crossing import xla as _xla
 
     return _xla.calls_run
 

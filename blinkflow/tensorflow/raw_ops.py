@@ -1,7 +1,7 @@
-"""The crossing of TF tensors into the runtime: :func:`raw` runs one collective on a list of
+"""Collectives on TF tensors without a gradient: :func:`raw` runs one collective on a list of
 tensors as ONE runtime request and returns its results as tensors (eagerly, inside
-``tf.function`` and in TF1 graphs, through :mod:`._bridge`). No gradient: the differentiable
-collectives of :mod:`.ops` are built on it.
+``tf.function``, in TF1 graphs and in XLA clusters, by the crossing of that context,
+:func:`.crossing.mode`). The differentiable collectives of :mod:`.ops` are built on it.
 
 Each kind is one entry of :data:`_KINDS`: how it is submitted and waited for, and what its
 outputs look like before they run (all-gather and reduce-scatter change the first dimension;
@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from ..errors import ProcessSetError
 from ..runtime.process_sets import set_id_of
-from . import _bridge, rank_ops
+from . import crossing, rank_ops
 
 
 def _allreduce(rt, arrays, name, process_set, op, prescale_factor=1.0, postscale_factor=1.0):
@@ -102,9 +102,9 @@ def raw(kind: str, tensors: Sequence[tf.Tensor], name: str, process_set=None, **
     dtypes, shapes = entry.outputs(tensors)
 
     def run(arrays):
-        return entry.run(_bridge.runtime(), arrays, name, process_set, **args)
+        return entry.run(crossing.runtime(), arrays, name, process_set, **args)
 
-    return _bridge.call(run, tensors, dtypes, shapes, name)
+    return crossing.mode().call(run, tensors, dtypes, shapes, name)
 
 
 def _check_registered(process_set) -> None:
@@ -112,7 +112,7 @@ def _check_registered(process_set) -> None:
     ProcessSetError (a ValueError, Horovod's class) raised then, on every rank alike (every rank
     registers the same sets), where a failing graph op could only return a ``tf.errors`` class.
     Before ``init()`` nothing is known yet: the runtime reports it when the graph runs."""
-    rt = _bridge.runtime()
+    rt = crossing.runtime()
     if not rt.is_initialized():
         return
     set_id = set_id_of(process_set)  # ProcessSetError for what is no registered ProcessSet

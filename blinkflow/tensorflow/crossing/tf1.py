@@ -14,7 +14,7 @@ are asynchronous kernels for this reason; blinkflow's are too:
    a ticket at once;
 2. ``BlinkflowAwait(ticket)`` (``await_op.cc``) is an asynchronous kernel: it holds no thread
    until the worker marks the ticket done;
-3. *collect* returns the results, or the error status that ``_errors.raise_on_failure`` turns
+3. *collect* returns the results, or the error status that ``errors.raise_on_failure`` turns
    into the ``tf.errors`` class of the runtime's error.
 
 Every rank's submits then run as soon as their inputs exist, whatever the order, and names pair
@@ -24,17 +24,18 @@ counts as one) or its ops depend on each other.
 """
 from __future__ import annotations
 
-import collections
 import itertools
 import threading
-from typing import Callable, Dict, List, NamedTuple, Sequence, Tuple
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
-from ..errors import BlinkflowError
-from . import _errors, _op_library
-from ._naming import scope_name
+from ... import placement
+from ...errors import BlinkflowError
+from .. import _op_library
+from .._naming import scope_name
+from . import arrays, errors, graph, handles
 
 _tickets = itertools.count(1)
 _outcomes: Dict[int, Tuple[str, object]] = {}
@@ -74,59 +75,49 @@ def _outcome(ticket) -> Tuple[str, object]:
         return _outcomes.pop(int(ticket))
 
 
-class Route(NamedTuple):
-    """How the bridge moves a call's tensors (:mod:`._bridge` hands its own to :func:`call`)."""
-
-    device: bool
-    """Whether the device route is possible (then the op is a ``tf.py_function``)."""
-    to_arrays: Callable[[list], list]
-    """Tensors to the runtime's arrays, by the route their placement asks for."""
-    to_tensors: Callable[[list, List[tf.DType]], list]
-    """The runtime's results back to tensors."""
-    conversions: "collections.Counter[str]"
-    """Tensors each route carried."""
+def call(fn: Callable[[list], Sequence], tensors: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DType],
+         out_shapes, name: str) -> List[tf.Tensor]:
+    """A blocking collective in a TF1 graph: ``fn`` on the arrays of ``tensors`` by their placement
+    (:mod:`.arrays`), as submit, await, collect (see the module's docstring)."""
+    inputs_of = arrays.of_tensors if placement.tensors_may_go_to_device() else arrays.of_host
+    return _three_ops(fn, inputs_of, tensors, out_dtypes, out_shapes, name)
 
 
-def call(fn, tensors: Sequence[tf.Tensor], out_dtypes: List[tf.DType], out_shapes, name: str,
-         route: Route) -> List[tf.Tensor]:
-    """The bridge's blocking crossing in a TF1 graph: submit, await, collect (see the module's
-    docstring); tensors cross by ``route``."""
+def wait(finishers, handle_tensors: Sequence[tf.Tensor], out_dtypes, out_shapes, name: str) -> List[tf.Tensor]:
+    """Every result of the submissions ``handle_tensors`` (see :func:`.handles.collector`), as
+    submit, await, collect."""
+    return _three_ops(handles.collector(finishers), arrays.handles, handle_tensors, out_dtypes, out_shapes, name)
+
+
+submit = graph.submit
+"""A submission never blocks: the ``tf.function`` op serves a TF1 graph as it is."""
+
+
+def _three_ops(fn, inputs_of, tensors, out_dtypes, out_shapes, name) -> List[tf.Tensor]:
     module = _op_library.load()
-    device = route.device
+    out_dtypes = [tf.as_dtype(d) for d in out_dtypes]
+    device = placement.tensors_may_go_to_device()
 
-    if device:
-        def submit(*eager):
-            arrays = route.to_arrays(list(eager))  # the route by placement, as eagerly
-            return _start(lambda: fn(arrays))
+    def submit_fn(*values):
+        inputs = inputs_of(list(values))  # on TF's thread: an eager tensor's route is read here
+        return _start(lambda: fn(inputs))
 
-        def collect(ticket):
-            kind, value = _outcome(ticket.numpy())
-            if kind == "ok":
-                return _errors.ok(route.to_tensors(value, out_dtypes))
-            if kind == "failed":
-                return _errors.failed(value, out_dtypes)
-            raise value
-    else:
-        def submit(*arrays):
-            route.conversions["host"] += len(arrays)
-            return _start(lambda: fn(list(arrays)))
-
-        def collect(ticket):
-            kind, value = _outcome(ticket)
-            if kind == "ok":
-                return _errors.ok([np.asarray(o, dtype=d.as_numpy_dtype) for o, d in zip(value, out_dtypes)])
-            if kind == "failed":
-                return _errors.failed(value, out_dtypes)
-            raise value
+    def collect(ticket):
+        kind, value = _outcome(ticket.numpy() if device else ticket)
+        if kind == "ok":
+            return errors.ok(arrays.to_tensors(value, out_dtypes) if device else arrays.host_results(value, out_dtypes))
+        if kind == "failed":
+            return errors.failed(value, out_dtypes)
+        raise value
 
     wrap = tf.py_function if device else (lambda f, inp, tout, name: tf.numpy_function(f, inp, tout, stateful=True,
                                                                                        name=name))
     with tf.name_scope(scope_name(name)):
-        ticket = wrap(submit, list(tensors), tf.int64, name="runtime_submit")
+        ticket = wrap(submit_fn, list(tensors), tf.int64, name="runtime_submit")
         ticket.set_shape([])
         ready = module.blinkflow_await(ticket)
-        results = wrap(collect, [ready], list(out_dtypes) + _errors.STATUS_DTYPES, name="runtime_collect")
-    outs = _errors.raise_on_failure(results[:len(out_dtypes)], results[len(out_dtypes):])
+        results = wrap(collect, [ready], out_dtypes + errors.STATUS_DTYPES, name="runtime_collect")
+    outs = errors.raise_on_failure(results[:len(out_dtypes)], results[len(out_dtypes):])
     for out, shape in zip(outs, out_shapes):
         out.set_shape(shape)
     return outs

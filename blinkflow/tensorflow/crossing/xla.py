@@ -1,7 +1,7 @@
 """Collectives inside XLA clusters: ``tf.function(jit_compile=True)`` and Keras 3's ``model.fit``,
 which compiles its train step with XLA whenever TensorFlow sees a GPU (``jit_compile="auto"``).
 
-XLA compiles the whole function and cannot run a Python op, so inside an XLA context the bridge
+XLA compiles the whole function and cannot run a Python op, so inside an XLA context the crossing
 emits the C++ op ``BlinkflowXlaCall`` (``xla_call_op.cc``) instead. XLA lowers it to a
 side-effecting custom call; when the compiled program reaches it, XLA hands the custom call its
 buffers and :func:`_run` (installed as the op's callback) runs the collective on them: on the
@@ -17,7 +17,7 @@ Rules that follow from XLA:
   (an all-gather of rows that differ by rank) raises NotSupportedError there, naming the fix.
 * Order: each call of a function takes the previous call's ``done`` token, so XLA cannot reorder
   two collectives and every rank runs them in the same order.
-* A submission (:func:`._bridge.submit`) copies its inputs before returning its handle: XLA may
+* A submission (:func:`submit`) copies its inputs before returning its handle: XLA may
   reuse an input buffer as soon as the custom call returns, while the runtime reduces later.
 * The callback table (:data:`_calls`) holds an entry per traced collective for as long as the
   graph it was traced into lives: a ``tf.function``'s graphs (control-flow bodies included) live
@@ -38,9 +38,12 @@ from typing import Callable, Dict, List, NamedTuple, Sequence
 import numpy as np
 import tensorflow as tf
 
-from ..errors import BlinkflowError, NotSupportedError
-from .. import placement
-from . import _errors, _op_library
+from ... import placement
+from ...arrays import on_device
+from ...errors import BlinkflowError, NotSupportedError
+from .. import _op_library
+from .._naming import scope_name
+from . import arrays, errors, handles
 
 _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64),
                              ctypes.POINTER(ctypes.c_void_p), ctypes.c_int64, ctypes.POINTER(ctypes.c_int64),
@@ -49,7 +52,7 @@ _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctype
 
 class _Call(NamedTuple):
     fn: Callable[[List], Sequence]
-    """Arrays in, arrays out (the bridge's function for this crossing)."""
+    """Arrays in, arrays out (the crossing's function)."""
     in_dtypes: List[np.dtype]
     out_dtypes: List[np.dtype]
     copy_inputs: bool
@@ -79,10 +82,45 @@ def in_xla_context() -> bool:
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
-def call(fn: Callable[[List], Sequence], tensors: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DType],
-         out_shapes: Sequence[tf.TensorShape], name: str, copy_inputs: bool = False) -> List[tf.Tensor]:
+def call(fn: Callable[[list], Sequence], tensors: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DType],
+         out_shapes: Sequence[tf.TensorShape], name: str) -> List[tf.Tensor]:
     """Tensors of ``out_dtypes``/``out_shapes`` that ``fn`` computes from the arrays of ``tensors``
-    when the compiled program runs. ``copy_inputs``: hand ``fn`` copies (it keeps them)."""
+    when the compiled program runs."""
+    return _widened_call(fn, tensors, out_dtypes, out_shapes, name, copy_inputs=False)
+
+
+def submit(fn: Callable[[list], int], tensors: Sequence[tf.Tensor], name: str) -> tf.Tensor:
+    """``fn`` hands copies of the arrays of ``tensors`` to the runtime when the compiled program
+    runs (XLA may reuse its buffers once the custom call returns); its handle as an int64 scalar."""
+    return _widened_call(lambda inputs: [np.int64(handles.start(fn, lambda: inputs))], tensors, [tf.int64], [[]],
+                         name, copy_inputs=True)[0]
+
+
+def wait(finishers, handle_tensors: Sequence[tf.Tensor], out_dtypes, out_shapes, name: str) -> List[tf.Tensor]:
+    """Every result of the submissions ``handle_tensors`` (see :func:`.handles.collector`)."""
+    collect = handles.collector(finishers)
+    return _widened_call(lambda ids: collect(arrays.handles(ids)), handle_tensors, out_dtypes, out_shapes, name,
+                         copy_inputs=False)
+
+
+def _widened_call(fn, tensors, out_dtypes, out_shapes, name, copy_inputs) -> List[tf.Tensor]:
+    """:func:`_custom_call` with bfloat16 reduced in float32 where the device route is possible
+    (:func:`.arrays.widened`), under the collective's name scope."""
+    wide_tensors, wide_dtypes = arrays.widened(tensors, out_dtypes)
+
+    def counted(inputs):
+        arrays.conversions["device" if any(on_device(a) for a in inputs) else "host"] += len(inputs)
+        return fn(inputs)
+
+    with tf.name_scope(scope_name(name)):
+        outs = _custom_call(counted, wide_tensors, wide_dtypes, out_shapes, name, copy_inputs)
+    return [tf.cast(o, d) if o.dtype != d else o for o, d in zip(outs, map(tf.as_dtype, out_dtypes))]
+
+
+def _custom_call(fn: Callable[[List], Sequence], tensors: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DType],
+                 out_shapes: Sequence[tf.TensorShape], name: str, copy_inputs: bool) -> List[tf.Tensor]:
+    """One ``BlinkflowXlaCall`` op: ``fn`` on views of XLA's buffers when the program reaches it.
+    ``copy_inputs``: hand ``fn`` copies (it keeps them)."""
     tensors = [tf.convert_to_tensor(t) for t in tensors]
     out_dtypes = [tf.as_dtype(d) for d in out_dtypes]
     out_shapes = [tf.TensorShape(s) for s in out_shapes]
@@ -157,7 +195,7 @@ def _run(call_id, n_in, in_desc, in_ptrs, n_out, out_desc, out_ptrs, stream, err
         calls_run += 1
         return 0
     except BlinkflowError as e:
-        code, message = _errors.code_of(e), f"{type(e).__name__}: {e}"
+        code, message = errors.code_of(e), f"{type(e).__name__}: {e}"
     except BaseException as e:  # a bug here must fail the step, not kill the process
         code = tf.errors.INTERNAL
         message = f"blinkflow: the XLA collective failed: {type(e).__name__}: {e}\n{traceback.format_exc()[-2000:]}"

@@ -6,10 +6,10 @@ cross-rank mismatch is a ``blinkflow.TensorMismatchError`` and a
 ``tf.errors.FailedPreconditionError`` (:func:`as_tf_error`), so Horovod code that catches
 ``tf.errors.*`` and blinkflow code that catches blinkflow's classes both work.
 
-``tf.numpy_function`` reports any Python exception as ``UnknownError``. So the bridge's Python
+``tf.numpy_function`` reports any Python exception as ``UnknownError``. So a crossing's Python
 function does not raise: it returns its outputs plus a status (code, message), and the tiny C++ op
 ``BlinkflowRaiseOnError`` (``raise_on_error_op.cc``, compiled once per TensorFlow version into
-``~/.cache/blinkflow`` by :mod:`._op_library`) fails the step with that code and message. A cross-rank mismatch thus
+``~/.cache/blinkflow`` by :mod:`.._op_library`) fails the step with that code and message. A cross-rank mismatch thus
 arrives as ``tf.errors.FailedPreconditionError`` carrying the runtime's text. Without a C++
 compiler the error still surfaces, as ``UnknownError`` with the same message.
 """
@@ -18,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from ..errors import (BlinkflowError, DuplicateNameError, InvalidArgumentError, NotInitializedError,
+from ...errors import (BlinkflowError, DuplicateNameError, InvalidArgumentError, NotInitializedError,
                       NotSupportedError, ProcessSetError, ShutdownError, TensorMismatchError)
-from . import _op_library
+from .. import _op_library
 
 STATUS_DTYPES = [tf.int64, tf.uint8]
 """The status a crossing returns beside its outputs: an int64 code and the message's UTF-8 bytes.
@@ -116,5 +116,5 @@ def _raise_unknown(code, message):
 
 
 def _load_op():
-    """The compiled ops (:mod:`._op_library`), or None without a C++ compiler."""
+    """The compiled ops (:mod:`.._op_library`), or None without a C++ compiler."""
     return _op_library.load()
