@@ -12,9 +12,9 @@ from typing import List, Optional
 
 # subcommand -> module that defines a click command called ``command``
 SUBCOMMANDS = {
-    "topo": "blinkflow.launcher.topo_cmd",
-    "plan": "blinkflow.launcher.plan_cmd",
-    "simulate": "blinkflow.launcher.simulate_cmd",
+    "topo": "blinkflow.launcher.commands.topo",
+    "plan": "blinkflow.launcher.commands.plan",
+    "simulate": "blinkflow.launcher.commands.simulate",
 }
 
 
@@ -24,7 +24,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         command = importlib.import_module(SUBCOMMANDS[argv[0]]).command
         command.main(argv[1:], prog_name=f"blinkrun {argv[0]}")
         return
-    command = importlib.import_module("blinkflow.launcher.run_cmd").command
+    command = importlib.import_module("blinkflow.launcher.commands.run").command
     command.main(argv, prog_name="blinkrun")
 
 

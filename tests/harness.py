@@ -237,7 +237,7 @@ def close(got, want, magnitude=0.0, ranks: int = 1, rounding=None, what: str = "
 
 @functools.lru_cache(maxsize=1)
 def _mpi():
-    from blinkflow.launcher.mpi_impl import detect
+    from blinkflow.launcher.job.mpi_impl import detect
     return detect()
 
 
@@ -253,8 +253,8 @@ def mpirun_command(n: int, argv: Sequence[str], env: Optional[Mapping[str, str]]
                    mpi_options: Sequence[str] = ()) -> List[str]:
     """mpirun's argv from the launcher's builder: this interpreter's mpirun, the flags this machine
     needs, ``env`` set on every rank, ``mpi_options`` (e.g. ``--enable-recovery``), then ``argv``."""
-    from blinkflow.launcher.mpirun_argv import LaunchSpec, build_mpirun_argv
-    from blinkflow.launcher.run_cmd import local_cores
+    from blinkflow.launcher.job.mpirun_argv import LaunchSpec, build_mpirun_argv
+    from blinkflow.launcher.commands.run import local_cores
 
     # The test process's BLINKFLOW_* settings reach every rank, on this host or another (a rank
     # elsewhere sees only what -x names, and ranks must agree on them).

@@ -86,10 +86,10 @@ def check_limit(limit: Optional[float], measured: Dict[str, float]) -> None:
 
 def _launch(cluster, per_host: int, side: str, sizes: str, reps: int,
             extra_env: Optional[Dict[str, str]] = None) -> Dict[str, float]:
-    from blinkflow.launcher.hosts import Host
-    from blinkflow.launcher.mpi_impl import detect
-    from blinkflow.launcher.mpirun_argv import LaunchSpec, build_mpirun_argv
-    from blinkflow.launcher.run_cmd import local_cores
+    from blinkflow.launcher.job.hosts import Host
+    from blinkflow.launcher.job.mpi_impl import detect
+    from blinkflow.launcher.job.mpirun_argv import LaunchSpec, build_mpirun_argv
+    from blinkflow.launcher.commands.run import local_cores
 
     env = cluster.env(extra_env)
     command = (sys.executable, WORKER, "--side", side, "--sizes", sizes, "--reps", str(reps), "--small-reps", "0")

@@ -32,9 +32,9 @@ def _mpirun_argv(np_: int, command: List[str], environ: Dict[str, str]) -> List[
     """The launcher's mpirun argv, starting ``command`` itself rather than blinkrun's rank wrapper:
     an older tree under test may not have this launcher."""
     from blinkflow.errors import ConfigError
-    from blinkflow.launcher.mpi_impl import detect
-    from blinkflow.launcher.mpirun_argv import LaunchSpec, build_mpirun_argv
-    from blinkflow.launcher.run_cmd import local_cores
+    from blinkflow.launcher.job.mpi_impl import detect
+    from blinkflow.launcher.job.mpirun_argv import LaunchSpec, build_mpirun_argv
+    from blinkflow.launcher.commands.run import local_cores
 
     try:
         impl = detect()

@@ -1,7 +1,7 @@
 """Gaining ranks: new processes join a running elastic job.
 
 ``blinkrun``'s host discovery appends spawn requests to the job's hosts file
-(``BLINKFLOW_ELASTIC_HOSTS_FILE``; see ``launcher/elastic_driver.py``): a host, and for each new
+(``BLINKFLOW_ELASTIC_HOSTS_FILE``; see ``launcher/elastic/driver.py``): a host, and for each new
 rank the argv of its wrapper. The ranks act on them in three steps:
 
 1. :func:`watch_hosts_file`: a thread on the job's rank 0 reads the file when it changes and, for

@@ -1,5 +1,5 @@
 """What a rank tells ``blinkrun`` about how the job ends here, through the hooks blinkrun's
-start-up module (``launcher/pyhook/sitecustomize.py``) puts in every rank it launches; a rank
+start-up module (``launcher/ranks/pyhook/sitecustomize.py``) puts in every rank it launches; a rank
 started otherwise (plain mpirun) has none, and these do nothing.
 
 :func:`tell_cut_off`: this rank stops because ranks on another host fell silent (an elastic

@@ -18,7 +18,7 @@ host's ranks all began: the missing one is elsewhere). Where the launcher sets n
 the message says what to look for.
 
 Under ``blinkrun`` no watchdog is started: blinkrun sees every rank's process, and names the
-rank that never began MPI's start-up itself (``launcher/supervise.py``).
+rank that never began MPI's start-up itself (``launcher/job/supervise.py``).
 """
 from __future__ import annotations
 

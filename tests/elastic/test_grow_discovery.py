@@ -4,7 +4,7 @@ import stat
 
 import pytest
 
-from blinkflow.launcher.elastic_discovery import (DiscoveryError, HostBook, HostCooldown, parse_discovery_output,
+from blinkflow.launcher.elastic.discovery import (DiscoveryError, HostBook, HostCooldown, parse_discovery_output,
                                                   run_discovery_script)
 from blinkrun_helpers import run_blinkrun
 

@@ -3,10 +3,10 @@ import json
 
 import pytest
 
-from blinkflow.launcher import events
-from blinkflow.launcher.elastic_discovery import DiscoveryError
-from blinkflow.launcher.elastic_driver import LOST, PENDING, RUNNING, ElasticDriver, initial_slots
-from blinkflow.launcher.elastic_flags import ElasticSpec
+from blinkflow.launcher.ranks import events
+from blinkflow.launcher.elastic.discovery import DiscoveryError
+from blinkflow.launcher.elastic.driver import LOST, PENDING, RUNNING, ElasticDriver, initial_slots
+from blinkflow.launcher.elastic.spec import ElasticSpec
 
 
 class Clock:

@@ -3,8 +3,8 @@ import pytest
 
 from blinkflow.config import Config
 from blinkflow.errors import ConfigError
-from blinkflow.launcher.elastic_flags import ELASTIC_FLAGS, ElasticSpec, elastic_spec
-from blinkflow.launcher.run_cmd import command
+from blinkflow.launcher.elastic.spec import ELASTIC_FLAGS, ElasticSpec, elastic_spec
+from blinkflow.launcher.commands.run import command
 from blinkrun_helpers import run_blinkrun
 
 # horovod/runner/launch.py, "elastic arguments" and --host-discovery-script: flag, aliases, default

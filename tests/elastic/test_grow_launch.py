@@ -7,12 +7,12 @@ import pytest
 
 from blinkflow.config import Config
 from blinkflow.errors import ConfigError
-from blinkflow.launcher.elastic_flags import ElasticSpec
-from blinkflow.launcher.elastic_launch import (DETECTOR_SETTINGS, HOST_LOSS_ARGS, HOSTS_FILE_NAME, forwarded_names,
+from blinkflow.launcher.elastic.spec import ElasticSpec
+from blinkflow.launcher.elastic.launch import (DETECTOR_SETTINGS, HOST_LOSS_ARGS, HOSTS_FILE_NAME, forwarded_names,
                                               mpirun_args, slot_argv, start_driver, starting_hosts)
-from blinkflow.launcher.hosts import Host
-from blinkflow.launcher.mpi_impl import MPICH, OPEN_MPI, MpiImpl
-from blinkflow.launcher.mpirun_argv import LaunchSpec
+from blinkflow.launcher.job.hosts import Host
+from blinkflow.launcher.job.mpi_impl import MPICH, OPEN_MPI, MpiImpl
+from blinkflow.launcher.job.mpirun_argv import LaunchSpec
 
 OMPI = MpiImpl(OPEN_MPI, "Open MPI", "5.0.11", "/venv/bin/mpirun", "pip wheel")
 HYDRA = MpiImpl(MPICH, "MPICH", "4.2.0", "/usr/bin/mpiexec.hydra")
@@ -48,7 +48,7 @@ def test_a_new_rank_is_the_wrapper_with_its_slot_and_no_variables_value():
     from the job's rank 0 over MPI, and the hosts file names them only."""
     launch = LaunchSpec(np=2, command=("python", "train.py"), output_dir="/logs")
     argv = slot_argv("/venv/bin/python", launch, 5)
-    assert argv == ["/venv/bin/python", "-m", "blinkflow.launcher.rank_exec", "--rank", "5", "--output-dir", "/logs",
+    assert argv == ["/venv/bin/python", "-m", "blinkflow.launcher.ranks.rank_exec", "--rank", "5", "--output-dir", "/logs",
                     "--", "python", "train.py"]
     assert Config.from_env({"BLINKFLOW_ELASTIC_JOINING": "1"}).elastic_joining == 1
     environ = {"PATH": "/venv/bin:/usr/bin", "CLOUD_TOKEN": "s3cr3t-value", "SSH_AUTH_SOCK": "/tmp/agent",

@@ -17,7 +17,7 @@ SCRIPT = ("import blinkflow as bf\nfrom mpi4py import MPI\nimport numpy as np\nb
 
 
 def plain_mpirun(script, env):
-    from blinkflow.launcher.mpi_impl import OPEN_MPI, detect
+    from blinkflow.launcher.job.mpi_impl import OPEN_MPI, detect
 
     impl = detect()
     if impl.family != OPEN_MPI:

@@ -1,7 +1,7 @@
 """The GPU extra that fits the machine: the CUDA toolkit's major, else the driver's."""
 import pytest
 
-from blinkflow.launcher.cuda_extra import cuda_major, extra_for
+from blinkflow.launcher.commands.cuda_extra import cuda_major, extra_for
 
 NVCC = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.48\n"
 SMI = "| NVIDIA-SMI 570.86.15    Driver Version: 570.86.15    CUDA Version: 12.8     |\n"

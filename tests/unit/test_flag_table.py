@@ -1,17 +1,17 @@
-"""blinkrun's one flag table (launcher/flag_table.py) is what the command line declares, what
+"""blinkrun's one flag table (launcher/flags/table.py) is what the command line declares, what
 ``--help`` says, and what the documented flag tables (docs/launching.md, docs/configuration.md)
 hold, row by row."""
 import pathlib
 
 import pytest
 
-from blinkflow.launcher import flag_docs
-from blinkflow.launcher.flag_table import (ACCEPTED, ELASTIC, ELASTIC_FLAGS, FLAGS, HOROVOD_FLAGS, NATIVE, REFUSED,
+from blinkflow.launcher.flags import docs as flag_docs
+from blinkflow.launcher.flags.table import (ACCEPTED, ELASTIC, ELASTIC_FLAGS, FLAGS, HOROVOD_FLAGS, NATIVE, REFUSED,
                                            SETTING, SETTING_FLAGS, by_name)
-from blinkflow.launcher.run_cmd import command
+from blinkflow.launcher.commands.run import command
 
 ROOT = pathlib.Path(__file__).parents[2]
-REWRITE = "rewrite it with: python -m blinkflow.launcher.flag_docs ."
+REWRITE = "rewrite it with: python -m blinkflow.launcher.flags.docs ."
 
 
 def _rows(table: str):
@@ -104,7 +104,7 @@ def test_the_settings_pages_flag_column_names_each_variables_flag():
 def test_each_config_file_setting_stands_for_a_row_that_takes_what_it_gives():
     """The ``config`` column: a value setting names a flag taking one value; a true/false setting
     a pair of switches; Horovod's sections and controllers, no other."""
-    from blinkflow.launcher.horovod_config_file import CONTROLLERS, KEYS
+    from blinkflow.launcher.flags.horovod_config_file import CONTROLLERS, KEYS
 
     rows = by_name()
     for key, flag in KEYS.items():

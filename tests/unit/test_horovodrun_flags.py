@@ -1,10 +1,10 @@
 """Every horovodrun flag of Horovod 0.28 is taken by blinkrun with Horovod's meaning, or refused on
-one line that says what to use instead (launcher/flag_table.py)."""
+one line that says what to use instead (launcher/flags/table.py)."""
 import pytest
 from click.testing import CliRunner
 
-from blinkflow.launcher.flag_table import ACCEPTED, ELASTIC, HOROVOD_FLAGS, NATIVE, REFUSED, by_name
-from blinkflow.launcher.run_cmd import command, spec_from_options
+from blinkflow.launcher.flags.table import ACCEPTED, ELASTIC, HOROVOD_FLAGS, NATIVE, REFUSED, by_name
+from blinkflow.launcher.commands.run import command, spec_from_options
 
 # The flags of horovod/runner/launch.py (v0.28.1, parse_args), every spelling, with the number of
 # values each takes: the list the table must cover, copied here as data so a row dropped from the

@@ -1,15 +1,15 @@
 """The mpirun argv builder, for Open MPI and MPICH/Hydra, without running MPI."""
 import pytest
 
-from blinkflow.launcher.hosts import Host
-from blinkflow.launcher.mpi_impl import MpiImpl, MPICH, OPEN_MPI
-from blinkflow.launcher.mpirun_argv import LaunchSpec, build_mpirun_argv, format_argv, rank_command
+from blinkflow.launcher.job.hosts import Host
+from blinkflow.launcher.job.mpi_impl import MpiImpl, MPICH, OPEN_MPI
+from blinkflow.launcher.job.mpirun_argv import LaunchSpec, build_mpirun_argv, format_argv, rank_command
 
 OMPI = MpiImpl(OPEN_MPI, "Open MPI", "5.0.11", "/venv/bin/mpirun", "pip wheel")
 HYDRA = MpiImpl(MPICH, "MPICH", "4.2.0", "/usr/bin/mpiexec.hydra")
 ENV = {"PATH": "/venv/bin:/usr/bin", "LD_LIBRARY_PATH": "/opt/lib", "HOME": "/root"}
 CMD = ("python", "train.py", "--epochs", "2")
-WRAPPED = ["/venv/bin/python", "-m", "blinkflow.launcher.rank_exec", "--", *CMD]
+WRAPPED = ["/venv/bin/python", "-m", "blinkflow.launcher.ranks.rank_exec", "--", *CMD]
 
 
 def build(impl, spec, is_root=False, cores=8, **kw):
@@ -69,7 +69,7 @@ def test_openmpi_hosts_hostfile_settings_and_mpi_args():
     assert pairs(argv, "-x") == ["BLINKFLOW_BACKEND=cpu", "BLINKFLOW_TOPOLOGY=dgx1-v100", "HOME", "LD_LIBRARY_PATH",
                                  "PATH"]
     tail = argv[argv.index("btl_tcp_if_include") - 1:]  # the user's --mpi-args come after blinkflow's defaults
-    assert tail == ["--mca", "btl_tcp_if_include", "eth0", "/venv/bin/python", "-m", "blinkflow.launcher.rank_exec",
+    assert tail == ["--mca", "btl_tcp_if_include", "eth0", "/venv/bin/python", "-m", "blinkflow.launcher.ranks.rank_exec",
                     "--output-dir", "/logs", "--", *CMD]
     spec = LaunchSpec(np=8, command=CMD, hosts=(Host("a", 4), Host("b", 4)), hostfile="hosts.txt")
     argv = build(OMPI, spec)

@@ -5,8 +5,8 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
-from blinkflow.launcher import check_build
-from blinkflow.launcher.run_cmd import command
+from blinkflow.launcher.commands import check_build
+from blinkflow.launcher.commands.run import command
 from blinkflow.version import __version__
 from blinkrun_helpers import blinkrun_argv
 

@@ -1,6 +1,6 @@
-"""blinkrun reads from mpirun's own output which host's MPI daemon it lost (launcher/daemon_loss.py):
+"""blinkrun reads from mpirun's own output which host's MPI daemon it lost (launcher/job/daemon_loss.py):
 the ranks there can report nothing, so these help messages are the only place naming the host."""
-from blinkflow.launcher.daemon_loss import DaemonLoss
+from blinkflow.launcher.job.daemon_loss import DaemonLoss
 
 NO_CALLBACK = b"""------------------------------------------------------------
 A daemon failed to report back after being spawned. This could

@@ -5,7 +5,7 @@ import pytest
 
 from blinkflow.config import Config
 from blinkflow.errors import ConfigError
-from blinkflow.launcher.flags import SETTING_FLAGS, settings_env
+from blinkflow.launcher.flags.settings import SETTING_FLAGS, settings_env
 
 EXPECTED = {  # flag param -> (given value, variable, variable text, parsed Config attribute value)
     # the flag's click type (blinkflow.setting_text.MEBIBYTES) reads "32" as 32 MiB, in bytes
@@ -58,7 +58,7 @@ def test_bad_values_fail_before_launch():
 
 
 def test_ranks_find_blinkruns_interpreter_first():
-    from blinkflow.launcher.run_cmd import interpreter_first_path
+    from blinkflow.launcher.commands.run import interpreter_first_path
 
     assert interpreter_first_path("/usr/bin:/venv/bin:/bin", "/venv/bin") == "/venv/bin:/usr/bin:/bin"
     assert interpreter_first_path("", "/venv/bin") == "/venv/bin"

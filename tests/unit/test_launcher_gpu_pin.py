@@ -1,10 +1,10 @@
 """The rank wrapper's GPU pin and ``blinkrun --check-build``'s device list, from a stand-in for
 CUDA's view (no MPI, no CuPy)."""
 from blinkflow.topology.visible_devices import GpuIdentity
-from blinkflow.launcher.check_build import device_lines, report
-from blinkflow.launcher.gpu_pin import gpu_pin, pin_line
-from blinkflow.launcher.mpi_impl import MpiImpl, OPEN_MPI
-from blinkflow.launcher.mpirun_argv import LaunchSpec, build_mpirun_argv
+from blinkflow.launcher.commands.check_build import device_lines, report
+from blinkflow.launcher.ranks.gpu_pin import gpu_pin, pin_line
+from blinkflow.launcher.job.mpi_impl import MpiImpl, OPEN_MPI
+from blinkflow.launcher.job.mpirun_argv import LaunchSpec, build_mpirun_argv
 
 GPUS = [GpuIdentity(f"0000:{0x18 + 0x10 * i:02x}:00.0", f"GPU-{i}", "H100") for i in range(4)]
 
@@ -43,4 +43,4 @@ def test_verbose_reaches_the_rank_wrapper():
     impl = MpiImpl(OPEN_MPI, "Open MPI", "5.0.11", "/x/mpirun")
     argv = build_mpirun_argv(impl, LaunchSpec(np=2, command=("python", "t.py"), verbose=True), python="py",
                              environ={}, is_root=False, local_cores=4)
-    assert argv[-5:] == ["blinkflow.launcher.rank_exec", "--verbose", "--", "python", "t.py"]
+    assert argv[-5:] == ["blinkflow.launcher.ranks.rank_exec", "--verbose", "--", "python", "t.py"]

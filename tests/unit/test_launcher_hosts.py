@@ -1,7 +1,7 @@
 """-H and hostfile parsing: slots, comments, blank lines, and errors that name the place."""
 import pytest
 
-from blinkflow.launcher.hosts import (Host, HostSpecError, hosts_arg, mpich_hostfile_text, parse_hostfile,
+from blinkflow.launcher.job.hosts import (Host, HostSpecError, hosts_arg, mpich_hostfile_text, parse_hostfile,
                                       parse_hosts_arg, parse_hostfile_text, total_slots)
 
 

@@ -1,7 +1,7 @@
 """Recognising the MPI implementation from `mpirun --version` text."""
 import pytest
 
-from blinkflow.launcher.mpi_impl import MPICH, OPEN_MPI, MpiNotFoundError, parse_version_text
+from blinkflow.launcher.job.mpi_impl import MPICH, OPEN_MPI, MpiNotFoundError, parse_version_text
 
 OPENMPI5 = "mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/\n"
 OPENMPI4 = "mpirun (Open MPI) 4.1.2\n\nReport bugs to http://www.open-mpi.org/community/help/\n"

@@ -5,15 +5,15 @@ import os
 import subprocess
 import sys
 
-from blinkflow.launcher import events, rank_exec
-from blinkflow.launcher.rank_exec import exit_status, log_dir
+from blinkflow.launcher.ranks import events, rank_exec
+from blinkflow.launcher.ranks.rank_exec import exit_status, log_dir
 
 PY = sys.executable
 
 
 def wrap(command, rank="3", extra=()):
     env = dict(os.environ, OMPI_COMM_WORLD_RANK=rank, OMPI_COMM_WORLD_SIZE="12")
-    return subprocess.run([PY, "-m", "blinkflow.launcher.rank_exec", *extra, "--", *command],
+    return subprocess.run([PY, "-m", "blinkflow.launcher.ranks.rank_exec", *extra, "--", *command],
                           capture_output=True, text=True, timeout=60, env=env)
 
 
@@ -126,7 +126,7 @@ def test_a_users_own_sitecustomize_still_runs(tmp_path):
     (tmp_path / "sitecustomize.py").write_text("import builtins\nbuiltins.USER_SITE = 'loaded'\n")
     env_path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     env = dict(os.environ, PYTHONPATH=env_path, OMPI_COMM_WORLD_RANK="0")
-    proc = subprocess.run([PY, "-m", "blinkflow.launcher.rank_exec", "--", PY, "-c",
+    proc = subprocess.run([PY, "-m", "blinkflow.launcher.ranks.rank_exec", "--", PY, "-c",
                            "import sys; print(USER_SITE, sys.excepthook.__name__)"],
                           capture_output=True, text=True, timeout=60, env=env)
     assert proc.stdout == "[0]<stdout>: loaded _record_and_abort\n", proc.stderr
@@ -142,13 +142,13 @@ def test_the_hook_folder_is_packaged():
         pytest.skip("not running from a source checkout")
     parser = configparser.ConfigParser()
     parser.read(setup)
-    assert "blinkflow.launcher.pyhook" in parser["options"]["packages"].split()
+    assert "blinkflow.launcher.ranks.pyhook" in parser["options"]["packages"].split()
 
 
 def _pumped(chunks, timestamp=False):
     """What the rank's tagged stream holds after the child wrote ``chunks`` (one read each)."""
     import os as _os
-    from blinkflow.launcher.rank_exec import _Pump
+    from blinkflow.launcher.ranks.rank_exec import _Pump
 
     read_fd, write_fd = _os.pipe()
     pump = _Pump(None, write_fd, b"[0]<stdout>: ", None, timestamp=timestamp)
@@ -195,7 +195,7 @@ def test_a_rank_cut_off_by_a_network_partition_stops_the_daemon_that_started_it(
     daemon.chmod(0o755)
     rank = "import sitecustomize; sitecustomize.blinkrun_cut_off(); raise SystemExit(0)"
     env = dict(os.environ, OMPI_COMM_WORLD_RANK="2", OMPI_COMM_WORLD_SIZE="4")
-    done = subprocess.run([str(daemon), PY, "-m", "blinkflow.launcher.rank_exec", "--", PY, "-c", rank],
+    done = subprocess.run([str(daemon), PY, "-m", "blinkflow.launcher.ranks.rank_exec", "--", PY, "-c", rank],
                           capture_output=True, text=True, timeout=25, env=env)
     assert done.returncode == -15, done.stderr
 
@@ -205,6 +205,6 @@ def test_an_ordinary_end_leaves_the_parent_alone(tmp_path):
     daemon.write_text('#!/bin/sh\n"$@"\necho parent-lives\n')
     daemon.chmod(0o755)
     env = dict(os.environ, OMPI_COMM_WORLD_RANK="2", OMPI_COMM_WORLD_SIZE="4")
-    done = subprocess.run([str(daemon), PY, "-m", "blinkflow.launcher.rank_exec", "--", PY, "-c", "pass"],
+    done = subprocess.run([str(daemon), PY, "-m", "blinkflow.launcher.ranks.rank_exec", "--", PY, "-c", "pass"],
                           capture_output=True, text=True, timeout=25, env=env)
     assert done.returncode == 0 and "parent-lives" in done.stdout, done.stderr

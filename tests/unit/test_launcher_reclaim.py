@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from blinkflow.launcher import reclaim
+from blinkflow.launcher.job import reclaim
 
 
 def _dead_pid() -> int:

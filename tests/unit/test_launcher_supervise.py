@@ -5,8 +5,10 @@ import io
 import sys
 import time
 
-from blinkflow.launcher import events, supervise
-from blinkflow.launcher.supervise import Job, describe_failure
+from blinkflow.launcher.ranks import events
+
+from blinkflow.launcher.job import supervise
+from blinkflow.launcher.job.supervise import Job, describe_failure
 
 
 def fake_mpirun(lines, exit_code=0, sleep=0.0):
@@ -124,8 +126,8 @@ def test_mpirun_stopping_the_job_for_a_rank_that_ended_before_mpi_names_it_as_ne
 def test_an_elastic_job_whose_mpirun_waits_for_a_silent_host_is_stopped_once_its_ranks_ended(tmp_path):
     # Open MPI's mpirun waits forever for the daemon of a host that went silent; the survivors
     # said which ranks they lost and ended well: blinkrun stops mpirun, and the job succeeded
-    from blinkflow.launcher.elastic_driver import ElasticDriver
-    from blinkflow.launcher.elastic_flags import ElasticSpec
+    from blinkflow.launcher.elastic.driver import ElasticDriver
+    from blinkflow.launcher.elastic.spec import ElasticSpec
     said = []
     driver = ElasticDriver(ElasticSpec(min_np=1), hosts_file=str(tmp_path / "hosts.json"), hosts=[("a", 1), ("b", 1)],
                            np=2, slot_argv=lambda slot: [], wdir=str(tmp_path), say=said.append,

@@ -1,6 +1,6 @@
 """The rank blinkrun names first is the one that failed on its own, not a casualty that says
 whom it stopped because of (issue 18, finding 8)."""
-from blinkflow.launcher import verdict
+from blinkflow.launcher.job import verdict
 
 
 def failure(rank, at, blames=None, status=1, exc="x"):

@@ -17,7 +17,7 @@ from blinkflow.topology import get_preset
 for spec, collective in (("dgx1-v100", "allreduce"), ("2xcpu-host:2", "allreduce"), ("2xcpu-host:2", "broadcast")):
     topology = get_preset(spec)
     verify_plan(make_plan(topology, collective, hybrid=spec == "dgx1-v100"), topology)
-import blinkflow.launcher.topo_cmd, blinkflow.launcher.plan_cmd
+import blinkflow.launcher.commands.topo, blinkflow.launcher.commands.plan
 print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in %r)))
 """
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from blinkflow.launcher import plan_cmd
+from blinkflow.launcher.commands import plan as plan_cmd
 
 
 def _run(args):

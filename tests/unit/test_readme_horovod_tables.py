@@ -1,11 +1,11 @@
 """docs/launching.md's table names every horovodrun flag and docs/configuration.md every HOROVOD_*
-variable blinkflow knows, so the tables and launcher/flag_table.py / blinkflow/config.py cannot
+variable blinkflow knows, so the tables and launcher/flags/table.py / blinkflow/config.py cannot
 drift apart silently."""
 import pathlib
 import re
 
 from blinkflow.config import HOROVOD_TWINS, HOROVOD_WITHOUT_TWIN
-from blinkflow.launcher.flag_table import HOROVOD_FLAGS, NATIVE, REFUSED
+from blinkflow.launcher.flags.table import HOROVOD_FLAGS, NATIVE, REFUSED
 
 DOCS = pathlib.Path(__file__).parents[2] / "docs"
 LAUNCHING = (DOCS / "launching.md").read_text()

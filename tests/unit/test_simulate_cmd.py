@@ -5,7 +5,7 @@ import json
 import pytest
 
 from blinkflow.launcher.cli import main
-from blinkflow.launcher.simulate_cmd import parse_size
+from blinkflow.launcher.commands.simulate import parse_size
 from blinkflow.topology.presets import get_preset, preset_names
 
 KEYS = {"topology", "gpus", "collective", "size_bytes", "blinkflow", "baseline", "speedup", "policy"}

@@ -7,7 +7,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from blinkflow.launcher.topo_cmd import command
+from blinkflow.launcher.commands.topo import command
 
 
 def run(*args):
@@ -86,7 +86,7 @@ def test_real_blinkrun_process_reports_one_line(tmp_path):
 
 
 def test_live_probe_honours_cuda_visible_devices(monkeypatch, fixtures_dir):
-    from blinkflow.launcher import topo_cmd
+    from blinkflow.launcher.commands import topo as topo_cmd
     from blinkflow.topology import load_nvidia_smi
 
     monkeypatch.setattr(topo_cmd, "probe_host_topology",
@@ -98,7 +98,7 @@ def test_live_probe_honours_cuda_visible_devices(monkeypatch, fixtures_dir):
 
 
 def test_live_probe_without_gpu_shows_the_cpu_host(monkeypatch):
-    from blinkflow.launcher import run_cmd, topo_cmd
+    from blinkflow.launcher.commands import run as run_cmd, topo as topo_cmd
 
     monkeypatch.setattr(topo_cmd, "probe_host_topology", lambda: None)
     monkeypatch.setattr(run_cmd, "local_cores", lambda: 3)

@@ -1,5 +1,5 @@
 """The ranks' ``BLINKFLOW_*`` variables from ``blinkrun``'s setting flags (the SETTING rows of
-flag_table.py, docs/configuration.md).
+table.py, docs/configuration.md).
 
 Each such flag names the :class:`blinkflow.config.Config` field it sets; the variable name derives
 from the field (``Config.env_name``), so nothing here spells a ``BLINKFLOW_*`` name by hand.
@@ -13,7 +13,7 @@ from typing import Dict, Mapping, Optional
 from blinkflow.config import Config, ENV_PREFIX
 from blinkflow.errors import ConfigError
 
-from .flag_table import SETTING_FLAGS
+from .table import SETTING_FLAGS
 
 
 def settings_env(flag_values: Mapping[str, Optional[object]], environ: Mapping[str, str]) -> Dict[str, str]:

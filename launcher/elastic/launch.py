@@ -1,4 +1,4 @@
-"""What an elastic job changes in ``blinkrun``'s launch (``run_cmd.py`` calls these few entries).
+"""What an elastic job changes in ``blinkrun``'s launch (``commands/run.py`` calls these few entries).
 
 - :func:`with_elastic_start` / :func:`starting_hosts`: the first run of the discovery script
   decides where the job starts (it must succeed: Horovod's rule);
@@ -6,7 +6,7 @@
   ``--oversubscribe`` (blinkrun's discovery, not Open MPI's slot count, bounds where new ranks
   go, and ``MPI_Comm_spawn`` refuses ranks beyond the slots otherwise), and on more than one
   host what lets a job outlive a host that goes silent (:data:`HOST_LOSS_ARGS`);
-- :func:`start_driver`: the :class:`.elastic_driver.ElasticDriver` that polls discovery and
+- :func:`start_driver`: the :class:`.driver.ElasticDriver` that polls discovery and
   writes the job's hosts file (the argv of each new rank, and the names, never the values, of
   the variables it gets from the job), and the ``BLINKFLOW_ELASTIC_*`` settings the ranks get.
 """
@@ -19,13 +19,13 @@ from typing import List, Mapping, Optional, Sequence, Tuple
 
 from blinkflow.errors import ConfigError
 
-from .elastic_discovery import run_discovery_script
-from .elastic_driver import ElasticDriver
-from .elastic_flags import ElasticSpec
-from .hosts import Host, parse_hostfile
-from .mpi_impl import OPEN_MPI, MpiImpl
-from .env_forwarding import forwarded_variables
-from .mpirun_argv import LaunchSpec, rank_command
+from .discovery import run_discovery_script
+from .driver import ElasticDriver
+from .spec import ElasticSpec
+from ..job.hosts import Host, parse_hostfile
+from ..job.mpi_impl import OPEN_MPI, MpiImpl
+from ..job.env_forwarding import forwarded_variables
+from ..job.mpirun_argv import LaunchSpec, rank_command
 
 HOSTS_FILE_NAME = "elastic-hosts.json"
 ULFM_ARGS = ("--with-ft", "ulfm")

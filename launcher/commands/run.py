@@ -1,7 +1,7 @@
 """``blinkrun -np N [-H host:slots,... | --hostfile F] [flags] COMMAND ...``: launch a job.
 
-Its options are the rows of the one flag table (flag_table.py), declared in the table's order.
-Turns the command line into a :class:`LaunchSpec` (setting flags -> ``BLINKFLOW_*`` by flags.py),
+Its options are the rows of the one flag table (flags/table.py), declared in the table's order.
+Turns the command line into a :class:`LaunchSpec` (setting flags -> ``BLINKFLOW_*`` by flags/settings.py),
 detects the MPI, builds mpirun's argv (mpirun_argv.py, pure) and hands it to :class:`supervise.Job`.
 Bad usage exits 2 with click's message on one line (one_line.py), before anything starts.
 """
@@ -20,14 +20,14 @@ from blinkflow.config import Config, unknown_variables
 from blinkflow.errors import ConfigError
 from blinkflow.version import __version__
 
-from . import horovod_config_file
-from .elastic_flags import elastic_spec
-from .flag_table import ACCEPTED, ACTION, CLICK_OWN, FLAGS, NATIVE, REFUSED, SETTING_FLAGS, by_name
-from .flags import settings_env
-from .hosts import hosts_arg, mpich_hostfile_text, parse_hostfile, parse_hosts_arg
-from .mpi_impl import MPICH, detect
-from .mpirun_argv import LaunchSpec, build_mpirun_argv, format_argv
-from .one_line import OneLineErrorCommand
+from ..flags import horovod_config_file
+from ..elastic.spec import elastic_spec
+from ..flags.table import ACCEPTED, ACTION, CLICK_OWN, FLAGS, NATIVE, REFUSED, SETTING_FLAGS, by_name
+from ..flags.settings import settings_env
+from ..job.hosts import hosts_arg, mpich_hostfile_text, parse_hostfile, parse_hosts_arg
+from ..job.mpi_impl import MPICH, detect
+from ..job.mpirun_argv import LaunchSpec, build_mpirun_argv, format_argv
+from ..one_line import OneLineErrorCommand
 
 
 def interpreter_first_path(path: str, interpreter_dir: str) -> str:
@@ -143,7 +143,7 @@ def command(**options):
     try:
         elastic = elastic_spec(options, options["np"])   # None: a fixed-size job
         if elastic:
-            from . import elastic_launch
+            from ..elastic import launch as elastic_launch
             options = elastic_launch.with_elastic_start(options, elastic)
         spec, start_timeout = spec_from_options(click.get_current_context(), options, os.environ)
     except ConfigError as e:
@@ -157,8 +157,8 @@ def command(**options):
             spec = dataclasses.replace(spec, mpi_args=elastic_launch.mpirun_args(impl, spec.hosts) + spec.mpi_args)
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
-    from .reclaim import quietly_reclaim, scratch_prefix
-    from .supervise import Job
+    from ..job.reclaim import quietly_reclaim, scratch_prefix
+    from ..job.supervise import Job
     quietly_reclaim()  # what killed jobs left on this machine: scratch folders, shared memory
     with tempfile.TemporaryDirectory(prefix=scratch_prefix()) as scratch:
         mpich_hostfile = None

@@ -28,8 +28,8 @@ from blinkflow.sim.policy_prediction import predict_all
 from blinkflow.sizes import SIZE_HELP, format_size, parse_size
 from blinkflow.topology.resolve import resolve_topology
 
-from .one_line import OneLineErrorCommand
-from .topo_cmd import parse_gpus
+from ..one_line import OneLineErrorCommand
+from .topo import parse_gpus
 
 @click.command(cls=OneLineErrorCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--topology", "topology_spec", required=True, metavar="PRESET|FILE",

@@ -1,8 +1,8 @@
 """The one table of ``blinkrun``'s flags: every spelling (``horovodrun``'s aliases included), what
 the flag takes, how blinkrun handles it, what it feeds, and its help line.
 
-``run_cmd`` declares its click options from :data:`FLAGS` (in this order, which is ``--help``'s),
-the ``--config-file`` reader and the refusals look spellings up in it, and ``flag_docs`` writes
+``commands.run`` declares its click options from :data:`FLAGS` (in this order, which is ``--help``'s),
+the ``--config-file`` reader and the refusals look spellings up in it, and ``docs`` writes
 docs/launching.md's and docs/configuration.md's flag tables from it. The other views
 (:data:`SETTING_FLAGS`, :data:`ELASTIC_FLAGS`, :data:`HOROVOD_FLAGS`) are computed here.
 

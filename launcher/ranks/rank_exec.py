@@ -1,4 +1,4 @@
-"""The wrapper ``blinkrun`` starts on every rank: ``python -m blinkflow.launcher.rank_exec
+"""The wrapper ``blinkrun`` starts on every rank: ``python -m blinkflow.launcher.ranks.rank_exec
 [--output-dir DIR] -- COMMAND ...``.
 
 It runs COMMAND as its child (the MPI process), and
@@ -42,7 +42,7 @@ import time
 from typing import List, Mapping, Optional
 
 from . import events
-from .reclaim import quietly_reclaim, scratch_prefix
+from ..job.reclaim import quietly_reclaim, scratch_prefix
 
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
 LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
@@ -394,7 +394,7 @@ def _read_record(path: str) -> Optional[dict]:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m blinkflow.launcher.rank_exec",
+    parser = argparse.ArgumentParser(prog="python -m blinkflow.launcher.ranks.rank_exec",
                                      description="Run one rank of a blinkrun job (started by blinkrun).")
     parser.add_argument("--output-dir", help="also write this rank's stdout/stderr under DIR/rank.N/")
     parser.add_argument("--verbose", action="store_true", help="say which GPU the rank drives")

@@ -6,7 +6,7 @@ first rank as id; each new one the next unused id), the host it runs on, and a s
 asked for, not started yet; running; done: ended with status 0; lost: failed). The driver learns
 of starts and ends from the wrappers' events (:mod:`.events`, the ``rank`` field is the slot id).
 
-Once a second it runs the host discovery script (:mod:`.elastic_discovery`), and when the hosts
+Once a second it runs the host discovery script (:mod:`.discovery`), and when the hosts
 available (discovered, not blacklisted; a host whose blacklist cooldown ends is available from
 that moment) have slots no pending or running rank holds, and the job
 has fewer than ``--max-np`` ranks, it appends a **request** to the job's hosts file: the host,
@@ -18,7 +18,7 @@ keep which request they acted on last, so the file is a log that only grows.
 The survivors of a reset also name the ranks they went on without (an ``events.LOST`` event from
 the new rank 0): a host that went silent sends nothing else, and its slots would stay running.
 
-A rank that fails blacklists its host (Horovod's rule; see :class:`.elastic_discovery.HostBook`),
+A rank that fails blacklists its host (Horovod's rule; see :class:`.discovery.HostBook`),
 and so does a slot requested but not started within ``--elastic-timeout``. A rank that ended
 with status 0 frees nothing: the job is finishing, and a rank spawned now would join no one.
 """
@@ -32,9 +32,9 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import events
-from .elastic_discovery import DiscoveryError, HostBook, run_discovery_script
-from .elastic_flags import ElasticSpec
+from ..ranks import events
+from .discovery import DiscoveryError, HostBook, run_discovery_script
+from .spec import ElasticSpec
 
 POLL_INTERVAL_S = 1.0
 HOSTS_FILE_SCHEMA = 1

@@ -25,7 +25,7 @@ from blinkflow.topology import Topology, get_preset, load_any, load_nccl_xml, lo
 from blinkflow.topology.probe import probe_host_topology, visible_gpus
 from blinkflow.topology.table import format_table
 
-from .one_line import OneLineErrorCommand
+from ..one_line import OneLineErrorCommand
 
 SOURCES = ("preset", "nvidia_smi_file", "nccl_xml", "file")
 
@@ -58,8 +58,8 @@ def launch_probe(probe: bool, hosts_text: Optional[str], given: bool) -> None:
     blinkrun's own launch path, which prints the measured table on rank 0."""
     import sys
 
-    from .cli import main
-    from .hosts import hosts_arg, parse_hosts_arg
+    from ..cli import main
+    from ..job.hosts import hosts_arg, parse_hosts_arg
 
     if not probe:
         raise click.UsageError("-H names the hosts of --probe; add --probe (blinkrun topo --probe -H a,b,c)")
@@ -96,7 +96,7 @@ def probe_this_machine() -> Topology:
     Open MPI places them by default, with a note on stderr saying so."""
     topology = probe_host_topology()
     if topology is None:
-        from .run_cmd import local_cores
+        from .run import local_cores
         cores = local_cores()
         click.echo(f"blinkrun topo: no NVIDIA GPU found (no NVML, no nvidia-smi); this machine runs blinkflow on "
                    f"its CPUs: {cores} rank(s), one per core, sharing memory (preset cpu-host:{cores})", err=True)

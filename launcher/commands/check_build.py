@@ -35,7 +35,7 @@ def _package(module: str, *dists: str) -> Probe:
 
 
 def _mpi() -> Tuple[bool, str]:
-    from .mpi_impl import detect
+    from ..job.mpi_impl import detect
     impl = detect()
     return True, impl.describe()
 
@@ -106,7 +106,7 @@ def device_lines(environ=None, cuda_source=None) -> List[str]:
     :mod:`.gpu_pin` gives local rank k of as many ranks as there are devices."""
     import os
 
-    from .gpu_pin import LOCAL_RANK_VARS, LOCAL_SIZE_VARS, gpu_pin, pin_summary
+    from ..ranks.gpu_pin import LOCAL_RANK_VARS, LOCAL_SIZE_VARS, gpu_pin, pin_summary
     environ = dict(os.environ if environ is None else environ)
     probe_env = {k: v for k, v in environ.items() if k not in LOCAL_RANK_VARS + LOCAL_SIZE_VARS}
     kwargs = {} if cuda_source is None else {"cuda_source": cuda_source}

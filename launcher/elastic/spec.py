@@ -1,5 +1,5 @@
 """An elastic job's bounds from ``blinkrun``'s elastic flags (``horovodrun``'s "elastic arguments"
-and ``--host-discovery-script``; their spellings, types and defaults are rows of flag_table.py).
+and ``--host-discovery-script``; their spellings, types and defaults are rows of flags/table.py).
 
 A job is elastic when ``--host-discovery-script`` or ``--min-np`` is given (Horovod's rule);
 without them it is fixed-size exactly as before. An elastic job runs under ULFM
@@ -14,7 +14,7 @@ from typing import Dict, Mapping, Optional, Tuple
 from blinkflow.config import Config
 from blinkflow.errors import ConfigError
 
-from .flag_table import ELASTIC_FLAGS, ELASTIC_TIMEOUT_DEFAULT_S
+from ..flags.table import ELASTIC_FLAGS, ELASTIC_TIMEOUT_DEFAULT_S
 
 #: Horovod's bounds on a blacklisted host's cooldown (horovod/runner/elastic/discovery.py).
 COOLDOWN_LOWEST_S = 1

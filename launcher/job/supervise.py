@@ -35,7 +35,8 @@ import threading
 import time
 from typing import BinaryIO, Dict, List, Mapping, Optional, Sequence
 
-from . import events, verdict
+from ..ranks import events
+from . import verdict
 from .daemon_loss import DaemonLoss
 
 STOP_GRACE_SECONDS = 3.0      # SIGTERM -> SIGKILL for mpirun
@@ -47,7 +48,7 @@ class Job:
                  out: Optional[BinaryIO] = None, err: Optional[BinaryIO] = None, elastic=None):
         self.argv, self.env, self.np, self.start_timeout = list(argv), dict(env), np, start_timeout
         self.elastic = elastic
-        """An elastic job's driver (launcher/elastic_driver.py): it hears every rank's events, and
+        """An elastic job's driver (launcher/elastic/driver.py): it hears every rank's events, and
         a failed rank does not stop the job (the others re-form without it)."""
         self.out = out or sys.stdout.buffer
         self.err = err or sys.stderr.buffer

@@ -4,7 +4,7 @@ CUDA major version installed here.
 pip's extras cannot look at the machine, so the README's install line asks this file (it needs
 only the standard library, so it runs from a checkout before blinkflow is installed)::
 
-    pip install ".[tf,$(python3 launcher/cuda_extra.py)]"
+    pip install ".[tf,$(python3 launcher/commands/cuda_extra.py)]"
 
 The CUDA toolkit's major (``nvcc --version``) decides where there is one: CuPy compiles its
 kernels with the toolkit's NVRTC and loads its libraries, and a CuPy built for another major

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Dict, Hashable, Tuple
 
-from ..planner.loads import edge_hops, link_loads
+from ...planner.loads import edge_hops, link_loads
 
 
 def _positions(plan, forwarding) -> Dict[Hashable, Tuple[float, float]]:

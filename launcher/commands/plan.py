@@ -13,15 +13,15 @@ import json
 
 import click
 
-from .one_line import OneLineErrorCommand
-from .topo_cmd import parse_gpus
+from ..one_line import OneLineErrorCommand
+from .topo import parse_gpus
 
 COLLECTIVE_CHOICES = ("broadcast", "reduce", "allreduce", "allgather", "reducescatter")
 
 
 def load_topology_spec(spec: str):
     """A preset name or a topology file of any format (``resolve_topology``)."""
-    from ..topology.resolve import resolve_topology
+    from ...topology.resolve import resolve_topology
 
     return resolve_topology(spec, "--topology")
 
@@ -36,7 +36,7 @@ def load_topology_spec(spec: str):
 @click.option("--png", "png", type=click.Path(dir_okay=False), help="Draw the trees and link loads.")
 @click.option("--hybrid", is_flag=True, help="Add PCIe trees as a second channel (Blink's hybrid).")
 def command(topology_spec, gpus, collective, root, as_json, png, hybrid):
-    from ..planner import make_plan
+    from ...planner import make_plan
 
     # blinkflow's own errors (TopologyError, PlanError) become one line in OneLineErrorCommand.
     topology = load_topology_spec(topology_spec)
@@ -63,7 +63,7 @@ def plan_json(plan) -> dict:
     ``routes``, so every plan's trees carry the whole buffer at ``rate_gbps`` (``docs/planner.md``)."""
     out = plan.to_dict()
     if plan.is_three_phase:
-        from ..planner.multihost import one_level_trees
+        from ...planner.multihost import one_level_trees
         trees, routes = one_level_trees(plan)
         out["trees"] = [t.to_dict() for t in trees]
         out["routes"] = [r.to_dict() for r in routes]

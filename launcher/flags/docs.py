@@ -1,9 +1,9 @@
-"""The documented flag tables, written from the one flag table (flag_table.py).
+"""The documented flag tables, written from the one flag table (table.py).
 
 docs/launching.md ("From horovodrun") holds :func:`horovodrun_table` and docs/configuration.md
 ("blinkrun's flags") :func:`settings_table`, word for word between the markers
-:data:`BEGIN` and :data:`END`; a unit test compares them, so a row changed in flag_table.py
-shows up as a failing test until the page is rewritten with ``python -m blinkflow.launcher.flag_docs``.
+:data:`BEGIN` and :data:`END`; a unit test compares them, so a row changed in table.py
+shows up as a failing test until the page is rewritten with ``python -m blinkflow.launcher.flags.docs``.
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import sys
 
 import click
 
-from .flag_table import ACCEPTED, FLAGS, NATIVE, REFUSED, SETTING_FLAGS, Flag
+from .table import ACCEPTED, FLAGS, NATIVE, REFUSED, SETTING_FLAGS, Flag
 
-BEGIN = "<!-- flag table: {name} (written by blinkflow.launcher.flag_docs; edit launcher/flag_table.py) -->"
+BEGIN = "<!-- flag table: {name} (written by blinkflow.launcher.flags.docs; edit launcher/flags/table.py) -->"
 END = "<!-- end of flag table: {name} -->"
 
 HANDLED = {NATIVE: "yes", ACCEPTED: "taken, no effect", REFUSED: "refused"}

@@ -12,7 +12,7 @@ Horovod's file is two levels of ``key: value`` (a section, then its settings), e
       warning_time_seconds: 60
 
 Each setting is turned into the horovodrun flag it stands for (:data:`KEYS`, the ``config``
-column of flag_table.py), so the file goes through the same table as the command line and a
+column of table.py), so the file goes through the same table as the command line and a
 refused setting is refused with the same hint. blinkflow depends on no YAML library;
 :func:`parse` reads this block-mapping subset of YAML (plain or quoted scalars) and names the line
 of anything else.
@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Tuple, Union
 from blinkflow.errors import ConfigError
 from blinkflow.setting_text import parse_switch
 
-from .flag_table import FLAGS
+from .table import FLAGS
 
 Scalar = Optional[str]
 

@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from blinkflow.errors import ConfigError
 
-from .hosts import HostSpecError, parse_host_entry
+from ..job.hosts import HostSpecError, parse_host_entry
 
 SCRIPT_TIMEOUT_S = 30.0
 

@@ -1,7 +1,7 @@
 """Build the ``mpirun`` argument list — a pure function of its inputs, unit-tested without MPI
 (tests/unit/test_launcher_argv.py). Nothing here reads the environment, the clock or the file system.
 
-Every rank runs ``python -m blinkflow.launcher.rank_exec -- COMMAND ...``: the wrapper tags the
+Every rank runs ``python -m blinkflow.launcher.ranks.rank_exec -- COMMAND ...``: the wrapper tags the
 rank's output lines, records how it failed and takes the job down (see rank_exec.py).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from .env_forwarding import forwarded_variables
 from .hosts import Host, hosts_arg, total_slots
 from .mpi_impl import MPICH, OPEN_MPI, MpiImpl
 
-RANK_EXEC_MODULE = "blinkflow.launcher.rank_exec"
+RANK_EXEC_MODULE = "blinkflow.launcher.ranks.rank_exec"
 #: Open MPI's MCA settings for horovodrun's ``--tcp``: the ob1 messaging layer over the TCP,
 #: shared-memory and self transports only (no UCX, libfabric or InfiniBand verbs).
 TCP_ONLY_MCA = (("pml", "ob1"), ("btl", "self,sm,tcp"))
