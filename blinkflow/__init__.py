@@ -71,7 +71,7 @@ _TF_NAMES = (
 )
 _LAZY = dict([(n, "blinkflow.runtime.api") for n in _RUNTIME_NAMES] +
              [(n, "blinkflow.tensorflow") for n in _TF_NAMES] +
-             [("callbacks", "blinkflow.tensorflow.callbacks")])
+             [("callbacks", "blinkflow.tensorflow.keras.callbacks")])
 
 
 def __getattr__(name):

@@ -25,14 +25,10 @@ Modules and subpackages, one job each:
 ``sparse``            all-reduce of ``tf.IndexedSlices`` by all-gather, Horovod's way
 ``sparse_agreement``  agreeing which of a step's gradients travel sparse
 ``sync_batch_norm``   ``SyncBatchNormalization``: batch statistics over every rank
-``callbacks``         Keras 3 callbacks (Horovod's names and behaviour)
-``best_checkpoint``   ``BestModelCheckpoint``: the best model, written by rank 0
-``fit_alignment``     ``model.fit`` aligning its epochs across ranks
-``uneven_epochs``     epochs of different lengths on different ranks in ``model.fit``
 ``elastic``           ``hvd.elastic`` for TensorFlow: ``run`` and the TF / Keras states
 ``gpu_setup``         what ``init()`` does to TensorFlow's GPUs before TF initialises them
-``keras2_calls``      Keras 2 calls of Horovod's examples, accepted under Keras 3
-``keras``             subpackage: ``blinkflow.tensorflow.keras``, Horovod's Keras names
+``keras``             subpackage: ``blinkflow.tensorflow.keras``, Horovod's Keras names, and the Keras
+                      glue: callbacks, epoch alignment, Keras 2 calls
 ``crossing``          subpackage: TF tensors into the runtime and back, one module per mode (eager,
                       ``tf.function``, TF1 graph, XLA)
 ``_compat``           every TensorFlow / Keras version check
@@ -55,7 +51,8 @@ from ..errors import (BlinkflowError, DuplicateNameError, InvalidArgumentError, 
 from ..ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from ..runtime.process_sets import ProcessSet, global_process_set
 from . import _compat  # noqa: F401  (version check on import)
-from . import callbacks, elastic, keras2_calls  # noqa: F401  (keras2_calls: opt.variables() accepted)
+from . import elastic  # noqa: F401
+from .keras import callbacks, keras2_calls  # noqa: F401  (keras2_calls: opt.variables() accepted)
 from .api import (allgather, allreduce, alltoall, broadcast, grouped_allgather, grouped_allreduce,
                   grouped_reducescatter, reducescatter)
 from .gradient_tape import DistributedGradientTape, PartialDistributedGradientTape

@@ -23,7 +23,7 @@ from ..compression import Compression, FP16Compressor
 from ..errors import BlinkflowError
 from ..ops import ReduceOp, as_reduce_op
 from ._deprecated import warn_once
-from .fit_alignment import align_fits_of
+from .keras.fit_alignment import align_fits_of
 from .gradients import GradientReducer
 from .local_gradients import layer_variables
 

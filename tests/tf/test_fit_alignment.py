@@ -7,8 +7,8 @@ keras = pytest.importorskip("keras")
 
 
 def test_fit_gets_an_align_epochs_callback_first_unless_one_aligns_already():
-    from blinkflow.tensorflow import callbacks as bfc
-    from blinkflow.tensorflow.fit_alignment import with_alignment
+    from blinkflow.tensorflow.keras import callbacks as bfc
+    from blinkflow.tensorflow.keras.fit_alignment import with_alignment
 
     model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
     history = keras.callbacks.History()
@@ -27,7 +27,7 @@ def test_fit_gets_an_align_epochs_callback_first_unless_one_aligns_already():
 def test_the_fit_hook_is_installed_once_and_knows_the_optimizers_over_every_rank():
     import blinkflow as bf
     import blinkflow.tensorflow as bft
-    from blinkflow.tensorflow.fit_alignment import _needs_alignment, _over_every_rank
+    from blinkflow.tensorflow.keras.fit_alignment import _needs_alignment, _over_every_rank
 
     everyone = bft.DistributedOptimizer(keras.optimizers.SGD(0.1))
     fit = keras.Model.fit

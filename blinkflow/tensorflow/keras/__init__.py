@@ -1,33 +1,41 @@
-"""``import blinkflow.tensorflow.keras as hvd``: Horovod's ``horovod.tensorflow.keras`` names.
+"""``import blinkflow.tensorflow.keras as hvd``: Horovod's ``horovod.tensorflow.keras`` names, and
+the Keras glue of the TensorFlow bindings.
 
 The same objects as :mod:`blinkflow.tensorflow` (Keras 3 is TensorFlow's Keras), plus
 ``hvd.callbacks`` and the Keras ``hvd.elastic``; a Horovod Keras script ports by changing its
-import line (``blinkflow.keras`` is the same module, for ``import horovod.keras as hvd``).
+import line (``blinkflow.keras`` is the same module, for ``import horovod.keras as hvd``). The
+bindings' names are looked up in :mod:`blinkflow.tensorflow` when first used, so the bindings
+themselves can import the glue below while they load.
 
 Modules, one job each:
 
-``callbacks``  ``hvd.callbacks`` (the classes of ``blinkflow.tensorflow.callbacks``)
-``elastic``    ``hvd.elastic`` for Keras: ``KerasState`` and its callbacks
+``callbacks``        Keras 3 callbacks (Horovod's names and behaviour), also ``blinkflow.callbacks``
+``best_checkpoint``  ``BestModelCheckpoint``: the best model, written by rank 0
+``fit_alignment``    ``model.fit`` aligning its epochs across ranks
+``uneven_epochs``    epochs of different lengths on different ranks in ``model.fit``
+``keras2_calls``     Keras 2 calls of Horovod's examples, accepted under Keras 3
+``elastic``          ``hvd.elastic`` for Keras: ``KerasState`` and its callbacks
 """
 from __future__ import annotations
 
-import blinkflow.tensorflow as _tf_module
-from .. import __all__ as _tf_all
-from .. import _FROM_RUNTIME
+import importlib
+
 from . import callbacks, elastic  # noqa: F401
 
-# Copy the bindings' names now; the runtime's (init, size, ...) resolve on first use below, so
-# importing this module does not start MPI.
-globals().update({n: getattr(_tf_module, n) for n in _tf_all
-                  if n not in _FROM_RUNTIME and n not in ("callbacks", "elastic")})
+
+def _bindings():
+    return importlib.import_module("blinkflow.tensorflow")
 
 
 def __getattr__(name):
-    return getattr(_tf_module, name)
-
-
-__all__ = list(_tf_all)
+    # ``__all__`` too: ``from blinkflow.tensorflow.keras import *`` takes the bindings' names.
+    if name == "__all__":
+        return list(_bindings().__all__)
+    value = getattr(_bindings(), name)
+    if not name.startswith("_"):
+        globals()[name] = value
+    return value
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_FROM_RUNTIME))
+    return sorted(set(globals()) | set(dir(_bindings())))

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import keras
 
-from ..errors import InvalidArgumentError
-from . import crossing
+from ...errors import InvalidArgumentError
+from .. import crossing
 
 #: What Keras wants a path to end with, by ``save_weights_only``: the check a path given at
 #: construction passes, and the one a path set later is held to when training begins.

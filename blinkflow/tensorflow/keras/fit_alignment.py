@@ -54,7 +54,7 @@ def _wrap_fit() -> None:
 def _needs_alignment(optimizer) -> bool:
     """Whether a fit with ``optimizer`` runs in step with other ranks (a DistributedOptimizer
     over every rank of a running job of more than one)."""
-    from ..runtime.global_state import RUNTIME
+    from ...runtime.global_state import RUNTIME
 
     try:
         registered = optimizer in _over_every_rank

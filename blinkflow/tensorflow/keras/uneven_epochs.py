@@ -48,8 +48,8 @@ def align(model, epoch: int) -> None:
     if _aligned_epoch.get(model) == epoch:
         return
     _aligned_epoch[model] = epoch
-    from ..runtime import api
-    from .variables import broadcast_variables
+    from ...runtime import api
+    from ..variables import broadcast_variables
 
     if api.size() == 1:
         return

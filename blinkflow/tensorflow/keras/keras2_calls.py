@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import keras
 
-from .optimizer import VariableList
+from ..optimizer import VariableList
 
 _WRAPPED = "_blinkflow_callable_variables"
 
