@@ -40,6 +40,7 @@ Modules and subpackages, one job each:
 from __future__ import annotations
 
 import importlib
+import sys
 
 from .. import _RUNTIME_NAMES
 from ..api import register_binding
@@ -64,6 +65,9 @@ from .rank_ops import local_rank_op, local_size_op, process_set_included_op, ran
 from .variables import BroadcastGlobalVariablesHook, broadcast_global_variables, broadcast_variables
 
 register_binding(("tensorflow", "keras"), "blinkflow.tensorflow.ops")  # blinkflow.allreduce(tf tensor) lands here
+#: Horovod's module path ``horovod.tensorflow.keras.callbacks`` lives in the Keras glue; the
+#: bindings' own path to it (``import blinkflow.tensorflow.callbacks``) names the same module.
+sys.modules[__name__ + ".callbacks"] = callbacks
 
 #: Served by the runtime (``blinkflow.runtime.api``) and loaded on first use, so that importing
 #: this module does not start MPI; the object collectives above replace the runtime's own.

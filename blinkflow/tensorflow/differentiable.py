@@ -1,4 +1,4 @@
-"""The collectives of :mod:`.crossing` with Horovod's gradients, one rule per collective:
+"""The collectives of :mod:`.raw_ops` with Horovod's gradients, one rule per collective:
 
 - allreduce      -> allreduce of the gradient with the same op and scale factors (itself
                     differentiable); only Average and Sum have a gradient

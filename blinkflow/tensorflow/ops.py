@@ -1,7 +1,7 @@
 """Collectives on tf.Tensor, tf.Variable and Keras variables, with Horovod's gradients.
 
 Each op works eagerly, inside ``tf.function`` and in TF1-style graphs run by
-``tf.compat.v1.Session``; a list crosses into the runtime in one request (:mod:`.crossing`) so
+``tf.compat.v1.Session``; a list crosses into the runtime in one request (:mod:`.raw_ops`) so
 a grouped op is fused there; the gradients are :mod:`.differentiable`'s and ``tf.IndexedSlices``
 are reduced by :mod:`.sparse`. Signatures are Horovod's (``horovod/tensorflow/__init__.py``,
 ``mpi_ops.py``), in the positional order of ``blinkflow``'s own API: ``process_set=`` on every

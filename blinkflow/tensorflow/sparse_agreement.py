@@ -61,7 +61,7 @@ def agree(name: str, sparse_flags: Sequence[bool], labels: Sequence[str], proces
             raise TensorMismatchError(message, name=name)
         return [np.asarray(totals[0])]
 
-    # Through the bridge like the gradients, eagerly too: the flags take the gradients' route (the
+    # Through the crossing like the gradients, eagerly too: the flags take the gradients' route (the
     # cuda backend's for GPU tensors), so the check adds no host collective to a GPU step.
     checked = crossing.mode().call(check, [tf.constant(flags)], [tf.int64], [tf.TensorShape([])], name)[0]
     return None if tf.executing_eagerly() else checked

@@ -103,7 +103,7 @@ def _run(probe: Probe) -> Tuple[bool, str]:
 
 def device_lines(environ=None, cuda_source=None) -> List[str]:
     """The GPU each local rank of a ``blinkrun`` job on this machine will drive: the pin
-    :mod:`.gpu_pin` gives local rank k of as many ranks as there are devices."""
+    :mod:`..ranks.gpu_pin` gives local rank k of as many ranks as there are devices."""
     import os
 
     from ..ranks.gpu_pin import LOCAL_RANK_VARS, LOCAL_SIZE_VARS, gpu_pin, pin_summary

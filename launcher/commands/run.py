@@ -2,8 +2,9 @@
 
 Its options are the rows of the one flag table (flags/table.py), declared in the table's order.
 Turns the command line into a :class:`LaunchSpec` (setting flags -> ``BLINKFLOW_*`` by flags/settings.py),
-detects the MPI, builds mpirun's argv (mpirun_argv.py, pure) and hands it to :class:`supervise.Job`.
-Bad usage exits 2 with click's message on one line (one_line.py), before anything starts.
+detects the MPI, builds mpirun's argv (job/mpirun_argv.py, pure) and hands it to
+:class:`..job.supervise.Job`. Bad usage exits 2 with click's message on one line (one_line.py),
+before anything starts.
 """
 from __future__ import annotations
 

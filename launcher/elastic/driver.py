@@ -4,7 +4,7 @@ requests the ranks act on.
 Every rank process has a **slot**: an id blinkrun gives it (ranks started by mpirun have their
 first rank as id; each new one the next unused id), the host it runs on, and a state (pending:
 asked for, not started yet; running; done: ended with status 0; lost: failed). The driver learns
-of starts and ends from the wrappers' events (:mod:`.events`, the ``rank`` field is the slot id).
+of starts and ends from the wrappers' events (:mod:`..ranks.events`, the ``rank`` field is the slot id).
 
 Once a second it runs the host discovery script (:mod:`.discovery`), and when the hosts
 available (discovered, not blacklisted; a host whose blacklist cooldown ends is available from

@@ -103,7 +103,7 @@ def slot_argv(python: str, launch: LaunchSpec, slot: int) -> List[str]:
 
 def forwarded_names(environ: Mapping[str, str], settings: Mapping[str, str]) -> List[str]:
     """The variables a new rank gets from the job, as mpirun's ``-x`` gives them to the others:
-    blinkrun's forwarded ones (:mod:`.env_forwarding`) and the ranks' ``BLINKFLOW_*`` settings."""
+    blinkrun's forwarded ones (:mod:`..job.env_forwarding`) and the ranks' ``BLINKFLOW_*`` settings."""
     return sorted(set(forwarded_variables(environ)) | set(settings))
 
 

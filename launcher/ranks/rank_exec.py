@@ -19,7 +19,7 @@ It runs COMMAND as its child (the MPI process), and
   PartitionError, a stall shutdown naming a rank on another host: pyhook's ``blinkrun_cut_off``),
   stops the MPI daemon that started it, which could never reach mpirun again if this host is cut
   off (and whose job is over if it is not);
-- on the first rank of each host, reclaims what killed jobs left there (:mod:`.reclaim`), while
+- on the first rank of each host, reclaims what killed jobs left there (:mod:`..job.reclaim`), while
   its child starts;
 - gives the rank an empty stdin (``/dev/null``): the one an MPI forwards to rank 0 never ends;
 - pins the rank to its GPU before CUDA starts in it (:mod:`.gpu_pin`), and with ``--verbose``

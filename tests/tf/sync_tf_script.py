@@ -1,9 +1,9 @@
 """Run under mpirun with the fake CuPy (whose work runs deferred, in stream order) and
 BLINKFLOW_BACKEND=cuda: every crossing back into TensorFlow must leave no work of ours pending.
 TensorFlow reads the results on its own streams and may reuse the inputs' memory as soon as the
-crossing returns, and nothing orders its streams after ours, so the bridge synchronises the
+crossing returns, and nothing orders its streams after ours, so the crossing synchronises the
 rank's GPU first. Checks eager and ``tf.function`` collectives (one and several tensors, and a
-result slice whose alignment makes the bridge copy it), then that nothing is still queued.
+result slice whose alignment makes the crossing copy it), then that nothing is still queued.
 Case script of the harness (tests/harness.py), run with other TF case scripts in one launch.
 """
 import numpy as np

@@ -1,4 +1,4 @@
-"""The bridge's device synchronisation before TensorFlow sees results, under the fake CuPy whose
+"""The TF crossing's device synchronisation before TensorFlow sees results, under the fake CuPy whose
 work runs deferred (sync_tf_script.py): without it TensorFlow reads memory our streams have not
 written yet, and may reuse inputs our kernels still read."""
 import pytest

@@ -27,6 +27,22 @@ def test_alias_modules_serve_horovod_names_without_starting_mpi():
     assert out.split()[-3:] == ["False", "True", "True"]
 
 
+def test_the_callbacks_module_has_every_path_and_exports_only_the_callbacks():
+    """One module of callbacks under Horovod's paths (``hvd.callbacks`` of the TF and the Keras
+    bindings, ``blinkflow.callbacks``, ``import blinkflow.tensorflow.callbacks``), whose ``*``
+    brings the callbacks and nothing of its own imports."""
+    code = ("import blinkflow, blinkflow.tensorflow as hvd, blinkflow.tensorflow.keras as k; "
+            "import blinkflow.tensorflow.callbacks as c; from blinkflow.tensorflow.callbacks import MetricAverageCallback; "
+            "assert c is hvd.callbacks is k.callbacks is blinkflow.callbacks; "
+            "assert MetricAverageCallback is c.MetricAverageCallback; "
+            "scope = {}; exec('from blinkflow.tensorflow.keras.callbacks import *', scope); "
+            "print(' '.join(sorted(n for n in scope if n != '__builtins__')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split()[-6:] == ["AlignEpochsCallback", "BestModelCheckpoint", "BroadcastGlobalVariablesCallback",
+                                "LearningRateScheduleCallback", "LearningRateWarmupCallback", "MetricAverageCallback"]
+    assert len(out.split("\n")[-2].split()) == 6, out
+
+
 def test_optimizer_config_round_trip_and_validation():
     import blinkflow as bf
     from blinkflow.tensorflow import DistributedOptimizer
@@ -276,7 +292,7 @@ def test_deprecated_average_warns_once_and_maps_to_an_op():
 
 
 def test_the_device_route_synchronises_after_the_collective_even_for_empty_outputs(monkeypatch):
-    """TensorFlow may reuse the inputs' memory and reads the outputs once the bridge returns: one
+    """TensorFlow may reuse the inputs' memory and reads the outputs once the crossing returns: one
     device sync must come after the collective, also when the last output is empty (a rank with
     no rows of a reduce-scatter; it used to ride on the last output's conversion)."""
     from blinkflow import placement
@@ -284,7 +300,7 @@ def test_the_device_route_synchronises_after_the_collective_even_for_empty_outpu
     from blinkflow.tensorflow.crossing import arrays, eager
 
     class Array:
-        __cuda_array_interface__ = {"version": 3}  # a GPU array, as the bridge recognises one
+        __cuda_array_interface__ = {"version": 3}  # a GPU array, as the crossing recognises one
 
         def __init__(self, n):
             self.size, self.shape = n, (n,)

@@ -35,7 +35,10 @@ def test_wheel_ships_kernels_and_launcher(tmp_path):
     pip("wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "wheel"), str(src))
     (wheel,) = (tmp_path / "wheel").glob("blinkflow-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    expected = {"blinkflow/kernels/__init__.py", "blinkflow/launcher/cli.py", "blinkflow/launcher/commands/topo.py", "blinkflow/launcher/ranks/pyhook/sitecustomize.py",
+    expected = {"blinkflow/kernels/__init__.py", "blinkflow/launcher/cli.py", "blinkflow/launcher/commands/topo.py",
+                "blinkflow/launcher/ranks/pyhook/sitecustomize.py", "blinkflow/launcher/flags/table.py",
+                "blinkflow/launcher/job/supervise.py", "blinkflow/launcher/elastic/driver.py",
+                "blinkflow/tensorflow/crossing/xla.py", "blinkflow/tensorflow/keras/callbacks.py",
                 "blinkflow/topology/nvidia_smi.py"}
     expected |= {f"blinkflow/kernels/{p.name}" for p in blinkflow.kernels.sources()}
     assert expected <= names, sorted(expected - names)

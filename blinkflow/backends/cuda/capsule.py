@@ -3,7 +3,7 @@
 TensorFlow labels the capsules of its GPU tensors with its *logical* device id (the k of
 ``GPU:k``), which is the CUDA ordinal only while TensorFlow sees every GPU the process sees: after
 Horovod's ``tf.config.set_visible_devices(gpus[local_rank])`` rank k's tensors arrive labelled 0
-while living on GPU k, and CuPy trusts the label. So the bridge rewrites the label to the
+while living on GPU k, and CuPy trusts the label. So the TF crossing rewrites the label to the
 memory's real device before CuPy reads it, and back to TensorFlow's id on the way out.
 
 A capsule holds a ``DLManagedTensor`` (legacy name ``dltensor``) or a

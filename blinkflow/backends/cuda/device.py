@@ -61,7 +61,7 @@ def keep_ordinal(ordinal: Optional[int]) -> None:
 
 
 def rank_device(layout) -> int:
-    """The CUDA ordinal this rank drives (the cuda backend's, and the bridge's for TF tensors)."""
+    """The CUDA ordinal this rank drives (the cuda backend's, and the TF crossing's for TF tensors)."""
     import cupy
 
     if _kept_ordinal is not None:

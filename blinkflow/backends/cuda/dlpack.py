@@ -3,9 +3,9 @@
 The TF bindings (``blinkflow.tensorflow.crossing.arrays``) call these so a ``tf.Tensor`` on a GPU reaches
 the cuda backend as a cupy view of the same memory (gradients go from the optimizer into the fusion
 buffer without a host round trip), and results go back the same way. CuPy
-refuses a capsule of host memory; the bridge places tensors on the GPU first.
+refuses a capsule of host memory; the TF crossing places tensors on the GPU first.
 
-CuPy has no bfloat16 dtype: the bridge widens a bfloat16 tensor to float32 before it crosses and
+CuPy has no bfloat16 dtype: the TF crossing widens a bfloat16 tensor to float32 before it crosses and
 narrows the result after (``blinkflow.tensorflow.crossing.arrays``).
 
 Device ids: TF labels a capsule with its logical id, CuPy with the CUDA ordinal; the two differ

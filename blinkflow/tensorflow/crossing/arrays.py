@@ -9,7 +9,8 @@
 * **host**: CPU tensors become numpy arrays (``.numpy()``, a view where TensorFlow allows) for
   the cpu backend; results come back by conversion.
 
-``conversions`` counts the tensors each route carried (``"host"``, ``"device"``): a GPU tensor
+``conversions`` counts the tensors of collectives each route carried (``"host"``, ``"device"``;
+a wait's handles are not counted, they never move): a GPU tensor
 that went through the host would show here (the tests assert it does not). It ships because the
 tests must see the route the production code takes, not a copy of it; a counter add per call is
 its whole cost.

@@ -70,9 +70,9 @@ def blocking_op(fn, inputs_of, tensors, out_dtypes, out_shapes, name, op_name) -
     def graph_fn(*values):
         try:
             outs = fn(inputs_of(list(values)))
+            return errors.ok(arrays.to_tensors(outs, out_dtypes) if device else arrays.host_results(outs, out_dtypes))
         except BlinkflowError as error:
             return errors.failed(error, out_dtypes)
-        return errors.ok(arrays.to_tensors(outs, out_dtypes) if device else arrays.host_results(outs, out_dtypes))
 
     with tf.name_scope(scope_name(name)):
         if device:

@@ -86,34 +86,36 @@ def call(fn: Callable[[list], Sequence], tensors: Sequence[tf.Tensor], out_dtype
          out_shapes: Sequence[tf.TensorShape], name: str) -> List[tf.Tensor]:
     """Tensors of ``out_dtypes``/``out_shapes`` that ``fn`` computes from the arrays of ``tensors``
     when the compiled program runs."""
-    return _widened_call(fn, tensors, out_dtypes, out_shapes, name, copy_inputs=False)
+    return _widened_call(fn, tensors, out_dtypes, out_shapes, name, copy_inputs=False, counted=True)
 
 
 def submit(fn: Callable[[list], int], tensors: Sequence[tf.Tensor], name: str) -> tf.Tensor:
     """``fn`` hands copies of the arrays of ``tensors`` to the runtime when the compiled program
     runs (XLA may reuse its buffers once the custom call returns); its handle as an int64 scalar."""
     return _widened_call(lambda inputs: [np.int64(handles.start(fn, lambda: inputs))], tensors, [tf.int64], [[]],
-                         name, copy_inputs=True)[0]
+                         name, copy_inputs=True, counted=True)[0]
 
 
 def wait(finishers, handle_tensors: Sequence[tf.Tensor], out_dtypes, out_shapes, name: str) -> List[tf.Tensor]:
     """Every result of the submissions ``handle_tensors`` (see :func:`.handles.collector`)."""
     collect = handles.collector(finishers)
     return _widened_call(lambda ids: collect(arrays.handles(ids)), handle_tensors, out_dtypes, out_shapes, name,
-                         copy_inputs=False)
+                         copy_inputs=False, counted=False)
 
 
-def _widened_call(fn, tensors, out_dtypes, out_shapes, name, copy_inputs) -> List[tf.Tensor]:
+def _widened_call(fn, tensors, out_dtypes, out_shapes, name, copy_inputs, counted) -> List[tf.Tensor]:
     """:func:`_custom_call` with bfloat16 reduced in float32 where the device route is possible
-    (:func:`.arrays.widened`), under the collective's name scope."""
+    (:func:`.arrays.widened`), under the collective's name scope. ``counted``: the inputs are a
+    collective's data, counted in :data:`.arrays.conversions` by their route (handles are not)."""
     wide_tensors, wide_dtypes = arrays.widened(tensors, out_dtypes)
 
-    def counted(inputs):
-        arrays.conversions["device" if any(on_device(a) for a in inputs) else "host"] += len(inputs)
+    def run(inputs):
+        if counted:
+            arrays.conversions["device" if any(on_device(a) for a in inputs) else "host"] += len(inputs)
         return fn(inputs)
 
     with tf.name_scope(scope_name(name)):
-        outs = _custom_call(counted, wide_tensors, wide_dtypes, out_shapes, name, copy_inputs)
+        outs = _custom_call(run, wide_tensors, wide_dtypes, out_shapes, name, copy_inputs)
     return [tf.cast(o, d) if o.dtype != d else o for o, d in zip(outs, map(tf.as_dtype, out_dtypes))]
 
 

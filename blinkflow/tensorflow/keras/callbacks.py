@@ -201,3 +201,7 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
         if epoch == self.warmup_epochs - 1 and self.verbose > 0 and crossing.runtime().rank() == 0:
             print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "
                   f"{learning_rate_of(self.model.optimizer):g}.")
+
+
+__all__ = ["AlignEpochsCallback", "BestModelCheckpoint", "BroadcastGlobalVariablesCallback", "MetricAverageCallback",
+           "LearningRateScheduleCallback", "LearningRateWarmupCallback"]

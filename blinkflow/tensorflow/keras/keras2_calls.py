@@ -5,7 +5,7 @@ Keras optimizer's state with ``hvd.broadcast_variables(opt.variables(), root_ran
 Keras 2 ``variables`` was a method; Keras 3 made it a property holding a list, so the call fails
 with "'list' object is not callable" before blinkflow is reached. Importing
 ``blinkflow.tensorflow`` makes every Keras optimizer class's ``variables`` return a
-:class:`~.optimizer.VariableList`: a list (what Keras 3 code expects) that returns itself when
+:class:`~..optimizer.VariableList`: a list (what Keras 3 code expects) that returns itself when
 called (what Keras 2 code calls), so a Horovod script ports by its import line alone.
 
 The property is wrapped once per class that defines one (Keras's base optimizer, and the wrappers
