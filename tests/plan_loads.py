@@ -1,6 +1,6 @@
 """What each pair of hosts carries in a plan made on measured links (a mesh of NIC-to-NIC
 ``net`` links: blinkflow/topology/measured_links.py), for the tests that check a slow pair
-carries less (tests/unit/test_measured_links.py, tests/multihost/measured_links_job.py)."""
+carries less (tests/unit/test_measured_links.py, tests/multihost/measured_links_script.py)."""
 from typing import Dict, Mapping, Tuple
 
 Pair = Tuple[str, str]

@@ -1,6 +1,6 @@
 """The device executor's loopback mode: one process runs every virtual rank of a schedule in one
 launch of ``kernels/interpreter.cu`` on one GPU, with every ring and counter in that GPU's memory.
-A measuring tool (``bench gpu --loopback``, tests/gpu/loopback_worker.py), not a data path: no
+A measuring tool (``bench gpu --loopback``, tests/gpu/loopback_script.py), not a data path: no
 job's collective runs it, so it lives with the benchmarks.
 
 It is how the kernel and its protocol are measured on the single GPU this project is lent: the

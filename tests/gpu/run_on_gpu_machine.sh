@@ -6,10 +6,10 @@
 # what each step proves (the most basic first, so a short run still proves the most):
 #   loopback             the interpreter kernel (compiled by CuPy on first use) with every virtual
 #                        rank's blocks in one launch, bitwise against the host runner at 2, 4 and 8
-#                        virtual ranks (tests/gpu/loopback_worker.py);
+#                        virtual ranks (tests/gpu/loopback_script.py);
 #   device-executor-npN  the device executor across 2 and 4 processes sharing the GPU under CUDA MPS
 #                        (IPC memory, the counters' protocol between processes), bitwise against the
-#                        runner (tests/gpu/device_executor_worker.py);
+#                        runner (tests/gpu/device_executor_script.py);
 #   bench-gpu-*          the loopback launch against the device-copy roofline, then the runner
 #                        against the device executor at 2 ranks (python -m blinkflow.bench gpu);
 #   torch                the PyTorch worker with the machine's torch (tests/gpu/test_torch_worker.py);
@@ -131,11 +131,11 @@ mps_stop() {
 }
 
 # shellcheck disable=SC2086  # the knobs hold space-separated words
-step loopback 90 python tests/gpu/loopback_worker.py $LOOPBACK_ARGS
+step loopback 90 python tests/gpu/loopback_script.py $LOOPBACK_ARGS
 mps_start
 for np_ in $DEVICE_NPS; do
   # shellcheck disable=SC2086
-  step "device-executor-np$np_" 90 "${MPIRUN[@]}" -np "$np_" python -m mpi4py tests/gpu/device_executor_worker.py 1 \
+  step "device-executor-np$np_" 90 "${MPIRUN[@]}" -np "$np_" python -m mpi4py tests/gpu/device_executor_script.py 1 \
     $DEVICE_CASES
 done
 step bench-gpu-loopback 90 python -m blinkflow.bench gpu --loopback "$LOOPBACK_COUNTS" --iters "$BENCH_ITERS" \

@@ -12,8 +12,8 @@ import pytest
 from harness import case_names, launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-API = os.path.join(HERE, "api_worker.py")
-TRAIN = os.path.join(HERE, "train_worker.py")
+API = os.path.join(HERE, "api_script.py")
+TRAIN = os.path.join(HERE, "train_script.py")
 CASES = [(1, "hgx-h100", 1), (2, "hgx-h100", 1), (4, "hgx-h100", 1), (4, "2xhgx-h100", 2)]
 
 

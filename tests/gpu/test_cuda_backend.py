@@ -1,7 +1,7 @@
 """CudaBackend with 2 and 4 ranks sharing the GPU(s) of this machine, through mpirun.
 
 Results must equal the numpy reference and be bitwise identical on every rank
-(cuda_backend_worker.py, one launch per configuration, each case a test). HOSTS > 1 pretends the ranks live on several machines,
+(cuda_backend_script.py, one launch per configuration, each case a test). HOSTS > 1 pretends the ranks live on several machines,
 so transfers between them go over MPI and the planned all-reduce runs its three phases
 (intra-host trees, cross-host all-reduce, intra-host broadcast) on one box.
 """
@@ -11,7 +11,7 @@ import pytest
 
 from harness import case_names, launch
 
-WORKER = os.path.join(os.path.dirname(__file__), "cuda_backend_worker.py")
+WORKER = os.path.join(os.path.dirname(__file__), "cuda_backend_script.py")
 
 
 @pytest.mark.mpi

@@ -1,5 +1,5 @@
 """PyTorch data-parallel training through blinkflow on the GPU, 1, 2 and 4 ranks sharing this
-machine's GPU(s) (tests/gpu/torch_worker.py, one launch per world size, each case a test). Skipped where torch or its CUDA is missing: CI does
+machine's GPU(s) (tests/gpu/torch_script.py, one launch per world size, each case a test). Skipped where torch or its CUDA is missing: CI does
 not install torch (PyPI's wheel pulls gigabytes of CUDA libraries)."""
 import os
 
@@ -8,7 +8,7 @@ import pytest
 from harness import case_names, launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORKER = os.path.join(HERE, "torch_worker.py")
+WORKER = os.path.join(HERE, "torch_script.py")
 
 
 @pytest.fixture(scope="module", autouse=True)

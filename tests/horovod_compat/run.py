@@ -82,7 +82,7 @@ def units(results: str, n: int, killed: bool):
 
 def run_file(tests_dir: str, name: str, n: int, timeout: float, work: str, select=None):
     results = tempfile.mkdtemp(prefix=f"{name}-{n}-", dir=work)
-    argv = ["python", os.path.join(HERE, "rank_main.py"), results, os.path.join(tests_dir, "parallel", name),
+    argv = ["python", os.path.join(HERE, "rank_script.py"), results, os.path.join(tests_dir, "parallel", name),
             "-o", "timeout=600"] + (["-k", select] if select else [])
     killed = False
     try:

@@ -1,4 +1,4 @@
-"""Adasum through the runtime (adasum_cases.py) at 1, 2, 4 ranks, and refused at 3."""
+"""Adasum through the runtime (adasum_script.py) at 1, 2, 4 ranks, and refused at 3."""
 import os
 
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from harness import case_names, fake_cupy_env, launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = os.path.join(HERE, "adasum_cases.py")
+CASES = os.path.join(HERE, "adasum_script.py")
 
 
 @pytest.mark.mpi

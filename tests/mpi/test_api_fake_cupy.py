@@ -10,8 +10,8 @@ import pytest
 from harness import case_names, fake_cupy_env, launch
 
 GPU_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu")
-API = os.path.join(GPU_TESTS, "api_worker.py")
-TRAIN = os.path.join(GPU_TESTS, "train_worker.py")
+API = os.path.join(GPU_TESTS, "api_script.py")
+TRAIN = os.path.join(GPU_TESTS, "train_script.py")
 
 
 def _env(n, hosts):

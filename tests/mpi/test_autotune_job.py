@@ -6,7 +6,7 @@ import pytest
 
 from harness import case_names, launch
 
-CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "autotune_cases.py")
+CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "autotune_script.py")
 
 
 @pytest.mark.mpi

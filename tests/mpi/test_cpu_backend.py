@@ -1,6 +1,6 @@
 """The CPU executor at 1, 2, 3 and 4 ranks, and as several hosts on one machine (split_hosts):
 results within float rounding of a float64 reference, exact for integers, bitwise identical on
-every rank. One mpirun launch per configuration runs every case of cpu_backend_cases.py (several
+every rank. One mpirun launch per configuration runs every case of cpu_backend_script.py (several
 hundred calls each); pytest shows each case as a test of its own."""
 import os
 
@@ -8,7 +8,7 @@ import pytest
 
 from harness import case_names, launch
 
-CASES = os.path.join(os.path.dirname(__file__), "cpu_backend_cases.py")
+CASES = os.path.join(os.path.dirname(__file__), "cpu_backend_script.py")
 ALL = case_names(CASES)
 #: With 4 KiB chunks a 300007-element all-reduce, or the 61 MiB the window-growth case reduces,
 #: is thousands of pipeline steps (two thirds of such a launch's CPU): the default chunk

@@ -2,7 +2,7 @@
 reduce launches, transfers between pretend hosts over MPI, the three-phase schedule) at 1, 2, 3
 and 4 ranks on the CPU, through the same runner the CPU backend runs.
 
-It runs the very case script the GPU tier runs (tests/gpu/cuda_backend_worker.py), with
+It runs the very case script the GPU tier runs (tests/gpu/cuda_backend_script.py), with
 ``tests/fake_cupy`` standing in for CuPy: shared memory for device memory and IPC, numpy for
 the kernels, synchronous copies. What this cannot show (real stream/event ordering, the
 kernels on a GPU) is what tests/gpu checks on a GPU machine; the kernels' bodies themselves
@@ -15,7 +15,7 @@ import pytest
 from harness import case_names, fake_cupy_env, launch, run_ranks
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKER = os.path.join(HERE, "gpu", "cuda_backend_worker.py")
+WORKER = os.path.join(HERE, "gpu", "cuda_backend_script.py")
 
 
 CONFIGS = [

@@ -3,7 +3,7 @@ counters' memset has run before a peer may post (cudaMemset is asynchronous), a 
 leaves the next call clean, a grid that cannot be co-resident fails at once on every rank (or runs
 on the runner where the policy chose the device executor), close frees nothing a peer still maps,
 ranks on MIG instances exchange over MPI instead of CUDA IPC, and a result TensorFlow let go of is
-not reused before a device synchronize. One launch of tests/gpu/data_plane_safety_worker.py per
+not reused before a device synchronize. One launch of tests/gpu/data_plane_safety_script.py per
 setting runs its cases one after another, each with a backend of its own: a failure path a case
 drives must leave the process fit for the next (a hang ends the launch at its timeout and fails
 the cases it had not finished)."""
@@ -14,8 +14,8 @@ import pytest
 from harness import case_names, fake_cupy_env, launch, launch_alone
 
 GPU_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu")
-WORKER = os.path.join(GPU_TESTS, "data_plane_safety_worker.py")
-TF_WORKER = os.path.join(GPU_TESTS, "tf_result_lifetime_worker.py")
+WORKER = os.path.join(GPU_TESTS, "data_plane_safety_script.py")
+TF_WORKER = os.path.join(GPU_TESTS, "tf_result_lifetime_script.py")
 MIG_CASES = [c for c in case_names(WORKER) if "mig" in c]
 H100_CASES = [c for c in case_names(WORKER) if c not in MIG_CASES]
 

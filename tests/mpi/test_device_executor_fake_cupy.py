@@ -3,7 +3,7 @@ hosts: the real backend code (tables, memory through CUDA IPC, one launch, one e
 thread for network edges) with blinkflow's numpy interpreter standing in for the kernel; results
 bitwise the host-driven runner's, the timeline naming the algorithm, and a call one rank skips
 ending in a BackendError on the others instead of a hang (one launch of
-tests/gpu/device_executor_worker.py per configuration, each case a test). Then the loopback
+tests/gpu/device_executor_script.py per configuration, each case a test). Then the loopback
 mode, one process running 2, 4 and 8 virtual ranks' blocks in one launch, bitwise the runner's."""
 import os
 
@@ -12,8 +12,8 @@ import pytest
 from harness import case_names, fake_cupy_env, launch, launch_alone
 
 GPU_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu")
-WORKER = os.path.join(GPU_TESTS, "device_executor_worker.py")
-LOOPBACK_WORKER = os.path.join(GPU_TESTS, "loopback_worker.py")
+WORKER = os.path.join(GPU_TESTS, "device_executor_script.py")
+LOOPBACK_WORKER = os.path.join(GPU_TESTS, "loopback_script.py")
 
 
 @pytest.mark.mpi

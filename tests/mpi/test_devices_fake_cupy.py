@@ -2,7 +2,7 @@
 working there too, the receive arena mapping only the GPU pairs its schedules use and staging
 through host memory between GPUs without peer access. Under the fake CuPy with several devices,
 where work issued on the wrong GPU and IPC between GPUs without a peer path fail as on hardware
-(tests/fake_cupy/README.md); tests/gpu/devices_worker.py is the case script, one launch per
+(tests/fake_cupy/README.md); tests/gpu/devices_script.py is the case script, one launch per
 configuration, each case a test."""
 import os
 import re
@@ -12,7 +12,7 @@ import pytest
 from harness import case_names, fake_cupy_env, launch
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKER = os.path.join(HERE, "gpu", "devices_worker.py")
+WORKER = os.path.join(HERE, "gpu", "devices_script.py")
 CASES = case_names(WORKER)
 
 

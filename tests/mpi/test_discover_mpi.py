@@ -6,7 +6,7 @@ import pytest
 
 from harness import run_ranks
 
-SCRIPT = str(pathlib.Path(__file__).with_name("discover_job_main.py"))
+SCRIPT = str(pathlib.Path(__file__).with_name("discover_job_script.py"))
 CPU = {"BLINKFLOW_BACKEND": "cpu"}
 
 

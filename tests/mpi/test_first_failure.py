@@ -1,4 +1,4 @@
-"""Issue 18, finding 8: the first failure is named correctly (see first_failure_cases.py)."""
+"""Issue 18, finding 8: the first failure is named correctly (see first_failure_script.py)."""
 import os
 import re
 
@@ -8,7 +8,7 @@ from blinkrun_helpers import PY, run_blinkrun
 from harness import run_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = os.path.join(HERE, "first_failure_cases.py")
+CASES = os.path.join(HERE, "first_failure_script.py")
 
 
 @pytest.mark.mpi

@@ -1,6 +1,6 @@
 """Issue 18, findings 4, 5 and 7: a rank that is frozen, failed but alive, missing from init() or
 failing in it makes every other rank raise an error naming it and why, within the configured
-time, and the job ends (liveness_faults.py runs one fault per launch; the victim is the last
+time, and the job ends (liveness_faults_script.py runs one fault per launch; the victim is the last
 rank, or rank 0 for a failing set-up). Before the fix each of these hung until the test's
 timeout."""
 import os
@@ -12,7 +12,7 @@ import pytest
 from harness import run_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FAULTS = os.path.join(HERE, "liveness_faults.py")
+FAULTS = os.path.join(HERE, "liveness_faults_script.py")
 #: Margin over a configured deadline for a loaded 2-core machine (the bound is the contract).
 SLACK_S = 15
 

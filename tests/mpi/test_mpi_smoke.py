@@ -8,7 +8,7 @@ import pytest
 from harness import launch, run_ranks
 
 SCRIPT = "from mpi4py import MPI; c = MPI.COMM_WORLD; print('rank', c.rank, 'of', c.size, 'sum', c.allreduce(c.rank))"
-RUNTIME_CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime_cases.py")
+RUNTIME_CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime_script.py")
 SMOKE_CASES = ["basics", "allreduce_scaling_and_layout", "broadcast"]
 
 

@@ -1,4 +1,4 @@
-"""One rank's error reaches every rank within the stall bound, never a hang (one_rank_errors_cases.py).
+"""One rank's error reaches every rank within the stall bound, never a hang (one_rank_errors_script.py).
 A stall shutdown ends the runtime, so each case gets a launch of its own."""
 import os
 
@@ -7,7 +7,7 @@ import pytest
 from harness import case_names, launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = os.path.join(HERE, "one_rank_errors_cases.py")
+CASES = os.path.join(HERE, "one_rank_errors_script.py")
 STALL = {"BLINKFLOW_STALL_CHECK_TIME_SECONDS": "1", "BLINKFLOW_STALL_SHUTDOWN_TIME_SECONDS": "4"}
 
 

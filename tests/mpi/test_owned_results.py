@@ -1,5 +1,5 @@
 """Results are owned: dropped handles release theirs, completed calls outlive shutdown(), held
-results survive the pool's reuse, and only handles are handles (owned_results_cases.py)."""
+results survive the pool's reuse, and only handles are handles (owned_results_script.py)."""
 import os
 
 import pytest
@@ -7,7 +7,7 @@ import pytest
 from harness import case_names, launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = os.path.join(HERE, "owned_results_cases.py")
+CASES = os.path.join(HERE, "owned_results_script.py")
 
 
 @pytest.mark.mpi

@@ -1,4 +1,4 @@
-"""Every plan is agreed before it first runs (tests/mpi/plan_agreement_main.py): a rank whose
+"""Every plan is agreed before it first runs (tests/mpi/plan_agreement_script.py): a rank whose
 topology or plan differs makes every rank raise a PlanError naming the ranks, at init for the
 all-reduce and at first use for an all-gather or a broadcast from a new root."""
 import os
@@ -7,7 +7,7 @@ import pytest
 
 from harness import run_ranks
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "plan_agreement_main.py")
+SCRIPT = os.path.join(os.path.dirname(__file__), "plan_agreement_script.py")
 
 
 @pytest.mark.mpi

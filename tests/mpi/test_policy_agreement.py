@@ -1,4 +1,4 @@
-"""The call-shape policy's inputs are agreed at init (tests/mpi/policy_agreement_cases.py): one
+"""The call-shape policy's inputs are agreed at init (tests/mpi/policy_agreement_script.py): one
 rank with another chunk or algorithm setting stops every rank with a ConfigError naming it."""
 import os
 
@@ -6,7 +6,7 @@ import pytest
 
 from harness import launch
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "policy_agreement_cases.py")
+SCRIPT = os.path.join(os.path.dirname(__file__), "policy_agreement_script.py")
 ENV = {"BLINKFLOW_BACKEND": "cpu"}
 
 

@@ -1,5 +1,5 @@
 """Process sets (issue 17): one mpirun launch per world size runs every case of
-process_set_cases.py; on a DGX-1 topology a set's all-reduce plan is the plan of its own GPUs,
+process_set_script.py; on a DGX-1 topology a set's all-reduce plan is the plan of its own GPUs,
 at the rate ``blinkrun plan --gpus`` reports for them."""
 import json
 import os
@@ -11,7 +11,7 @@ from blinkrun_helpers import run_blinkrun
 from harness import case_names, launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = os.path.join(HERE, "process_set_cases.py")
+CASES = os.path.join(HERE, "process_set_script.py")
 
 
 @pytest.mark.mpi

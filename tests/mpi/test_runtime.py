@@ -1,5 +1,5 @@
 """The runtime's multi-process tests: one mpirun launch per configuration runs its cases of
-runtime_cases.py, and pytest shows each case as a test of its own."""
+runtime_script.py, and pytest shows each case as a test of its own."""
 import functools
 import os
 
@@ -8,7 +8,7 @@ import pytest
 from harness import case_names, launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = os.path.join(HERE, "runtime_cases.py")
+CASES = os.path.join(HERE, "runtime_script.py")
 
 
 def _hold(seconds):

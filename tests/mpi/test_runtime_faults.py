@@ -8,7 +8,7 @@ import pytest
 from harness import run_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FAULTS = os.path.join(HERE, "runtime_faults.py")
+FAULTS = os.path.join(HERE, "runtime_faults_script.py")
 
 
 def _run_with(options, nprocs, args, env, timeout):

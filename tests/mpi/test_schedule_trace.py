@@ -1,13 +1,13 @@
 """What runs is the lowered schedule (issue: one executor of the schedule IR): the CPU backend's
 transfers equal the schedule's steps, inside a host and across two pretend hosts (three phases),
-and the simulator runs the same schedule object (tests/mpi/schedule_trace_cases.py)."""
+and the simulator runs the same schedule object (tests/mpi/schedule_trace_script.py)."""
 import os
 
 import pytest
 
 from harness import assert_done, run_ranks
 
-CASES = os.path.join(os.path.dirname(__file__), "schedule_trace_cases.py")
+CASES = os.path.join(os.path.dirname(__file__), "schedule_trace_script.py")
 
 
 @pytest.mark.mpi

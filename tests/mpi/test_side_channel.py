@@ -1,6 +1,6 @@
 """The side channel frees its communicator on close with receives posted, after a revocation
 (as an elastic reset leaves it) and after messages arrived, never waiting for a peer
-(side_channel_cases.py, one mpirun launch per size, plain and under ULFM as elastic jobs run)."""
+(side_channel_script.py, one mpirun launch per size, plain and under ULFM as elastic jobs run)."""
 import os
 
 import pytest
@@ -8,7 +8,7 @@ import pytest
 from harness import case_names, launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = os.path.join(HERE, "side_channel_cases.py")
+CASES = os.path.join(HERE, "side_channel_script.py")
 
 
 @pytest.mark.mpi

@@ -33,7 +33,7 @@ def test_the_slow_pair_carries_less_on_every_rank_alike(slow_pair, boasting):
     env = with_tests_on_path({"BLINKFLOW_LOG_LEVEL": "info"})
     if boasting is not None:
         env["BOASTING_RANK"] = str(boasting)
-    proc = slow_pair.mpirun(3, [sys.executable, os.path.join(HERE, "measured_links_job.py")],
+    proc = slow_pair.mpirun(3, [sys.executable, os.path.join(HERE, "measured_links_script.py")],
                               hosts="bfa:1,bfb:1,bfc:1", env=env, timeout=240)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]

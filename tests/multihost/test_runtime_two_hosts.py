@@ -13,7 +13,7 @@ from blinkrun_helpers import blinkrun_argv
 pytestmark = [pytest.mark.mpi, pytest.mark.multihost, pytest.mark.timeout(120)]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "collectives_two_hosts.py")
+SCRIPT = os.path.join(HERE, "collectives_two_hosts_script.py")
 TAG = re.compile(r"^\[\d+\]<stdout>: ", re.M)
 
 

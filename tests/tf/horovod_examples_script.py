@@ -1,7 +1,7 @@
 """Horovod TF2 scripts on blinkflow, each a case of a TF job (tests/tf/tf_jobs.py): the script
 runs as ``__main__`` in the rank's process, which imported TensorFlow once for the whole job.
 
-- horovod_idioms.py, a script of our own in the idioms of Horovod's examples
+- horovod_idioms_script.py, a script of our own in the idioms of Horovod's examples
   (``opt.variables()``, ``compile(experimental_run_tf_function=False)``, the callbacks, ``.h5``
   checkpoints, ``op=hvd.Adasum``, SyncBatchNormalization, BestModelCheckpoint), ported by
   ``horovod_port.port`` alone: the import lines and Keras 3's removal of
@@ -29,7 +29,7 @@ from horovod_port import BENCHMARK_ARGS, capped, run_script  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples", "horovod")
-IDIOMS = os.path.join(HERE, "horovod_idioms.py")
+IDIOMS = os.path.join(HERE, "horovod_idioms_script.py")
 
 
 def run(script, argv=(), ported=False, steps=0, epochs=0):

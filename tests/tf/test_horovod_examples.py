@@ -21,7 +21,7 @@ from horovod_port import BENCHMARK_ARGS, port
 pytest.importorskip("tensorflow")
 HERE = os.path.dirname(os.path.abspath(__file__))
 PORT = os.path.join(HERE, "horovod_port.py")
-IDIOMS = os.path.join(HERE, "horovod_idioms.py")
+IDIOMS = os.path.join(HERE, "horovod_idioms_script.py")
 HOROVOD_EXAMPLES = os.environ.get("BLINKFLOW_TEST_HOROVOD_EXAMPLES", "")
 
 

@@ -141,7 +141,7 @@ def test_no_case_script_returns_early_from_a_case():
 
 
 def test_case_names_are_read_in_order_without_importing():
-    names = harness.case_names(str(TESTS / "mpi" / "runtime_cases.py"))
+    names = harness.case_names(str(TESTS / "mpi" / "runtime_script.py"))
     assert names[0] == "basics" and "restart" in names and len(names) == len(set(names))
 
 
@@ -253,3 +253,27 @@ def test_what_a_process_says_reaches_the_result_even_when_its_output_cannot(tmp_
     assert result.returncode == 1, result.stderr
     assert result.said == "first\nsecond\nthird\n"
     assert result.stdout == "first\nsecond\n"
+
+
+#: Programs of the suite that are not scripts of a test's ranks: the harness's own entry on every
+#: rank, the Horovod port's wrapper (it runs a Horovod script, which is the rank script), the
+#: compatibility run's driver, and the TensorFlow jobs' table.
+NOT_RANK_SCRIPTS = {"harness.py", "run_case_scripts.py", "horovod_compat/run.py", "tf/horovod_port.py",
+                    "tf/tf_jobs.py"}
+
+
+def test_every_rank_script_ends_in_script_py():
+    """One suffix for the scripts a test runs on its ranks: a file of the suite that defines cases
+    or runs as a program is ``*_script.py`` (or one of the few programs named above)."""
+    misnamed = []
+    for path in sorted(TESTS.rglob("*.py")):
+        rel = path.relative_to(TESTS).as_posix()
+        if path.name.startswith("test_") or path.name in ("conftest.py", "__init__.py") or "fake_cupy" in rel:
+            continue
+        tree = ast.parse(path.read_text())
+        cases = any(isinstance(n, ast.FunctionDef) and n.name.startswith("case_") for n in tree.body)
+        program = any(isinstance(n, ast.If) and "__main__" in ast.dump(n.test) for n in tree.body)
+        if (cases or program) and not rel.endswith("_script.py") and rel not in NOT_RANK_SCRIPTS:
+            misnamed.append(rel)
+    assert not misnamed, f"name these *_script.py (the suite's one suffix for rank scripts): {misnamed}"
+    assert any(TESTS.rglob("*_script.py")) and all((TESTS / p).is_file() for p in NOT_RANK_SCRIPTS)

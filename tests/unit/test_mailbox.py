@@ -1,5 +1,5 @@
 """The shared-memory mailbox's pure parts: which CPUs it runs on, and its ring sizes. (Its rings
-run in tests/mpi/cpu_backend_cases.py, ``run_mailbox_rings``, and under every cpu backend test.)"""
+run in tests/mpi/cpu_backend_script.py, ``run_mailbox_rings``, and under every cpu backend test.)"""
 import platform
 import types
 

@@ -1,5 +1,5 @@
 """The rank at fault is the one named (issue 18, finding 8), one case per launch:
-``python first_failure_cases.py MODE``; the last rank is at fault.
+``python first_failure_script.py MODE``; the last rank is at fault.
 
 killed     it SIGKILLs itself; the others raise ShutdownError (uncaught). Run under blinkrun with
            --enable-recovery: blinkrun must name it, not a survivor that reported first.

@@ -1,4 +1,4 @@
-"""One rank of a compatibility run: ``python rank_main.py RESULTS_DIR TEST_FILE [pytest args]``.
+"""One rank of a compatibility run: ``python rank_script.py RESULTS_DIR TEST_FILE [pytest args]``.
 
 Serves Horovod's import names from blinkflow (:mod:`import_map`), runs the file under pytest and
 appends one JSON line per finished test to ``RESULTS_DIR/rank<R>.jsonl`` as it goes, so that a

@@ -1,5 +1,5 @@
 """Peak memory of one out-of-place all-reduce of SIZE MiB of float32 per rank, in multiples of the
-tensor: ``mpirun -np N python tests/mpi/allreduce_peak_memory.py SIZE [PRESCALE]`` (a prescale
+tensor: ``mpirun -np N python tests/mpi/allreduce_peak_memory_script.py SIZE [PRESCALE]`` (a prescale
 factor other than 1, as ``gradient_predivide_factor`` gives, makes the call Horovod's prescaled
 all-reduce).
 

@@ -4,8 +4,8 @@ of bad argument the runtime refuses) or sends a different shape. Every result is
 numpy on every rank, every fault must raise the agreed error on every rank, and a step that
 does not finish within a minute counts as a hang (the process dumps its threads and exits 1).
 
-    PYTHONPATH=tests blinkrun -np 3 python tests/mpi/refusal_soak.py --seconds 180   # by hand (docs/reliability.md)
-    mpirun -np 3 python tests/mpi/refusal_soak.py --seconds 20              # CI: test_refusals.py
+    PYTHONPATH=tests blinkrun -np 3 python tests/mpi/refusal_soak_script.py --seconds 180   # by hand (docs/reliability.md)
+    mpirun -np 3 python tests/mpi/refusal_soak_script.py --seconds 20              # CI: test_refusals.py
 
 Every rank draws the same calls from one seed (rank 0's, broadcast); inputs are functions of
 (rank, step, call), so each rank computes what every other rank sent. Prints one line per rank:

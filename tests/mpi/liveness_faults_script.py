@@ -1,5 +1,5 @@
 """One rank stops taking part while the others wait (issue 18, findings 4, 5 and 7), one fault
-per launch: ``python liveness_faults.py MODE``. The victim is the last rank. Every other rank
+per launch: ``python liveness_faults_script.py MODE``. The victim is the last rank. Every other rank
 prints ``CAUGHT rank <r> <ErrorType> rank=<blamed> after <s>s: <message>`` and then
 ``NEXT rank <r> <ErrorType>`` for the collective after it (which must fail at once too: the job
 cannot continue), and leaves; the test checks names, causes and times.
