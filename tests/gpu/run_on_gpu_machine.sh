@@ -28,7 +28,7 @@
 # failed step does not stop the next (a failed set-up stops the run). The logs are packed into
 # $OUT/gpu-logs.tar.gz after every step, so a run cut off still brings them back.
 #
-# Dry run where no GPU is (the logic, under the CPU suite's fake CuPy; tests/unit/test_gpu_run_dry.py
+# Dry run where no GPU is (the logic, under the CPU suite's fake CuPy; tests/mpi/test_gpu_run_dry_run.py
 # runs it in `make test`): VENV=<a venv with blinkflow installed> skips the wheel set-up, EXPECT_GPU=0,
 # and LOOPBACK_ARGS, DEVICE_NPS, DEVICE_CASES, BENCH_SIZES, BENCH_ITERS and LOOPBACK_COUNTS shrink the
 # steps. Skip steps with SKIP="torch gpu-tests" (name prefixes, space-separated).
