@@ -20,8 +20,9 @@ output and the slices). The runtime returns a group's results as consecutive vie
 buffer, so the flat array is a view of it (a copy where they are not consecutive).
 
 No rank can deadlock on another, even with one TensorFlow inter-op thread: submitting never
-blocks, and the only op that blocks, the wait, needs every submission of its rank as input,
-so it runs after all of them; buckets are matched across ranks by name, in whatever order
+blocks, and the two ops that block depend on their own rank's work only: the wait needs every
+submission of its rank as input, so it runs after all of them, and the sparse agreement needs
+the first gradient of backprop; buckets are matched across ranks by name, in whatever order
 the ranks' executors happen to submit them.
 
 A gradient is identified by its variable, not by which gradients a rank happens to have: the
@@ -130,9 +131,11 @@ class GradientReducer:
         agreed = None
         if not all_dense and rank_ops.size(self.process_set) > 1:
             flags = [i in sparse_at for i in range(len(grads))]
+            first = max(dense_at + list(sparse_at))  # the last variable's: backprop produces it first
+            first_gradient = sparse_at[first].values if first in sparse_at else sent[dense_at.index(first)]
             agreed = sparse_agreement.agree(f"{self.name}.sparse_agreement", flags,
                                             [sparse_agreement.variable_label(s, i) for i, s in enumerate(sources)],
-                                            self.process_set)
+                                            self.process_set, after=[first_gradient])
         gathered: Dict[int, List[tf.Tensor]] = {}
 
         def submit_and_wait(*dense):

@@ -9,9 +9,15 @@ number of ranks taking part; a variable whose count is neither 0 nor that number
 with a :class:`~blinkflow.errors.TensorMismatchError` naming it, on every rank, before anything
 else is submitted. A rank that has joined adds zeros to both sums, so it is not counted.
 
-The flags of a traced step are fixed when it is traced; the sum runs at every step, with no
-input from backprop, so TensorFlow runs it while the step's forward pass runs. Steps where every
-gradient goes dense (``sparse_as_dense``, XLA) need no agreement and skip it.
+The flags of a traced step are fixed when it is traced; the sum runs at every step. It blocks the
+thread TensorFlow runs it on until every rank has reached it, so in a graph it waits for the
+first gradient backprop produces (``after``): every rank then reaches it at the same point of its
+step, right after its forward pass. Without an input, TensorFlow's executor ran it at a point
+that differed from rank to rank and from job to job (its ready queue decides): a rank that ran it
+early in its forward pass held its only compute thread idle until the peer's executor got there,
+and the two ranks settled into a step about 25 % longer for the whole job (docs/overlap.md, "The
+agreement's place in the step"). Steps where every gradient goes dense (``sparse_as_dense``,
+XLA) need no agreement and skip it.
 """
 from __future__ import annotations
 
@@ -46,10 +52,12 @@ def disagreements(totals: np.ndarray, labels: Sequence[str]) -> str:
               "contributes zeros), or make every rank's step use the variable the same way.")
 
 
-def agree(name: str, sparse_flags: Sequence[bool], labels: Sequence[str], process_set=None) -> Optional[tf.Tensor]:
+def agree(name: str, sparse_flags: Sequence[bool], labels: Sequence[str], process_set=None,
+          after: Sequence[tf.Tensor] = ()) -> Optional[tf.Tensor]:
     """Check on every rank that ``sparse_flags`` agree (see the module); raises
     TensorMismatchError naming the variables that differ. Eagerly returns None once checked; in
-    a graph returns the check's output, which the step's submissions must depend on."""
+    a graph returns the check's output, which the step's submissions must depend on, and runs
+    the check once ``after`` (the first gradient backprop produces) exists."""
     flags = np.array([1] + [1 if f else 0 for f in sparse_flags], np.int64)
 
     def check(arrays):
@@ -63,5 +71,8 @@ def agree(name: str, sparse_flags: Sequence[bool], labels: Sequence[str], proces
 
     # Through the crossing like the gradients, eagerly too: the flags take the gradients' route (the
     # cuda backend's for GPU tensors), so the check adds no host collective to a GPU step.
-    checked = crossing.mode().call(check, [tf.constant(flags)], [tf.int64], [tf.TensorShape([])], name)[0]
-    return None if tf.executing_eagerly() else checked
+    if tf.executing_eagerly():
+        crossing.mode().call(check, [tf.constant(flags)], [tf.int64], [tf.TensorShape([])], name)
+        return None
+    with tf.control_dependencies(list(after)):
+        return crossing.mode().call(check, [tf.constant(flags)], [tf.int64], [tf.TensorShape([])], name)[0]

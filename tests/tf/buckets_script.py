@@ -8,6 +8,8 @@
 - Errors: a cross-rank mismatch raises at the wait (FailedPreconditionError in a graph) on every
   rank, and the next step works; a submission that fails locally raises at the wait, after
   the other buckets were synchronized.
+- The sparse agreement (a blocking collective) runs after backprop has begun, not at a point of
+  the forward pass the executor picks, which differed between ranks and stalled the step.
 - On the device route (the fake CuPy), no tensor crosses through the host.
 
 Run with BLINKFLOW_BUCKET_BYTES small, so every gradient is a bucket of its own. Case script of
@@ -181,6 +183,50 @@ def case_errors_raise_at_the_wait_and_the_next_step_works(rank, size):
                                                                                  f"local.{mode}.ok")],
                                            f"local.{mode}.again"), mode)
         close(f"{mode} the good bucket was synchronized (its name is free again)", again[0][0], [float(n), 2.0 * n])
+
+
+def case_the_sparse_agreement_runs_once_backprop_has_begun(rank, size):
+    """The agreement blocks its thread until every rank reaches it; it must wait for the first
+    gradient, so every rank reaches it at the same point of its step."""
+    from blinkflow.runtime import api
+
+    events = []
+
+    @tf.custom_gradient
+    def backprop_begins(y):
+        def grad(dy):
+            # Also takes y: on its own dy is a constant, which grappler would fold at trace time.
+            return tf.numpy_function(lambda d, _: events.append("backprop") or d, [dy, y], dy.dtype, stateful=False)
+        return tf.identity(y), grad
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            x = tf.numpy_function(lambda v: events.append("forward") or v, [x_in], tf.float32, stateful=False)
+            x.set_shape(x_in.shape)
+            y = x
+            for w in weights:
+                y = tf.tanh(tf.matmul(y, w))
+            loss = tf.reduce_sum(backprop_begins(y))
+        return hvd.DistributedGradientTape(tape).gradient(loss, weights)
+
+    original = api.allreduce_async
+
+    def recording(*args, **kwargs):
+        if str(kwargs.get("name", "")).endswith(".sparse_agreement"):
+            events.append("agreement")
+        return original(*args, **kwargs)
+
+    api.allreduce_async = recording
+    try:
+        for _ in range(3):
+            events.clear()
+            step()
+            check("agreement: each of forward, backprop and agreement ran once",
+                  sorted(events) == ["agreement", "backprop", "forward"], events)
+            check("agreement: it ran after backprop began", events[-1:] == ["agreement"], events)
+    finally:
+        api.allreduce_async = original
 
 
 def case_tensors_took_the_backends_route(rank, size):
