@@ -12,12 +12,11 @@ else is submitted. A rank that has joined adds zeros to both sums, so it is not 
 The flags of a traced step are fixed when it is traced; the sum runs at every step. It blocks the
 thread TensorFlow runs it on until every rank has reached it, so in a graph it waits for the
 first gradient backprop produces (``after``): every rank then reaches it at the same point of its
-step, right after its forward pass. Without an input, TensorFlow's executor ran it at a point
-that differed from rank to rank and from job to job (its ready queue decides): a rank that ran it
-early in its forward pass held its only compute thread idle until the peer's executor got there,
-and the two ranks settled into a step about 25 % longer for the whole job (docs/overlap.md, "The
-agreement's place in the step"). Steps where every gradient goes dense (``sparse_as_dense``,
-XLA) need no agreement and skip it.
+step, right after its forward pass. Without an input, TensorFlow's executor would run it wherever
+its ready queue puts it, a point that differs from rank to rank: a rank that runs it early holds
+its only compute thread idle until the peer's executor gets there, and the ranks lock into a lag
+that lasts the whole job (docs/overlap.md, "Where a 128×128 step's time goes"). Steps where
+every gradient goes dense (``sparse_as_dense``, XLA) need no agreement and skip it.
 """
 from __future__ import annotations
 
