@@ -131,11 +131,16 @@ class GradientReducer:
         agreed = None
         if not all_dense and rank_ops.size(self.process_set) > 1:
             flags = [i in sparse_at for i in range(len(grads))]
-            first = max(dense_at + list(sparse_at))  # the last variable's: backprop produces it first
-            first_gradient = sparse_at[first].values if first in sparse_at else sent[dense_at.index(first)]
+            # The last variable with a gradient here: backprop produces it first (zeros standing
+            # in for a None gradient come from no backprop, so they cannot place the check).
+            produced = [i for i in dense_at + list(sparse_at) if grads[i] is not None]
+            after = []
+            if produced:
+                first = max(produced)
+                after = [sparse_at[first].values if first in sparse_at else sent[dense_at.index(first)]]
             agreed = sparse_agreement.agree(f"{self.name}.sparse_agreement", flags,
                                             [sparse_agreement.variable_label(s, i) for i, s in enumerate(sources)],
-                                            self.process_set, after=[first_gradient])
+                                            self.process_set, after=after)
         gathered: Dict[int, List[tf.Tensor]] = {}
 
         def submit_and_wait(*dense):

@@ -8,8 +8,8 @@
 - Errors: a cross-rank mismatch raises at the wait (FailedPreconditionError in a graph) on every
   rank, and the next step works; a submission that fails locally raises at the wait, after
   the other buckets were synchronized.
-- The sparse agreement (a blocking collective) runs after backprop has begun, not at a point of
-  the forward pass the executor picks, which differed between ranks and stalled the step.
+- The sparse agreement (a blocking collective) runs after backprop has begun, at the same point
+  of the step on every rank, also when the last variable's gradient is None on this rank.
 - On the device route (the fake CuPy), no tensor crosses through the host.
 
 Run with BLINKFLOW_BUCKET_BYTES small, so every gradient is a bucket of its own. Case script of
@@ -199,16 +199,20 @@ def case_the_sparse_agreement_runs_once_backprop_has_begun(rank, size):
             return tf.numpy_function(lambda d, _: events.append("backprop") or d, [dy, y], dy.dtype, stateful=False)
         return tf.identity(y), grad
 
-    @tf.function
-    def step():
-        with tf.GradientTape() as tape:
-            x = tf.numpy_function(lambda v: events.append("forward") or v, [x_in], tf.float32, stateful=False)
-            x.set_shape(x_in.shape)
-            y = x
-            for w in weights:
-                y = tf.tanh(tf.matmul(y, w))
-            loss = tf.reduce_sum(backprop_begins(y))
-        return hvd.DistributedGradientTape(tape).gradient(loss, weights)
+    unused = tf.Variable(np.zeros(3, np.float32))  # last source, its gradient None: zeros stand in
+
+    def step_of(sources):
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                x = tf.numpy_function(lambda v: events.append("forward") or v, [x_in], tf.float32, stateful=False)
+                x.set_shape(x_in.shape)
+                y = x
+                for w in weights:
+                    y = tf.tanh(tf.matmul(y, w))
+                loss = tf.reduce_sum(backprop_begins(y))
+            return hvd.DistributedGradientTape(tape).gradient(loss, sources)
+        return step
 
     original = api.allreduce_async
 
@@ -219,12 +223,14 @@ def case_the_sparse_agreement_runs_once_backprop_has_begun(rank, size):
 
     api.allreduce_async = recording
     try:
-        for _ in range(3):
-            events.clear()
-            step()
-            check("agreement: each of forward, backprop and agreement ran once",
-                  sorted(events) == ["agreement", "backprop", "forward"], events)
-            check("agreement: it ran after backprop began", events[-1:] == ["agreement"], events)
+        for what, sources in [("", weights), ("with a None gradient last: ", weights + [unused])]:
+            step = step_of(sources)
+            for _ in range(3):
+                events.clear()
+                step()
+                check(f"agreement: {what}each of forward, backprop and agreement ran once",
+                      sorted(events) == ["agreement", "backprop", "forward"], events)
+                check(f"agreement: {what}it ran after backprop began", events[-1:] == ["agreement"], events)
     finally:
         api.allreduce_async = original
 
